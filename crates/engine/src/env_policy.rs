@@ -1,0 +1,164 @@
+//! How a child's environment is built.
+//!
+//! Without a policy the child gets exactly the `env` the client sent: nothing of the executor
+//! leaks in. With a policy, the executor's own environment is filtered in this order: inherit
+//! (`core`, `all` or `none`), drop credential-looking names unless told not to, drop `exclude`
+//! matches, add `set`, keep only `includeOnly` matches, and finally overlay the request's `env`,
+//! so the caller's explicit values always win. Variables that carry the executor's own secrets
+//! are stripped in every case.
+
+use std::collections::BTreeMap;
+
+use tether_protocol::process::{EnvInherit, EnvPolicy};
+
+/// Names a `core` policy inherits: enough for a shell to find programs, a home and a locale.
+pub const CORE_VARIABLES: &[&str] = &[
+    "PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME",
+    "USER",
+];
+
+/// Names dropped unless `ignoreDefaultExcludes` is set: anything that looks like a credential.
+pub const DEFAULT_EXCLUDES: &[&str] = &["*KEY*", "*SECRET*", "*TOKEN*"];
+
+/// The executor's own credentials, never handed to a child whatever the request says.
+pub const NEVER_INHERITED: &[&str] = &[
+    "TETHER_AUTH_TOKEN",
+    "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN",
+    "NODE_REPL_AUTH_TOKEN",
+    "OPENAI_FEDERATION_RULE_ID",
+    "OPENAI_IDENTITY_TOKEN_FILE",
+    "OPENAI_WORKLOAD_IDENTITY_CONTEXT",
+];
+
+/// Builds the child environment from the request and the executor's environment `parent`.
+pub fn child_env(
+    env: &BTreeMap<String, String>,
+    policy: Option<&EnvPolicy>,
+    parent: impl IntoIterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Some(policy) = policy {
+        out.extend(parent.into_iter().filter(|(name, _)| match policy.inherit {
+            EnvInherit::All => true,
+            EnvInherit::None => false,
+            EnvInherit::Core => CORE_VARIABLES.iter().any(|core| core.eq_ignore_ascii_case(name)),
+        }));
+        if !policy.ignore_default_excludes {
+            out.retain(|name, _| !matches_any(DEFAULT_EXCLUDES, name));
+        }
+        out.retain(|name, _| !matches_any(&policy.exclude, name));
+        out.extend(policy.set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if !policy.include_only.is_empty() {
+            out.retain(|name, _| matches_any(&policy.include_only, name));
+        }
+    }
+    out.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    out.retain(|name, _| !NEVER_INHERITED.iter().any(|n| n.eq_ignore_ascii_case(name)));
+    out
+}
+
+fn matches_any<S: AsRef<str>>(patterns: &[S], name: &str) -> bool {
+    patterns.iter().any(|p| glob_matches(p.as_ref().as_bytes(), name.as_bytes()))
+}
+
+/// Case-insensitive glob with `*` (any run) and `?` (one character).
+fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                backtrack = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c.eq_ignore_ascii_case(&name[n]) => {
+                p += 1;
+                n += 1;
+            }
+            _ => match backtrack {
+                Some((star, matched)) => {
+                    p = star + 1;
+                    n = matched + 1;
+                    backtrack = Some((star, matched + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn parent() -> Vec<(String, String)> {
+        map(&[
+            ("PATH", "/bin"),
+            ("HOME", "/root"),
+            ("MY_API_KEY", "k"),
+            ("my_token", "t"),
+            ("FOO_PLAIN", "f"),
+            ("NODE_REPL_AUTH_TOKEN", "n"),
+        ])
+        .into_iter()
+        .collect()
+    }
+
+    fn policy(inherit: EnvInherit) -> EnvPolicy {
+        EnvPolicy {
+            inherit,
+            ignore_default_excludes: false,
+            exclude: vec![],
+            set: BTreeMap::new(),
+            include_only: vec![],
+        }
+    }
+
+    #[test]
+    fn without_a_policy_the_env_is_exact() {
+        let env = map(&[("FOO", "bar")]);
+        assert_eq!(child_env(&env, None, parent()), env);
+    }
+
+    #[test]
+    fn core_inherits_the_core_names_only() {
+        let out = child_env(&BTreeMap::new(), Some(&policy(EnvInherit::Core)), parent());
+        assert_eq!(out, map(&[("HOME", "/root"), ("PATH", "/bin")]));
+    }
+
+    #[test]
+    fn all_drops_credentials_unless_told_not_to() {
+        let out = child_env(&BTreeMap::new(), Some(&policy(EnvInherit::All)), parent());
+        assert_eq!(out, map(&[("FOO_PLAIN", "f"), ("HOME", "/root"), ("PATH", "/bin")]));
+        let mut keep = policy(EnvInherit::All);
+        keep.ignore_default_excludes = true;
+        let out = child_env(&BTreeMap::new(), Some(&keep), parent());
+        assert!(out.contains_key("MY_API_KEY") && out.contains_key("my_token"));
+        assert!(!out.contains_key("NODE_REPL_AUTH_TOKEN"), "executor secrets never leak");
+    }
+
+    #[test]
+    fn exclude_set_include_only_then_env_overlay() {
+        let mut p = policy(EnvInherit::All);
+        p.exclude = vec!["foo*".into()];
+        p.set = map(&[("A", "from-set"), ("B", "from-set")]);
+        p.include_only = vec!["a".into(), "B".into(), "PATH".into(), "FOO_PLAIN".into()];
+        let env = map(&[("B", "from-env")]);
+        let out = child_env(&env, Some(&p), parent());
+        assert_eq!(out, map(&[("A", "from-set"), ("B", "from-env"), ("PATH", "/bin")]));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_matches(b"*KEY*", b"my_api_key"));
+        assert!(glob_matches(b"A?C", b"abc"));
+        assert!(!glob_matches(b"A?C", b"abbc"));
+        assert!(glob_matches(b"*", b""));
+        assert!(!glob_matches(b"X*", b"YX"));
+    }
+}

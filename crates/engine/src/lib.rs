@@ -1,0 +1,24 @@
+//! The local execution engine: what actually runs on the executor.
+//!
+//! Everything here works in-process, without any server: a harness that runs its tools locally
+//! uses these types directly, and the server's handlers are thin wrappers around the same code.
+//!
+//! - [`process`]: one child process (pipes or a PTY) — spawning, the output pump that gives every
+//!   chunk, the exit and the close one sequence number, the retained-output buffer, idempotent
+//!   stdin writes, signals.
+//! - [`process_table`]: the processes of one session, keyed by the client's process ids, with
+//!   the start/terminate races settled in one place.
+//! - [`env_policy`]: how a child's environment is built from the executor's own.
+//! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
+//!   `environment/info` reports it.
+//!
+//! Architecture invariant: this crate knows the protocol's data types but nothing of JSON-RPC,
+//! connections or sessions. Errors are typed ([`ProcessError`]); the server maps them to codes.
+
+pub mod env_policy;
+pub mod environment;
+pub mod process;
+pub mod process_table;
+
+pub use process::{ProcessError, ProcessEvent};
+pub use process_table::{ProcessTable, ProcessTableConfig};

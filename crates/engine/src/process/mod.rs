@@ -1,0 +1,300 @@
+//! One child process: its output history, its stdin, its signals.
+//!
+//! A [`LocalProcess`] is created by [`crate::ProcessTable::start`]. Its output is produced by
+//! one pump task ([`pump`]) that reads every stream and waits for the exit, so output, exit and
+//! close are numbered and published strictly in sequence order — a client never has to reorder
+//! what one Tether process sends.
+
+mod pump;
+mod retained;
+mod spawn;
+mod stdin;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_protocol::ProcessId;
+use tether_protocol::process::{ExecOutputStream, ReadResponse, WriteStatus};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
+pub(crate) use spawn::{SpawnRequest, spawn};
+
+use retained::RetainedOutput;
+use stdin::StdinQueue;
+
+/// How many `writeId`s each process remembers, so a retried write is applied once.
+///
+/// A client retries only the writes whose answers it lost in a reconnect, which is a handful;
+/// 4,096 is the reference's figure and costs a few hundred KiB at worst.
+pub const REMEMBERED_WRITE_IDS: usize = 4096;
+
+/// What a process publishes, in sequence order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessEvent {
+    Output { process_id: ProcessId, seq: u64, stream: ExecOutputStream, chunk: Bytes },
+    Exited { process_id: ProcessId, seq: u64, exit_code: i32 },
+    Closed { process_id: ProcessId, seq: u64 },
+}
+
+impl ProcessEvent {
+    pub fn process_id(&self) -> &ProcessId {
+        match self {
+            ProcessEvent::Output { process_id, .. }
+            | ProcessEvent::Exited { process_id, .. }
+            | ProcessEvent::Closed { process_id, .. } => process_id,
+        }
+    }
+
+    pub fn seq(&self) -> u64 {
+        match self {
+            ProcessEvent::Output { seq, .. }
+            | ProcessEvent::Exited { seq, .. }
+            | ProcessEvent::Closed { seq, .. } => *seq,
+        }
+    }
+}
+
+/// Why a process operation failed. The server maps each kind to a JSON-RPC code; the messages
+/// are the reference's, so clients that match on them keep working.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The request cannot be served as asked (bad argv, cwd, unsupported intent).
+    #[error("{0}")]
+    InvalidParams(String),
+    #[error("process {0} already exists")]
+    AlreadyExists(ProcessId),
+    #[error("unknown process id {0}")]
+    UnknownProcess(ProcessId),
+    /// The OS refused to start the program; the message is the OS error.
+    #[error("{0}")]
+    Spawn(std::io::Error),
+    #[error("failed to write to process stdin")]
+    StdinClosed,
+    #[error(
+        "process {0} has {1} bytes of stdin queued that it has not read; wait for it to read its input before writing more"
+    )]
+    StdinQueueFull(ProcessId, usize),
+    #[error("failed to signal process: {0}")]
+    Signal(std::io::Error),
+}
+
+/// One running or finished child process.
+pub struct LocalProcess {
+    id: ProcessId,
+    /// The child's pid, which is also its process group id: every child leads its own group, so
+    /// a signal to the group reaches the grandchildren a shell started.
+    pgid: rustix::process::Pid,
+    state: Mutex<ProcessState>,
+    /// Woken whenever the retained output, the exit or the close changes: long-polling readers
+    /// wait on it.
+    changed: Notify,
+    /// `None` when stdin was closed at start (a pipe process without `pipeStdin`).
+    stdin: Option<StdinQueue>,
+}
+
+struct ProcessState {
+    output: RetainedOutput,
+    write_ids: WriteIds,
+}
+
+impl LocalProcess {
+    pub fn id(&self) -> &ProcessId {
+        &self.id
+    }
+
+    /// The OS process id of the child (and of its process group).
+    pub fn pid(&self) -> i32 {
+        self.pgid.as_raw_nonzero().get()
+    }
+
+    fn state(&self) -> MutexGuard<'_, ProcessState> {
+        // A panic while holding this lock leaves plain data behind, still consistent enough to
+        // read; keep serving rather than poisoning every later request.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn has_exited(&self) -> bool {
+        self.state().output.exit().is_some()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state().output.is_closed()
+    }
+
+    /// The next sequence number this process will allocate.
+    pub fn next_seq(&self) -> u64 {
+        self.state().output.next_seq()
+    }
+
+    /// The oldest sequence number still retained, if any output is.
+    pub fn oldest_retained_seq(&self) -> Option<u64> {
+        self.state().output.oldest_retained_seq()
+    }
+
+    /// Retained output after `after_seq`. With a `wait`, returns as soon as there is a chunk, the
+    /// exit or the close past `after_seq`, or when the wait runs out.
+    pub async fn read(
+        &self,
+        after_seq: u64,
+        max_bytes: Option<usize>,
+        wait: Option<Duration>,
+    ) -> ReadResponse {
+        let deadline = wait.filter(|w| !w.is_zero()).map(deadline_after);
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let state = self.state();
+                let news = state.output.has_news_after(after_seq);
+                if news || deadline.is_none_or(|d| Instant::now() >= d) {
+                    return to_response(state.output.read(after_seq, max_bytes));
+                }
+            }
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        () = &mut changed => {}
+                        () = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    /// Queues bytes for the child's stdin. A `write_id` seen before is acknowledged without
+    /// writing again; the id is recorded in the same critical section that queues the bytes, so
+    /// a retried write can never be applied twice.
+    pub fn write(&self, chunk: Bytes, write_id: &str) -> Result<WriteStatus, ProcessError> {
+        let Some(stdin) = &self.stdin else {
+            return Ok(WriteStatus::StdinClosed);
+        };
+        let mut state = self.state();
+        if state.write_ids.contains(write_id) {
+            return Ok(WriteStatus::Accepted);
+        }
+        stdin.push(&self.id, chunk)?;
+        state.write_ids.remember(write_id);
+        Ok(WriteStatus::Accepted)
+    }
+
+    /// Sends SIGINT to the process group, as Ctrl-C at a terminal does. A process that already
+    /// exited is left alone.
+    pub fn interrupt(&self) -> Result<(), ProcessError> {
+        if self.has_exited() {
+            return Ok(());
+        }
+        match rustix::process::kill_process_group(self.pgid, rustix::process::Signal::INT) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(e) => Err(ProcessError::Signal(e.into())),
+        }
+    }
+
+    /// Kills the process group with SIGKILL if the process is still running; returns whether it
+    /// was. A process that already exited is not touched, whatever it left behind.
+    pub fn terminate(&self) -> bool {
+        if self.has_exited() {
+            return false;
+        }
+        self.kill_group();
+        true
+    }
+
+    /// SIGKILL to the whole group, whether or not the leader is still there: used when a session
+    /// ends, so that nothing it started outlives it.
+    pub(crate) fn kill_group(&self) {
+        let _ = rustix::process::kill_process_group(self.pgid, rustix::process::Signal::KILL);
+    }
+}
+
+impl std::fmt::Debug for LocalProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalProcess").field("id", &self.id).field("pid", &self.pid()).finish()
+    }
+}
+
+fn to_response(window: ReadWindow) -> ReadResponse {
+    ReadResponse {
+        chunks: window.chunks,
+        next_seq: window.next_seq,
+        exited: window.exited,
+        exit_code: window.exit_code,
+        closed: window.closed,
+        failure: None,
+        sandbox_denied: false,
+    }
+}
+
+/// `now + wait`, saturating: a client may ask to wait `u64::MAX` milliseconds.
+fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// The most recent write ids, oldest forgotten first.
+struct WriteIds {
+    order: VecDeque<String>,
+    set: HashSet<String>,
+}
+
+impl WriteIds {
+    fn new() -> Self {
+        Self { order: VecDeque::new(), set: HashSet::new() }
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.set.contains(id)
+    }
+
+    fn remember(&mut self, id: &str) {
+        if self.order.len() == REMEMBERED_WRITE_IDS {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        self.order.push_back(id.to_owned());
+        self.set.insert(id.to_owned());
+    }
+}
+
+pub(crate) fn new_process(
+    id: ProcessId,
+    pgid: rustix::process::Pid,
+    retained_output_bytes: usize,
+    stdin: Option<StdinQueue>,
+) -> Arc<LocalProcess> {
+    Arc::new(LocalProcess {
+        id,
+        pgid,
+        state: Mutex::new(ProcessState {
+            output: RetainedOutput::new(retained_output_bytes),
+            write_ids: WriteIds::new(),
+        }),
+        changed: Notify::new(),
+        stdin,
+    })
+}
+
+pub(crate) use pump::run_pump;
+pub(crate) use stdin::start_stdin_writer;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_ids_forget_the_oldest() {
+        let mut ids = WriteIds::new();
+        for n in 0..REMEMBERED_WRITE_IDS + 1 {
+            ids.remember(&n.to_string());
+        }
+        assert!(!ids.contains("0"));
+        assert!(ids.contains("1"));
+        assert!(ids.contains(&REMEMBERED_WRITE_IDS.to_string()));
+    }
+}

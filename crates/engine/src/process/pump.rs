@@ -1,0 +1,203 @@
+//! The output pump: one task per process that reads every output stream, waits for the exit,
+//! and numbers and publishes everything in one order.
+//!
+//! Doing all of it in one task is what makes Tether's events arrive in sequence order (the
+//! reference reads each stream in its own task, so its notifications can overtake each other).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tether_protocol::process::ExecOutputStream;
+use tokio::io::AsyncReadExt;
+use tokio::process::Child;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, trace};
+
+use super::spawn::{Reader, Spawned};
+use super::{LocalProcess, ProcessEvent};
+
+/// Largest chunk read at once. A pipe holds 64 KiB, so one read can take all of it: fewer,
+/// larger chunks mean fewer notifications and less framing per byte.
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// After a PTY process exits, how long the terminal may stay quiet before it is considered
+/// finished. A background job may keep the terminal open forever; the exited process's own
+/// last output is already in the terminal and arrives well within this.
+pub const PTY_DRAIN_IDLE: Duration = Duration::from_millis(20);
+
+/// Reads taken without waiting, per stream, when the exit is observed: output the child wrote
+/// before exiting is numbered before its exit. Bounded so a chatty grandchild cannot hold the
+/// exit back.
+const READS_BEFORE_EXIT: usize = 16;
+
+struct Stream {
+    label: ExecOutputStream,
+    reader: Option<Reader>,
+    buffer: Box<[u8]>,
+}
+
+impl Stream {
+    fn new(label: ExecOutputStream, reader: Reader) -> Self {
+        Self { label, reader: Some(reader), buffer: vec![0; READ_CHUNK_BYTES].into_boxed_slice() }
+    }
+
+    fn is_open(&self) -> bool {
+        self.reader.is_some()
+    }
+
+    /// One read: `Some(bytes)` or `None` at end of stream. A PTY reports its end as EIO, and
+    /// any other read error ends the stream the same way.
+    async fn read(&mut self) -> Option<Bytes> {
+        let reader = self.reader.as_mut()?;
+        match reader.read(&mut self.buffer).await {
+            Ok(0) | Err(_) => {
+                self.reader = None;
+                None
+            }
+            // Copy out of the read buffer: a retained chunk should cost its size, not 64 KiB.
+            Ok(n) => Some(Bytes::copy_from_slice(&self.buffer[..n])),
+        }
+    }
+}
+
+/// Reads `stream` if it is open, otherwise never completes (so `select!` ignores it).
+async fn read_open(stream: &mut Stream) -> Option<Bytes> {
+    if stream.is_open() { stream.read().await } else { std::future::pending().await }
+}
+
+pub(crate) async fn run_pump(
+    process: Arc<LocalProcess>,
+    spawned: Spawned,
+    tty: bool,
+    events: mpsc::Sender<ProcessEvent>,
+) {
+    let Spawned { mut child, primary, secondary, .. } = spawned;
+    let first_label = if tty { ExecOutputStream::Pty } else { ExecOutputStream::Stdout };
+    let mut streams = vec![Stream::new(first_label, primary)];
+    if let Some(stderr) = secondary {
+        streams.push(Stream::new(ExecOutputStream::Stderr, stderr));
+    }
+    let pump = Pump { process, events };
+    let mut exited = false;
+    // Set once a PTY process exited: the terminal is finished when quiet this long.
+    let mut pty_quiet_deadline: Option<Instant> = None;
+
+    loop {
+        if exited && streams.iter().all(|s| !s.is_open()) {
+            break;
+        }
+        let (first, rest) = streams.split_at_mut(1);
+        let second = rest.first_mut();
+        tokio::select! {
+            biased;
+            chunk = read_open(&mut first[0]) => {
+                if let Some(chunk) = chunk {
+                    pump.output(first[0].label, chunk).await;
+                    pty_quiet_deadline = pty_quiet_deadline.map(|_| Instant::now() + PTY_DRAIN_IDLE);
+                }
+            }
+            chunk = async {
+                match second {
+                    Some(stream) => read_open(stream).await.map(|c| (stream.label, c)),
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((label, chunk)) = chunk {
+                    pump.output(label, chunk).await;
+                }
+            }
+            code = wait_for_exit(&mut child), if !exited => {
+                exited = true;
+                pump.drain_ready(&mut streams).await;
+                pump.exit(code).await;
+                if tty {
+                    pty_quiet_deadline = Some(Instant::now() + PTY_DRAIN_IDLE);
+                }
+            }
+            () = sleep_until_some(pty_quiet_deadline) => {
+                // The terminal stayed quiet after the exit: whatever still holds it (a background
+                // job) is not this process's output any more.
+                streams.iter_mut().for_each(|s| s.reader = None);
+            }
+        }
+    }
+    pump.close().await;
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the child and turns its status into the exit code clients see: the status, or
+/// 128 + the signal number (the shell convention) when a signal killed it; -1 if the status
+/// could not be read.
+async fn wait_for_exit(child: &mut Child) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match child.wait().await {
+        Ok(status) => status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1),
+        Err(_) => -1,
+    }
+}
+
+struct Pump {
+    process: Arc<LocalProcess>,
+    events: mpsc::Sender<ProcessEvent>,
+}
+
+impl Pump {
+    async fn output(&self, stream: ExecOutputStream, chunk: Bytes) {
+        let seq = self.process.state().output.push_output(stream, chunk.clone());
+        trace!(process_id = %self.process.id, seq, bytes = chunk.len(), "output");
+        self.publish(ProcessEvent::Output {
+            process_id: self.process.id.clone(),
+            seq,
+            stream,
+            chunk,
+        })
+        .await;
+    }
+
+    async fn exit(&self, exit_code: i32) {
+        let seq = self.process.state().output.record_exit(exit_code);
+        debug!(process_id = %self.process.id, seq, exit_code, "process exited");
+        self.publish(ProcessEvent::Exited { process_id: self.process.id.clone(), seq, exit_code })
+            .await;
+    }
+
+    async fn close(&self) {
+        let seq = self.process.state().output.record_close();
+        debug!(process_id = %self.process.id, seq, "process closed");
+        self.publish(ProcessEvent::Closed { process_id: self.process.id.clone(), seq }).await;
+    }
+
+    /// Takes what the streams already hold without waiting for more.
+    async fn drain_ready(&self, streams: &mut [Stream]) {
+        for stream in streams.iter_mut() {
+            for _ in 0..READS_BEFORE_EXIT {
+                if !stream.is_open() {
+                    break;
+                }
+                // A zero timeout polls the read once: ready data or nothing.
+                match tokio::time::timeout(Duration::ZERO, stream.read()).await {
+                    Ok(Some(chunk)) => self.output(stream.label, chunk).await,
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// Wakes local readers, then hands the event to the session. Sending waits while the
+    /// session's consumer is behind: a slow client slows this process's pipes, not the server's
+    /// memory.
+    async fn publish(&self, event: ProcessEvent) {
+        self.process.changed.notify_waiters();
+        // No receiver means nobody listens any more (the session is gone); the output is
+        // retained either way.
+        let _ = self.events.send(event).await;
+    }
+}

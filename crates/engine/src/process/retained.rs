@@ -1,0 +1,215 @@
+//! The bounded history of one process's output, and its sequence counter.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use tether_protocol::ByteChunk;
+use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk};
+
+/// Output kept per process for `process/read` replays, by default: the last 1 MiB.
+///
+/// A client that lost its connection catches up from here, so this bounds how long an outage
+/// can be survived by a chatty process. It matches the reference (0.169 keeps the last 1 MiB),
+/// and the server can raise it with `--retain-output-bytes`.
+pub const DEFAULT_RETAINED_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// Most chunks kept per process, whatever their size.
+///
+/// Each chunk costs four JSON values in a `process/read` reply and a client accepts at most
+/// 262,144 values per message, so a full replay of 50,000 chunks still fits.
+pub const RETAINED_OUTPUT_CHUNKS: usize = 50_000;
+
+/// What one process has produced, by sequence number.
+///
+/// One counter, starting at 1, numbers output chunks, the exit and the close alike. Exit and
+/// close are remembered as their sequence numbers and never stored as chunks.
+#[derive(Debug)]
+pub(crate) struct RetainedOutput {
+    chunks: VecDeque<ProcessOutputChunk>,
+    bytes: usize,
+    byte_limit: usize,
+    next_seq: u64,
+    exit: Option<(u64, i32)>,
+    closed_seq: Option<u64>,
+}
+
+/// A window of retained output, as `process/read` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadWindow {
+    pub chunks: Vec<ProcessOutputChunk>,
+    pub next_seq: u64,
+    pub exit_code: Option<i32>,
+    pub exited: bool,
+    pub closed: bool,
+}
+
+impl RetainedOutput {
+    pub(crate) fn new(byte_limit: usize) -> Self {
+        Self {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            byte_limit,
+            next_seq: 1,
+            exit: None,
+            closed_seq: None,
+        }
+    }
+
+    /// Numbers a chunk and keeps it, dropping whole chunks from the front to stay in bounds.
+    pub(crate) fn push_output(&mut self, stream: ExecOutputStream, bytes: Bytes) -> u64 {
+        let seq = self.allocate();
+        self.bytes += bytes.len();
+        self.chunks.push_back(ProcessOutputChunk { seq, stream, chunk: ByteChunk(bytes) });
+        while self.chunks.len() > 1
+            && (self.bytes > self.byte_limit || self.chunks.len() > RETAINED_OUTPUT_CHUNKS)
+        {
+            if let Some(dropped) = self.chunks.pop_front() {
+                self.bytes -= dropped.chunk.len();
+            }
+        }
+        seq
+    }
+
+    pub(crate) fn record_exit(&mut self, code: i32) -> u64 {
+        let seq = self.allocate();
+        self.exit = Some((seq, code));
+        seq
+    }
+
+    pub(crate) fn record_close(&mut self) -> u64 {
+        let seq = self.allocate();
+        self.closed_seq = Some(seq);
+        seq
+    }
+
+    fn allocate(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    pub(crate) fn exit(&self) -> Option<(u64, i32)> {
+        self.exit
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed_seq.is_some()
+    }
+
+    /// The oldest sequence number still held, if any chunk is.
+    pub(crate) fn oldest_retained_seq(&self) -> Option<u64> {
+        self.chunks.front().map(|c| c.seq)
+    }
+
+    /// Whether a reader that has seen everything up to `after_seq` has something new to see:
+    /// a chunk, the exit, or the close.
+    pub(crate) fn has_news_after(&self, after_seq: u64) -> bool {
+        self.next_seq > after_seq + 1
+    }
+
+    /// Chunks after `after_seq` within a byte budget. The first chunk is always included, even
+    /// past the budget, so a reader always makes progress; chunks are never split.
+    pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadWindow {
+        let start = self.chunks.partition_point(|c| c.seq <= after_seq);
+        let mut chunks = Vec::new();
+        let mut total = 0usize;
+        let mut cut_short = false;
+        for chunk in self.chunks.range(start..) {
+            if let Some(budget) = max_bytes {
+                if !chunks.is_empty() && total + chunk.chunk.len() > budget {
+                    cut_short = true;
+                    break;
+                }
+            }
+            total += chunk.chunk.len();
+            chunks.push(chunk.clone());
+            if max_bytes.is_some_and(|budget| total >= budget) {
+                cut_short = chunks.last().map(|c| c.seq) != self.chunks.back().map(|c| c.seq);
+                break;
+            }
+        }
+        let next_seq = match (cut_short, chunks.last()) {
+            (true, Some(last)) => last.seq + 1,
+            _ => self.next_seq,
+        };
+        ReadWindow {
+            chunks,
+            next_seq,
+            exit_code: self.exit.map(|(_, code)| code),
+            exited: self.exit.is_some(),
+            closed: self.closed_seq.is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(retained: &mut RetainedOutput, text: &str) -> u64 {
+        retained.push_output(ExecOutputStream::Stdout, Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn output_exit_and_close_share_one_sequence() {
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES);
+        assert_eq!(out(&mut retained, "a"), 1);
+        assert_eq!(retained.record_exit(0), 2);
+        assert_eq!(out(&mut retained, "late"), 3);
+        assert_eq!(retained.record_close(), 4);
+        let window = retained.read(0, None);
+        assert_eq!(window.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(window.next_seq, 5);
+        assert!(window.exited && window.closed);
+        assert_eq!(window.exit_code, Some(0));
+    }
+
+    #[test]
+    fn byte_budget_keeps_whole_chunks_and_always_returns_one() {
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES);
+        out(&mut retained, "abcdef");
+        out(&mut retained, "ghij");
+        let seqs = |w: ReadWindow| (w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), w.next_seq);
+        assert_eq!(seqs(retained.read(0, Some(0))), (vec![1], 2));
+        assert_eq!(seqs(retained.read(0, Some(7))), (vec![1], 2));
+        assert_eq!(seqs(retained.read(0, Some(10))), (vec![1, 2], 3));
+        assert_eq!(seqs(retained.read(0, Some(100))), (vec![1, 2], 3));
+        assert_eq!(seqs(retained.read(0, None)), (vec![1, 2], 3));
+        // Nothing new: next_seq is the process's next sequence.
+        assert_eq!(seqs(retained.read(2, Some(5))), (vec![], 3));
+        assert_eq!(seqs(retained.read(99, None)), (vec![], 3));
+    }
+
+    #[test]
+    fn evicts_whole_chunks_from_the_front() {
+        let mut retained = RetainedOutput::new(10);
+        out(&mut retained, "1234");
+        out(&mut retained, "5678");
+        out(&mut retained, "9abc");
+        let window = retained.read(0, None);
+        assert_eq!(window.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(retained.oldest_retained_seq(), Some(2));
+    }
+
+    #[test]
+    fn a_single_chunk_over_the_limit_is_kept() {
+        let mut retained = RetainedOutput::new(2);
+        out(&mut retained, "12345");
+        assert_eq!(retained.read(0, None).chunks.len(), 1);
+    }
+
+    #[test]
+    fn chunk_count_is_bounded() {
+        let mut retained = RetainedOutput::new(usize::MAX);
+        for _ in 0..RETAINED_OUTPUT_CHUNKS + 10 {
+            out(&mut retained, "x");
+        }
+        let window = retained.read(0, None);
+        assert_eq!(window.chunks.len(), RETAINED_OUTPUT_CHUNKS);
+        assert_eq!(window.chunks[0].seq, 11);
+    }
+}

@@ -1,0 +1,59 @@
+//! A process's stdin: writes are queued and applied in order by one writer task, so a
+//! `process/write` is answered at once even when the child is not reading.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tether_protocol::ProcessId;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::ProcessError;
+
+/// Most stdin bytes queued for one process and not yet taken by it.
+///
+/// Writes are acknowledged before the child reads them; without a bound, a client writing to a
+/// child that never reads would grow the server without limit.
+pub const STDIN_QUEUE_LIMIT_BYTES: usize = 64 * 1024 * 1024;
+
+pub(crate) struct StdinQueue {
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl StdinQueue {
+    pub(crate) fn push(&self, process_id: &ProcessId, chunk: Bytes) -> Result<(), ProcessError> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let queued = self.queued.load(Ordering::Acquire);
+        if queued + chunk.len() > STDIN_QUEUE_LIMIT_BYTES {
+            return Err(ProcessError::StdinQueueFull(process_id.clone(), queued));
+        }
+        self.queued.fetch_add(chunk.len(), Ordering::AcqRel);
+        self.tx.send(chunk).map_err(|_| ProcessError::StdinClosed)
+    }
+}
+
+/// Starts the writer task for `writer`. Once the child stops reading (its stdin broke), queued
+/// and later bytes are discarded, as a pipe to a dead reader would: the write was accepted, and
+/// the process's exit tells the rest.
+pub(crate) fn start_stdin_writer<W>(mut writer: W) -> StdinQueue
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let pending = queued.clone();
+    tokio::spawn(async move {
+        let mut broken = false;
+        while let Some(chunk) = rx.recv().await {
+            if !broken {
+                broken = writer.write_all(&chunk).await.is_err() || writer.flush().await.is_err();
+            }
+            pending.fetch_sub(chunk.len(), Ordering::AcqRel);
+        }
+    });
+    StdinQueue { tx, queued }
+}

@@ -1,0 +1,230 @@
+//! The processes of one session, keyed by the client's process ids.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tether_protocol::process::{
+    ExecParams, ExecResponse, ReadParams, ReadResponse, SandboxType, WriteStatus,
+};
+use tether_protocol::{ByteChunk, ProcessId};
+use tokio::sync::mpsc;
+use tracing::{Instrument, debug, info_span};
+
+use crate::env_policy::child_env;
+use crate::process::{
+    self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, ProcessError, ProcessEvent, SpawnRequest,
+};
+
+/// Limits that shape a table's processes.
+#[derive(Debug, Clone)]
+pub struct ProcessTableConfig {
+    /// Output retained per process for `process/read` replays.
+    pub retained_output_bytes: usize,
+    /// How long a closed process stays readable (and its id taken). `None`: for as long as the
+    /// session lives, as the reference keeps them.
+    pub closed_process_retention: Option<Duration>,
+}
+
+impl Default for ProcessTableConfig {
+    fn default() -> Self {
+        Self {
+            retained_output_bytes: DEFAULT_RETAINED_OUTPUT_BYTES,
+            closed_process_retention: None,
+        }
+    }
+}
+
+/// One session's processes. Every process publishes its events into the one channel the table
+/// was made with, in each process's sequence order.
+pub struct ProcessTable {
+    config: ProcessTableConfig,
+    processes: Mutex<HashMap<ProcessId, Arc<LocalProcess>>>,
+    events: mpsc::Sender<ProcessEvent>,
+    /// The executor's environment, read once: `envPolicy` filters it for every start.
+    parent_env: Vec<(String, String)>,
+}
+
+impl ProcessTable {
+    pub fn new(config: ProcessTableConfig, events: mpsc::Sender<ProcessEvent>) -> Arc<Self> {
+        let parent_env = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Arc::new(Self { config, processes: Mutex::new(HashMap::new()), events, parent_env })
+    }
+
+    fn processes(&self) -> MutexGuard<'_, HashMap<ProcessId, Arc<LocalProcess>>> {
+        self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn get(&self, id: &ProcessId) -> Option<Arc<LocalProcess>> {
+        self.processes().get(id).cloned()
+    }
+
+    /// Every process of the table, in no particular order.
+    pub fn list(&self) -> Vec<Arc<LocalProcess>> {
+        self.processes().values().cloned().collect()
+    }
+
+    /// Starts a process. Ids are unique within the table for as long as the entry exists, a
+    /// closed process included.
+    pub fn start(self: &Arc<Self>, params: ExecParams) -> Result<ExecResponse, ProcessError> {
+        let request = validate(&params, &self.parent_env)?;
+        // Spawning happens under the table lock: a fork/exec takes a millisecond, and holding
+        // the lock makes "one id, one process" trivially true under concurrent starts.
+        let mut processes = self.processes();
+        if processes.contains_key(&params.process_id) {
+            return Err(ProcessError::AlreadyExists(params.process_id));
+        }
+        let mut spawned = process::spawn(request).map_err(ProcessError::Spawn)?;
+        let stdin = spawned.stdin.take().map(process::start_stdin_writer);
+        let local = process::new_process(
+            params.process_id.clone(),
+            spawned.pid,
+            self.config.retained_output_bytes,
+            stdin,
+        );
+        processes.insert(params.process_id.clone(), local.clone());
+        drop(processes);
+
+        debug!(process_id = %params.process_id, pid = local.pid(), tty = params.tty, "process started");
+        let span = info_span!("process", process_id = %params.process_id, pid = local.pid());
+        let table = Arc::downgrade(self);
+        let events = self.events.clone();
+        let retention = self.config.closed_process_retention;
+        let tty = params.tty;
+        tokio::spawn(
+            async move {
+                process::run_pump(local.clone(), spawned, tty, events).await;
+                if let Some(retention) = retention {
+                    tokio::time::sleep(retention).await;
+                    if let Some(table) = table.upgrade() {
+                        table.evict_if_same(&local);
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        Ok(ExecResponse { process_id: params.process_id, sandbox_type: Some(SandboxType::None) })
+    }
+
+    fn evict_if_same(&self, local: &Arc<LocalProcess>) {
+        let mut processes = self.processes();
+        if processes.get(local.id()).is_some_and(|current| Arc::ptr_eq(current, local)) {
+            processes.remove(local.id());
+        }
+    }
+
+    pub async fn read(&self, params: ReadParams) -> Result<ReadResponse, ProcessError> {
+        let process =
+            self.get(&params.process_id).ok_or(ProcessError::UnknownProcess(params.process_id))?;
+        let wait = params.wait_ms.map(Duration::from_millis);
+        Ok(process.read(params.after_seq.unwrap_or(0), params.max_bytes, wait).await)
+    }
+
+    pub fn write(
+        &self,
+        process_id: &ProcessId,
+        chunk: ByteChunk,
+        write_id: &str,
+    ) -> Result<WriteStatus, ProcessError> {
+        match self.get(process_id) {
+            Some(process) => process.write(chunk.into_bytes(), write_id),
+            None => Ok(WriteStatus::UnknownProcess),
+        }
+    }
+
+    /// SIGINT to a running process; unknown or finished processes are left alone.
+    pub fn interrupt(&self, process_id: &ProcessId) -> Result<(), ProcessError> {
+        match self.get(process_id) {
+            Some(process) => process.interrupt(),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills a running process; returns whether it was running.
+    pub fn terminate(&self, process_id: &ProcessId) -> bool {
+        self.get(process_id).is_some_and(|p| p.terminate())
+    }
+
+    /// Kills every process group of the table and forgets them: the session is over.
+    pub fn shutdown(&self) {
+        let processes: Vec<_> = self.processes().drain().map(|(_, p)| p).collect();
+        for process in processes {
+            if !process.is_closed() {
+                process.kill_group();
+            }
+        }
+    }
+}
+
+impl Drop for ProcessTable {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Checks a start request and puts it in native terms, before anything is spawned.
+fn validate<'a>(
+    params: &'a ExecParams,
+    parent_env: &[(String, String)],
+) -> Result<SpawnRequest<'a>, ProcessError> {
+    if params.argv.is_empty() {
+        return Err(ProcessError::InvalidParams("argv must not be empty".into()));
+    }
+    let cwd = params.cwd.to_path().map_err(|e| {
+        ProcessError::InvalidParams(format!(
+            "cwd URI `{}` is not valid on this exec-server host: {e}",
+            params.cwd
+        ))
+    })?;
+    if let Some(sandbox) = &params.sandbox {
+        check_sandbox(sandbox)?;
+    }
+    if params.shell_snapshot.is_some() {
+        return Err(ProcessError::InvalidParams(
+            "shell snapshots are unsupported on this executor; start the process without `shellSnapshot`".into(),
+        ));
+    }
+    if params.enforce_managed_network
+        || params.managed_network.is_some()
+        || params.network_proxy.is_some()
+    {
+        return Err(ProcessError::InvalidParams(
+            "managed network policy cannot be enforced on this executor; start the process without `enforceManagedNetwork`, `managedNetwork` and `networkProxy`".into(),
+        ));
+    }
+    Ok(SpawnRequest {
+        argv: &params.argv,
+        arg0: params.arg0.as_deref(),
+        cwd,
+        env: child_env(&params.env, params.env_policy.as_ref(), parent_env.iter().cloned()),
+        tty: params.tty,
+        pipe_stdin: params.pipe_stdin,
+    })
+}
+
+/// Tether runs processes unsandboxed. A sandbox intent that asks for nothing (`disabled`), or
+/// whose enforcement is somebody else's (`external`: the executor already runs inside one), is
+/// honoured by running as is; any restriction Tether would have to enforce itself is refused
+/// rather than silently ignored.
+fn check_sandbox(sandbox: &serde_json::Value) -> Result<(), ProcessError> {
+    let permissions = &sandbox["permissions"];
+    let unrestricted = match permissions["type"].as_str() {
+        Some("disabled") | Some("external") => true,
+        Some("managed") => {
+            permissions["file_system"]["type"].as_str() == Some("unrestricted")
+                && !permissions
+                    .get("network")
+                    .is_some_and(|n| n["type"].as_str() == Some("restricted"))
+        }
+        _ => false,
+    };
+    if unrestricted {
+        Ok(())
+    } else {
+        Err(ProcessError::InvalidParams(
+            "sandbox intent cannot be enforced on this executor".into(),
+        ))
+    }
+}

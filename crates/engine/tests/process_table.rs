@@ -1,0 +1,203 @@
+//! The process engine in-process, without any server: real children, real pipes and PTYs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_engine::{ProcessEvent, ProcessTable, ProcessTableConfig};
+use tether_protocol::process::{ExecOutputStream, ExecParams, ReadParams, WriteStatus};
+use tether_protocol::{ByteChunk, PathUri, ProcessId};
+use tokio::sync::mpsc;
+
+fn table() -> (Arc<ProcessTable>, mpsc::Receiver<ProcessEvent>) {
+    let (tx, rx) = mpsc::channel(128);
+    (ProcessTable::new(ProcessTableConfig::default(), tx), rx)
+}
+
+fn params(id: &str, script: &str) -> ExecParams {
+    ExecParams {
+        process_id: ProcessId::from(id),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        cwd: PathUri::parse("file:///tmp").unwrap(),
+        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+        env_policy: None,
+        shell_snapshot: None,
+        tty: false,
+        pipe_stdin: false,
+        arg0: None,
+        sandbox: None,
+        enforce_managed_network: false,
+        managed_network: None,
+        network_proxy: None,
+        metadata: None,
+    }
+}
+
+/// Collects events until the process closes; returns (stdout, stderr, exit code, seqs).
+async fn until_closed(rx: &mut mpsc::Receiver<ProcessEvent>) -> (Vec<u8>, Vec<u8>, i32, Vec<u64>) {
+    let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
+    loop {
+        let event =
+            tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
+        seqs.push(event.seq());
+        match event {
+            ProcessEvent::Output { stream: ExecOutputStream::Stderr, chunk, .. } => {
+                err.extend(&chunk)
+            }
+            ProcessEvent::Output { chunk, .. } => out.extend(&chunk),
+            ProcessEvent::Exited { exit_code, .. } => code = Some(exit_code),
+            ProcessEvent::Closed { .. } => return (out, err, code.unwrap(), seqs),
+        }
+    }
+}
+
+#[tokio::test]
+async fn pipes_keep_streams_apart_and_number_events_in_order() {
+    let (table, mut rx) = table();
+    table.start(params("p", "printf out; printf err >&2; exit 3")).unwrap();
+    let (out, err, code, seqs) = until_closed(&mut rx).await;
+    assert_eq!((out.as_slice(), err.as_slice(), code), (&b"out"[..], &b"err"[..], 3));
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "one gap-free sequence");
+}
+
+#[tokio::test]
+async fn output_after_exit_is_numbered_after_it_and_close_waits_for_it() {
+    let (table, mut rx) = table();
+    table.start(params("p", "(sleep 0.3; echo late) & echo early")).unwrap();
+    let mut order = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap() {
+            ProcessEvent::Output { chunk, .. } => {
+                order.push(String::from_utf8_lossy(&chunk).trim().to_string())
+            }
+            ProcessEvent::Exited { .. } => order.push("exit".into()),
+            ProcessEvent::Closed { .. } => break,
+        }
+    }
+    assert_eq!(order, ["early", "exit", "late"]);
+}
+
+#[tokio::test]
+async fn read_replays_retained_output_with_exit_and_close() {
+    let (table, mut rx) = table();
+    table.start(params("p", "echo one; echo two >&2")).unwrap();
+    until_closed(&mut rx).await;
+    let read = table
+        .read(ReadParams {
+            process_id: "p".into(),
+            after_seq: None,
+            max_bytes: None,
+            wait_ms: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.chunks.len(), 2);
+    assert!(read.exited && read.closed);
+    assert_eq!(read.exit_code, Some(0));
+    assert_eq!(read.next_seq, 5);
+}
+
+#[tokio::test]
+async fn long_poll_wakes_on_output() {
+    let (table, _rx) = table();
+    table.start(params("p", "sleep 0.2; echo hi; sleep 5")).unwrap();
+    let started = std::time::Instant::now();
+    let read = table
+        .read(ReadParams {
+            process_id: "p".into(),
+            after_seq: Some(0),
+            max_bytes: None,
+            wait_ms: Some(5000),
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.chunks[0].chunk.0.as_ref(), b"hi\n");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(table.terminate(&"p".into()));
+}
+
+#[tokio::test]
+async fn writes_are_applied_once_per_write_id() {
+    let (table, mut rx) = table();
+    let mut p = params("p", "head -c 6");
+    p.pipe_stdin = true;
+    table.start(p).unwrap();
+    let id = ProcessId::from("p");
+    for (write_id, text) in [("1", "ab"), ("1", "XX"), ("2", "cd"), ("3", "ef")] {
+        let status = table.write(&id, ByteChunk::from(text.as_bytes()), write_id).unwrap();
+        assert_eq!(status, WriteStatus::Accepted);
+    }
+    let (out, _, code, _) = until_closed(&mut rx).await;
+    assert_eq!((out.as_slice(), code), (&b"abcdef"[..], 0));
+}
+
+#[tokio::test]
+async fn stdin_is_closed_without_pipe_stdin() {
+    let (table, mut rx) = table();
+    table.start(params("p", "cat; echo done")).unwrap();
+    let status = table.write(&"p".into(), ByteChunk::from(&b"x"[..]), "1").unwrap();
+    assert_eq!(status, WriteStatus::StdinClosed);
+    let (out, _, _, _) = until_closed(&mut rx).await;
+    assert_eq!(out, b"done\n");
+}
+
+#[tokio::test]
+async fn pty_merges_output_and_echoes_input() {
+    let (table, mut rx) = table();
+    let mut p = params("p", "stty size; read line; echo got:$line");
+    p.tty = true;
+    table.start(p).unwrap();
+    table.write(&"p".into(), ByteChunk::from(&b"hi\n"[..]), "1").unwrap();
+    let (out, err, code, _) = until_closed(&mut rx).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("24 80"), "{out}");
+    assert!(out.contains("got:hi"), "{out}");
+    assert!(err.is_empty());
+    assert_eq!(code, 0);
+}
+
+#[tokio::test]
+async fn terminate_kills_the_whole_group() {
+    let (table, mut rx) = table();
+    table.start(params("p", "sleep 100 & echo $!; wait")).unwrap();
+    let read = table
+        .read(ReadParams {
+            process_id: "p".into(),
+            after_seq: Some(0),
+            max_bytes: None,
+            wait_ms: Some(5000),
+        })
+        .await
+        .unwrap();
+    let grandchild: i32 = String::from_utf8_lossy(&read.chunks[0].chunk.0).trim().parse().unwrap();
+    assert!(table.terminate(&"p".into()));
+    let (_, _, code, _) = until_closed(&mut rx).await;
+    assert_eq!(code, 137);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{grandchild}")).exists() || {
+            // A zombie awaiting its reaper is dead too.
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
+                .unwrap_or_default()
+                .contains(") Z")
+        }
+    );
+    assert!(!table.terminate(&"p".into()), "an exited process is not running");
+}
+
+#[tokio::test]
+async fn duplicate_ids_and_bad_params_are_refused() {
+    let (table, _rx) = table();
+    table.start(params("p", "sleep 5")).unwrap();
+    let err = table.start(params("p", "true")).unwrap_err();
+    assert_eq!(err.to_string(), "process p already exists");
+    let mut empty = params("q", "");
+    empty.argv.clear();
+    assert_eq!(table.start(empty).unwrap_err().to_string(), "argv must not be empty");
+    let mut missing = params("r", "");
+    missing.argv = vec!["/nonexistent/binary".into()];
+    assert_eq!(
+        table.start(missing).unwrap_err().to_string(),
+        "No such file or directory (os error 2)"
+    );
+    table.shutdown();
+}

@@ -1,0 +1,790 @@
+//! `fs/*`: whole-file and directory operations, and handle-based block reads and writes.
+//!
+//! Every path is a [`PathUri`]. Every method that takes a path also takes an optional `sandbox`
+//! (a `FileSystemSandboxContext`), which this crate carries as opaque JSON: its shape belongs to
+//! Codex's sandbox policy, not to the wire protocol, and only the engine interprets it.
+//!
+//! Errors map by kind: not found → `-32004`, invalid input or permission denied → `-32600`,
+//! anything else → `-32603`, with the OS or validation text as the message.
+//!
+//! File handles (`fs/open`, `fs/readBlock`, `fs/writeBlock`, `fs/close`) belong to the
+//! connection, not the session: they are all closed when the connection ends, so a client that
+//! reconnects finds its handles gone (`-32004`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{ByteChunk, PathUri};
+
+/// The largest file `fs/readFile` returns: 512 MiB. The whole file travels base64-encoded in one
+/// frame, so bigger files must be streamed with `fs/open` and `fs/readBlock` instead. Past it the
+/// reference answers `file is too large to read: limit is 536870912 bytes`.
+pub const FS_READ_FILE_MAX_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The largest block `fs/readBlock` reads and `fs/writeBlock` writes: 1 MiB. It bounds the frame
+/// a single block costs; a length outside `1..=1048576` is refused with `-32600` (`file read
+/// block length must be between 1 and 1048576`, `file write block length must be between 1 and
+/// 1048576`).
+pub const FS_BLOCK_MAX_BYTES: usize = 1024 * 1024;
+
+/// How many file handles one connection may hold open at once: 128. Each is an OS file
+/// descriptor held on a client's behalf, so a client that never closes must not exhaust the
+/// executor's. The 129th `fs/open` is refused with `-32600` (`at most 128 file handles may be
+/// open per connection`).
+pub const FS_MAX_OPEN_HANDLES: usize = 128;
+
+/// The longest client-chosen handle id, in bytes: 32 (the Rust client's ids are 32 hex digits).
+/// Longer ids are refused with `-32600` (`file handle ID must not exceed 32 bytes`) so a client
+/// cannot make the server keep arbitrarily large keys. The empty id is allowed.
+pub const FS_HANDLE_ID_MAX_BYTES: usize = 32;
+
+/// The most entries `fs/readDirectory` returns: 50,000. The listing is one frame and is not
+/// paginated, so a larger directory fails with `-32603` rather than produce an unbounded answer;
+/// `fs/walk` with `maxEntries` is the bounded alternative.
+pub const FS_READ_DIRECTORY_MAX_ENTRIES: usize = 50_000;
+
+/// The deepest `fs/walk` may be asked to go: 64 levels. A larger `maxDepth` is invalid input.
+/// Together with the two limits below it bounds the time and memory one walk may cost, whatever
+/// the client asks.
+pub const FS_WALK_MAX_DEPTH: usize = 64;
+
+/// The most directories `fs/walk` may be asked to visit (the root included): 10,000. A larger
+/// `maxDirectories`, or zero, is invalid input.
+pub const FS_WALK_MAX_DIRECTORIES: usize = 10_000;
+
+/// The most entries `fs/walk` may be asked to return: 50,000, the same bound as
+/// [`FS_READ_DIRECTORY_MAX_ENTRIES`]. A larger `maxEntries`, or zero, is invalid input.
+pub const FS_WALK_MAX_ENTRIES: usize = 50_000;
+
+/// The result of every fs method that answers with nothing but success: `{}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEmptyResponse {}
+
+/// `fs/readFile` params. Regular files only: a directory, FIFO or device is refused
+/// (`path `<p>` is not a file`) without being opened for reading, so a FIFO cannot block it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsReadFileParams {
+    pub path: PathUri,
+    /// Absent means true. With false, a symlink in any component of the path is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+    /// A `FileSystemSandboxContext`; `null` is the same as absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+impl FsReadFileParams {
+    pub fn follows_symlinks(&self) -> bool {
+        self.follow_symlinks.unwrap_or(true)
+    }
+}
+
+/// `fs/readFile` result: the whole file, at most [`FS_READ_FILE_MAX_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsReadFileResponse {
+    pub data_base64: ByteChunk,
+}
+
+/// `fs/writeFile` params: create or truncate, then write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsWriteFileParams {
+    pub path: PathUri,
+    /// Kept as text rather than a [`ByteChunk`]: the reference refuses bad base64 here with
+    /// `-32600 fs/writeFile requires valid base64 dataBase64: <decoder error>`, not with the
+    /// `-32602` a params decode failure gets. Decode it with [`FsWriteFileParams::decode_data`].
+    pub data_base64: String,
+    /// Absent means true. With false, a symlink in any component of the path is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+impl FsWriteFileParams {
+    /// The bytes to write; the error text is the base64 decoder's own
+    /// (`Invalid symbol 33, offset 0.`), which the reference puts after its prefix.
+    pub fn decode_data(&self) -> Result<ByteChunk, base64::DecodeError> {
+        ByteChunk::from_base64(&self.data_base64)
+    }
+
+    pub fn follows_symlinks(&self) -> bool {
+        self.follow_symlinks.unwrap_or(true)
+    }
+}
+
+pub type FsWriteFileResponse = FsEmptyResponse;
+
+/// `fs/createDirectory` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsCreateDirectoryParams {
+    pub path: PathUri,
+    /// Absent or `null` means true (`mkdir -p`: missing parents are created and an existing
+    /// directory is success). With false, a missing parent is not found and an existing path is
+    /// `File exists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+impl FsCreateDirectoryParams {
+    pub fn is_recursive(&self) -> bool {
+        self.recursive.unwrap_or(true)
+    }
+
+    pub fn follows_symlinks(&self) -> bool {
+        self.follow_symlinks.unwrap_or(true)
+    }
+}
+
+pub type FsCreateDirectoryResponse = FsEmptyResponse;
+
+/// `fs/getMetadata` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsGetMetadataParams {
+    pub path: PathUri,
+    /// Absent means true. With false, a symlink anywhere in the path (the last component
+    /// included) is refused with `-32600 path contains a symbolic link`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+impl FsGetMetadataParams {
+    pub fn follows_symlinks(&self) -> bool {
+        self.follow_symlinks.unwrap_or(true)
+    }
+}
+
+/// `fs/getMetadata` result. Type and size are the symlink target's, but `isSymlink` says the
+/// path itself is a link (a dangling link is not found).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsGetMetadataResponse {
+    pub is_directory: bool,
+    pub is_file: bool,
+    pub is_symlink: bool,
+    pub size: u64,
+    /// Unix milliseconds, 0 when the platform does not report it (the reference on Linux
+    /// always reports 0).
+    pub created_at_ms: i64,
+    /// Unix milliseconds, 0 when unavailable.
+    pub modified_at_ms: i64,
+}
+
+/// `fs/canonicalize` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsCanonicalizeParams {
+    pub path: PathUri,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+/// `fs/canonicalize` result: the `realpath` of the path, every symlink resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsCanonicalizeResponse {
+    pub path: PathUri,
+}
+
+/// `fs/readDirectory` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsReadDirectoryParams {
+    pub path: PathUri,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+/// One entry of a directory. Symlinks are followed for the type; dangling ones are left out of
+/// the listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsReadDirectoryEntry {
+    /// The bare name, not a path.
+    pub file_name: String,
+    pub is_directory: bool,
+    pub is_file: bool,
+}
+
+/// `fs/readDirectory` result, in the order the OS lists the directory (not sorted), at most
+/// [`FS_READ_DIRECTORY_MAX_ENTRIES`] entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsReadDirectoryResponse {
+    pub entries: Vec<FsReadDirectoryEntry>,
+}
+
+/// `fs/walk` params: a bounded breadth-first listing of everything under `path`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsWalkParams {
+    pub path: PathUri,
+    pub options: FsWalkOptions,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+/// The bounds of one walk. The four limits are required: a walk always says how much it may
+/// cost. Values past [`FS_WALK_MAX_DEPTH`], [`FS_WALK_MAX_DIRECTORIES`] or
+/// [`FS_WALK_MAX_ENTRIES`], and a zero `maxDirectories` or `maxEntries`, are invalid input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsWalkOptions {
+    /// Depth 0 is the root's direct children.
+    pub max_depth: usize,
+    /// Directories that may be read, the root included.
+    pub max_directories: usize,
+    /// Entries that may be returned; reaching it sets `truncated`.
+    pub max_entries: usize,
+    /// List a symlink to a directory as a directory and descend into it. Symlinks to files are
+    /// always left out.
+    pub follow_directory_symlinks: bool,
+    /// Skip descending into directories whose names start with `.`. Absent from the reference's
+    /// observed requests; absent means false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_hidden_directories: Option<bool>,
+}
+
+/// `fs/walk` result. `errors` and `truncated` are always on the wire, even when empty and false.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsWalkResponse {
+    pub entries: Vec<FsWalkEntry>,
+    /// Descendants that could not be read; they do not fail the walk.
+    pub errors: Vec<FsWalkError>,
+    /// A limit was reached before the walk finished.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsWalkEntry {
+    pub path: PathUri,
+    pub kind: FsWalkEntryKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FsWalkEntryKind {
+    Directory,
+    File,
+}
+
+/// A descendant the walk could not read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsWalkError {
+    pub path: PathUri,
+    pub message: String,
+}
+
+/// `fs/remove` params. A symlink is removed itself, never its target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsRemoveParams {
+    pub path: PathUri,
+    /// Absent means true: a non-empty directory is removed with its contents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+    /// Absent means true: a missing path is success, as `rm -f`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+impl FsRemoveParams {
+    pub fn is_recursive(&self) -> bool {
+        self.recursive.unwrap_or(true)
+    }
+
+    pub fn is_forced(&self) -> bool {
+        self.force.unwrap_or(true)
+    }
+
+    pub fn follows_symlinks(&self) -> bool {
+        self.follow_symlinks.unwrap_or(true)
+    }
+}
+
+pub type FsRemoveResponse = FsEmptyResponse;
+
+/// `fs/copy` params. Symlinks are copied as symlinks; sources other than regular files,
+/// directories and symlinks are invalid input, as is copying a directory into itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsCopyParams {
+    pub source_path: PathUri,
+    pub destination_path: PathUri,
+    /// Required, unlike `fs/remove`'s: a directory source without it is refused with
+    /// `fs/copy requires recursive: true when sourcePath is a directory`.
+    pub recursive: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+pub type FsCopyResponse = FsEmptyResponse;
+
+/// `fs/open` params: open a regular file and name the handle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsOpenParams {
+    /// Chosen by the client, at most [`FS_HANDLE_ID_MAX_BYTES`], unique among the connection's
+    /// open handles (a duplicate is refused with ``file handle `<id>` already exists``).
+    pub handle_id: String,
+    pub path: PathUri,
+    /// Absent means [`FsOpenMode::Read`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<FsOpenMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+impl FsOpenParams {
+    pub fn mode(&self) -> FsOpenMode {
+        self.mode.unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsOpenMode {
+    /// For `fs/readBlock`.
+    #[default]
+    Read,
+    /// Create or truncate, for `fs/writeBlock` (the `fileWriteStreaming` capability).
+    Replace,
+}
+
+/// `fs/open` result: the handle id, echoed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsOpenResponse {
+    pub handle_id: String,
+}
+
+/// `fs/readBlock` params: a positional read, so reads need no shared cursor and a retried read
+/// returns the same bytes. Reading goes on from the opened file even if its path is replaced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsReadBlockParams {
+    pub handle_id: String,
+    pub offset: u64,
+    /// `1..=`[`FS_BLOCK_MAX_BYTES`].
+    pub len: usize,
+    /// Not in the reference's observed requests: the sandbox that matters was given to
+    /// `fs/open`. Accepted so every fs method takes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+/// `fs/readBlock` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsReadBlockResponse {
+    pub chunk: ByteChunk,
+    /// Fewer than `len` bytes were read. Reading exactly up to the end of the file is not `eof`;
+    /// the next read, past the end, is `{"chunk": "", "eof": true}`.
+    pub eof: bool,
+}
+
+/// `fs/writeBlock` params: a positional write to a handle opened with `mode: "replace"`. A
+/// write past the end fills the gap with zeros.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsWriteBlockParams {
+    pub handle_id: String,
+    /// `offset + chunk length` must not exceed `i64::MAX` (`file write range exceeds the signed
+    /// 64-bit file offset limit`), the largest offset the OS takes.
+    pub offset: u64,
+    /// `1..=`[`FS_BLOCK_MAX_BYTES`] bytes.
+    pub chunk: ByteChunk,
+    /// As on [`FsReadBlockParams`]: accepted, the sandbox that matters was given to `fs/open`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+pub type FsWriteBlockResponse = FsEmptyResponse;
+
+/// `fs/close` params. Idempotent: closing an unknown or already closed handle is success, so a
+/// client may close in the background without tracking whether it already did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsCloseParams {
+    pub handle_id: String,
+    /// As on [`FsReadBlockParams`]: accepted and not needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+pub type FsCloseResponse = FsEmptyResponse;
+
+/// `fs/watchMissing` params. **Provisional shape**: the specification names the method only
+/// through the `fsWatchMissing` capability the reference advertises, and no probe of the
+/// reference and no stored Codex source shows its params or result (the reference answers
+/// `fs/watch` with `-32601`). The fields here are the ones every path-taking fs method has;
+/// unknown members are ignored, so a richer request still decodes. Revisit once the real shape is
+/// captured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsWatchMissingParams {
+    /// The path, expected not to exist yet, whose appearance is watched for.
+    pub path: PathUri,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+}
+
+/// `fs/watchMissing` result. **Provisional**, as [`FsWatchMissingParams`]: `{}`.
+pub type FsWatchMissingResponse = FsEmptyResponse;
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::fmt;
+
+    use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserializer, Serialize};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The text of a captured exchange with the reference server.
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/reference/",
+                $name,
+                ".json"
+            ))
+        };
+    }
+
+    /// The shape of a JSON text with object members in the order they were written
+    /// (`serde_json::Value` sorts them), to check that struct field order is wire order.
+    #[derive(Debug, PartialEq)]
+    pub(crate) enum Ordered {
+        Scalar,
+        Array(Vec<Ordered>),
+        Object(Vec<(String, Ordered)>),
+    }
+
+    impl Ordered {
+        pub(crate) fn parse(text: &str) -> Ordered {
+            serde_json::from_str(text).unwrap()
+        }
+
+        pub(crate) fn get(&self, key: &str) -> &Ordered {
+            match self {
+                Ordered::Object(members) => &members.iter().find(|(k, _)| k == key).unwrap().1,
+                _ => panic!("not an object"),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Ordered {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct OrderedVisitor;
+            impl<'de> Visitor<'de> for OrderedVisitor {
+                type Value = Ordered;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Ordered, E> {
+                    Ok(Ordered::Scalar)
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Ordered, E> {
+                    Ok(Ordered::Scalar)
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Ordered, E> {
+                    Ok(Ordered::Scalar)
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Ordered, E> {
+                    Ok(Ordered::Scalar)
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Ordered, E> {
+                    Ok(Ordered::Scalar)
+                }
+                fn visit_unit<E>(self) -> Result<Ordered, E> {
+                    Ok(Ordered::Scalar)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ordered, A::Error> {
+                    let mut items = Vec::new();
+                    while let Some(item) = seq.next_element()? {
+                        items.push(item);
+                    }
+                    Ok(Ordered::Array(items))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
+                    let mut members = Vec::new();
+                    while let Some(member) = map.next_entry::<String, Ordered>()? {
+                        members.push(member);
+                    }
+                    Ok(Ordered::Object(members))
+                }
+            }
+            deserializer.deserialize_any(OrderedVisitor)
+        }
+    }
+
+    /// Decodes `value` as `T` and checks that encoding it again gives back the same JSON.
+    pub(crate) fn round_trip<T: Serialize + DeserializeOwned>(value: &Value) -> T {
+        let decoded: T = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&decoded).unwrap(), value);
+        decoded
+    }
+
+    /// Decodes `value` (a member of a captured exchange) as `T` and checks that encoding it
+    /// again gives back the same JSON, with every object's members in the `captured` order.
+    pub(crate) fn round_trip_in_order<T: Serialize + DeserializeOwned>(
+        value: &Value,
+        captured: &Ordered,
+    ) -> T {
+        let decoded = round_trip::<T>(value);
+        let encoded = serde_json::to_string(&decoded).unwrap();
+        assert_eq!(&Ordered::parse(&encoded), captured, "member order differs from {value}");
+        decoded
+    }
+
+    /// Decodes a fixture's request params as `P` (checking they re-encode identically) and its
+    /// result as `R` (checking the values and that member order is the reference's).
+    fn check_exchange<P, R>(text: &str) -> (P, R)
+    where
+        P: Serialize + DeserializeOwned,
+        R: Serialize + DeserializeOwned,
+    {
+        let fixture: Value = serde_json::from_str(text).unwrap();
+        let ordered = Ordered::parse(text);
+        let params = round_trip::<P>(&fixture["request"]["params"]);
+        let result = round_trip_in_order::<R>(
+            &fixture["response"]["result"],
+            ordered.get("response").get("result"),
+        );
+        assert!(fixture["notifications"].as_array().unwrap().is_empty());
+        (params, result)
+    }
+
+    #[test]
+    fn read_file_matches_the_reference() {
+        let (params, result) =
+            check_exchange::<FsReadFileParams, FsReadFileResponse>(fixture!("fs_read_file"));
+        assert!(params.follows_symlinks());
+        assert_eq!(params.sandbox, None);
+        assert_eq!(&result.data_base64.0[..], b"hello fs\n");
+    }
+
+    #[test]
+    fn missing_file_request_decodes() {
+        let fixture: Value = serde_json::from_str(fixture!("fs_read_file_missing")).unwrap();
+        round_trip::<FsReadFileParams>(&fixture["request"]["params"]);
+        assert_eq!(fixture["response"]["error"]["code"], crate::error::NOT_FOUND);
+    }
+
+    #[test]
+    fn write_file_matches_the_reference() {
+        let (params, _) =
+            check_exchange::<FsWriteFileParams, FsWriteFileResponse>(fixture!("fs_write_file"));
+        assert_eq!(&params.decode_data().unwrap().0[..], b"hello fs\n");
+    }
+
+    #[test]
+    fn write_file_bad_base64_decodes_and_fails_later_with_the_decoders_message() {
+        let params: FsWriteFileParams =
+            serde_json::from_value(json!({"path": "file:///tmp/x", "dataBase64": "!!"})).unwrap();
+        assert_eq!(params.decode_data().unwrap_err().to_string(), "Invalid symbol 33, offset 0.");
+    }
+
+    #[test]
+    fn create_directory_matches_the_reference() {
+        let (params, _) = check_exchange::<FsCreateDirectoryParams, FsCreateDirectoryResponse>(
+            fixture!("fs_create_directory"),
+        );
+        assert_eq!(params.recursive, Some(true));
+    }
+
+    #[test]
+    fn create_directory_and_remove_default_to_recursive_and_forced() {
+        let params: FsCreateDirectoryParams =
+            serde_json::from_value(json!({"path": "file:///tmp/a/b", "recursive": null})).unwrap();
+        assert!(params.is_recursive());
+        let params: FsRemoveParams =
+            serde_json::from_value(json!({"path": "file:///tmp/a", "sandbox": null})).unwrap();
+        assert!(params.is_recursive() && params.is_forced() && params.follows_symlinks());
+        assert_eq!(serde_json::to_value(&params).unwrap(), json!({"path": "file:///tmp/a"}));
+    }
+
+    #[test]
+    fn get_metadata_matches_the_reference() {
+        let (_, file) = check_exchange::<FsGetMetadataParams, FsGetMetadataResponse>(fixture!(
+            "fs_get_metadata"
+        ));
+        assert!(file.is_file && !file.is_directory && file.size == 9);
+        let (_, dir) = check_exchange::<FsGetMetadataParams, FsGetMetadataResponse>(fixture!(
+            "fs_get_metadata_directory"
+        ));
+        assert!(dir.is_directory && !dir.is_file);
+    }
+
+    #[test]
+    fn no_follow_symlinks_is_sent_only_when_given() {
+        let params = FsGetMetadataParams {
+            path: PathUri::parse("file:///tmp/l").unwrap(),
+            follow_symlinks: Some(false),
+            sandbox: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&params).unwrap(),
+            json!({"path": "file:///tmp/l", "followSymlinks": false})
+        );
+    }
+
+    #[test]
+    fn canonicalize_matches_the_reference() {
+        let text = fixture!("fs_canonicalize");
+        let fixture: Value = serde_json::from_str(text).unwrap();
+        // The request is only decoded: URL parsing removes the `sub/..` the request carries
+        // (lexically, before any symlink could be resolved).
+        let params: FsCanonicalizeParams =
+            serde_json::from_value(fixture["request"]["params"].clone()).unwrap();
+        assert_eq!(params.path.as_str(), "file:///tmp/tether-fs-nao_uwi_/a.txt");
+        round_trip_in_order::<FsCanonicalizeResponse>(
+            &fixture["response"]["result"],
+            Ordered::parse(text).get("response").get("result"),
+        );
+    }
+
+    #[test]
+    fn read_directory_matches_the_reference() {
+        let (_, result) = check_exchange::<FsReadDirectoryParams, FsReadDirectoryResponse>(
+            fixture!("fs_read_directory"),
+        );
+        assert_eq!(result.entries.len(), 2);
+        assert_eq!(result.entries[0].file_name, "sub");
+    }
+
+    #[test]
+    fn walk_matches_the_reference() {
+        let (params, result) = check_exchange::<FsWalkParams, FsWalkResponse>(fixture!("fs_walk"));
+        assert_eq!(params.options.max_depth, 2);
+        assert_eq!(params.options.prune_hidden_directories, None);
+        assert_eq!(result.entries.len(), 4);
+        assert_eq!(result.entries[1].kind, FsWalkEntryKind::Directory);
+        assert!(result.errors.is_empty() && !result.truncated);
+    }
+
+    #[test]
+    fn walk_errors_and_truncation_are_always_serialised() {
+        let empty = serde_json::to_value(FsWalkResponse::default()).unwrap();
+        assert_eq!(empty, json!({"entries": [], "errors": [], "truncated": false}));
+        round_trip::<FsWalkResponse>(&json!({
+            "entries": [{"path": "file:///r/a", "kind": "file"}],
+            "errors": [{"path": "file:///r/locked", "message": "Permission denied (os error 13)"}],
+            "truncated": true
+        }));
+    }
+
+    #[test]
+    fn walk_options_are_required() {
+        let err = serde_json::from_value::<FsWalkParams>(json!({
+            "path": "file:///r",
+            "options": {"maxDepth": 1, "maxDirectories": 1, "maxEntries": 1}
+        }))
+        .unwrap_err();
+        assert_eq!(err.to_string(), "missing field `followDirectorySymlinks`");
+    }
+
+    #[test]
+    fn remove_matches_the_reference() {
+        let (params, _) = check_exchange::<FsRemoveParams, FsRemoveResponse>(fixture!("fs_remove"));
+        assert!(!params.is_recursive() && !params.is_forced());
+    }
+
+    #[test]
+    fn copy_matches_the_reference() {
+        let (params, _) = check_exchange::<FsCopyParams, FsCopyResponse>(fixture!("fs_copy"));
+        assert!(!params.recursive);
+        let err = serde_json::from_value::<FsCopyParams>(json!({
+            "sourcePath": "file:///a", "destinationPath": "file:///b"
+        }))
+        .unwrap_err();
+        assert_eq!(err.to_string(), "missing field `recursive`");
+    }
+
+    #[test]
+    fn open_matches_the_reference() {
+        let (params, result) = check_exchange::<FsOpenParams, FsOpenResponse>(fixture!("fs_open"));
+        assert_eq!(params.mode(), FsOpenMode::Read);
+        assert_eq!(result.handle_id, "h1");
+        let (params, _) =
+            check_exchange::<FsOpenParams, FsOpenResponse>(fixture!("fs_open_replace"));
+        assert_eq!(params.mode(), FsOpenMode::Replace);
+    }
+
+    #[test]
+    fn open_mode_defaults_to_read_and_refuses_other_words() {
+        let params: FsOpenParams =
+            serde_json::from_value(json!({"handleId": "", "path": "file:///a"})).unwrap();
+        assert_eq!(params.mode(), FsOpenMode::Read);
+        let err = serde_json::from_value::<FsOpenParams>(
+            json!({"handleId": "h", "path": "file:///a", "mode": "write"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "unknown variant `write`, expected `read` or `replace`");
+    }
+
+    #[test]
+    fn read_block_matches_the_reference() {
+        let (params, result) =
+            check_exchange::<FsReadBlockParams, FsReadBlockResponse>(fixture!("fs_read_block"));
+        assert_eq!((params.offset, params.len), (0, 5));
+        assert_eq!(&result.chunk.0[..], b"hello");
+        assert!(!result.eof);
+        round_trip::<FsReadBlockResponse>(&json!({"chunk": "", "eof": true}));
+    }
+
+    #[test]
+    fn write_block_matches_the_reference() {
+        let (params, _) =
+            check_exchange::<FsWriteBlockParams, FsWriteBlockResponse>(fixture!("fs_write_block"));
+        assert_eq!(&params.chunk.0[..], b"block data");
+    }
+
+    #[test]
+    fn close_matches_the_reference() {
+        check_exchange::<FsCloseParams, FsCloseResponse>(fixture!("fs_close"));
+    }
+
+    #[test]
+    fn empty_results_are_empty_objects_and_tolerate_members() {
+        assert_eq!(serde_json::to_string(&FsEmptyResponse {}).unwrap(), "{}");
+        serde_json::from_value::<FsEmptyResponse>(json!({"extra": 1})).unwrap();
+    }
+
+    #[test]
+    fn sandbox_is_carried_opaquely() {
+        let sandbox =
+            json!({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "disabled"});
+        let params = round_trip::<FsReadDirectoryParams>(
+            &json!({"path": "file:///tmp", "sandbox": sandbox.clone()}),
+        );
+        assert_eq!(params.sandbox, Some(sandbox));
+    }
+
+    #[test]
+    fn native_paths_are_refused_while_decoding() {
+        let err =
+            serde_json::from_value::<FsReadFileParams>(json!({"path": "/tmp/x"})).unwrap_err();
+        assert_eq!(err.to_string(), "invalid URI: relative URL without a base");
+    }
+
+    #[test]
+    fn limits_are_the_references() {
+        assert_eq!(FS_READ_FILE_MAX_BYTES, 536_870_912);
+        assert_eq!(FS_BLOCK_MAX_BYTES, 1_048_576);
+    }
+}

@@ -1,0 +1,287 @@
+//! `http/request`: an HTTP request made by the executor on the client's behalf, and the
+//! `http/request/bodyDelta` notifications that stream a response body.
+//!
+//! The envelope is transport-shaped (method, URL, headers, bytes) rather than shaped for any one
+//! use, so a client can run Streamable HTTP, OAuth discovery or a plain probe from the executor's
+//! network position through one method. All validation errors are `-32602`; failures to send or
+//! to read the body are `-32603`. A non-2xx status is a normal result.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ByteChunk;
+
+/// The most decoded bytes one `http/request/bodyDelta` frame carries: 1 MiB. Bigger network
+/// reads are split, so one frame stays small next to the 64 MiB message limit and a client can
+/// treat a larger delta as a protocol violation.
+pub const HTTP_BODY_DELTA_MAX_BYTES: usize = 1024 * 1024;
+
+/// The longest `deltaBase64` text a frame of [`HTTP_BODY_DELTA_MAX_BYTES`] encodes to (padded
+/// standard base64): what a client checks before decoding.
+pub const HTTP_BODY_DELTA_MAX_BASE64_LEN: usize = HTTP_BODY_DELTA_MAX_BYTES.div_ceil(3) * 4;
+
+/// Executor environment variables a header's `valueEnvVar` may not name, compared
+/// case-insensitively. `valueEnvVar` exists so a client can have the executor attach a credential
+/// the client never sees; these are the executor's own credentials (model API keys, Codex and
+/// cloud tokens, the Noise relay token, workload-identity launch context), which must not be sent
+/// to whatever URL a client names. Refused with `-32602 http/request header <name> cannot use
+/// executor environment variable <VAR>` before any network I/O.
+pub const HTTP_HEADER_ENV_DENYLIST: &[&str] = &[
+    "CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN",
+    "OPENAI_FEDERATION_RULE_ID",
+    "OPENAI_IDENTITY_TOKEN_FILE",
+    "OPENAI_WORKLOAD_IDENTITY_CONTEXT",
+    "OPENAI_API_KEY",
+    "CODEX_API_KEY",
+    "CODEX_ACCESS_TOKEN",
+    "CODEX_CONNECTORS_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+];
+
+/// Whether `name` is on [`HTTP_HEADER_ENV_DENYLIST`], ignoring ASCII case (so `aws_secret_access_key`
+/// is refused too: on Windows it names the same variable).
+pub fn is_denied_header_env_var(name: &str) -> bool {
+    HTTP_HEADER_ENV_DENYLIST.iter().any(|denied| denied.eq_ignore_ascii_case(name))
+}
+
+/// `http/request` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestParams {
+    /// Any valid HTTP token, sent verbatim (case included; custom methods allowed).
+    pub method: String,
+    /// An absolute `http` or `https` URL. A `#fragment` is accepted and not sent.
+    pub url: String,
+    /// In order; repeated names are all sent.
+    #[serde(default)]
+    pub headers: Vec<HttpHeader>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<ByteChunk>,
+    /// A deadline for the whole exchange, body included. Absent or `null` means no timeout at
+    /// all: there is no default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub redirect_policy: HttpRedirectPolicy,
+    /// The caller's id for this request's body deltas. Required even for a buffered request, so
+    /// both modes share one envelope; only a streamed request reserves it (a second streamed
+    /// request with an id still active is refused) until its terminal delta.
+    pub request_id: String,
+    /// Answer as soon as the headers arrive, with an empty `bodyBase64`, and stream the body as
+    /// `http/request/bodyDelta` notifications.
+    #[serde(default)]
+    pub stream_response: bool,
+}
+
+/// A request header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeader {
+    pub name: String,
+    /// The value; with `valueEnvVar`, the prefix put in front of the variable's value
+    /// (`"Bearer "`).
+    pub value: String,
+    /// Append the value of this executor environment variable, so a credential that lives on
+    /// the executor never crosses the wire to the client. It must be set and non-empty, and not
+    /// on [`HTTP_HEADER_ENV_DENYLIST`]. Sent only when the server advertises the
+    /// `httpHeaderEnvVars` capability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_env_var: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpRedirectPolicy {
+    /// Follow redirects within the HTTP client's usual limits.
+    #[default]
+    Follow,
+    /// Return a 3xx response as it is, `location` header and body included.
+    Stop,
+}
+
+/// `http/request` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestResponse {
+    pub status: u16,
+    /// In wire order, repeats kept, names lower-cased. Values that are not visible text are
+    /// left out.
+    pub headers: Vec<HttpResponseHeader>,
+    /// The whole body; empty when the body is streamed.
+    pub body_base64: ByteChunk,
+}
+
+/// A response header: unlike [`HttpHeader`], never anything but a name and a value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpResponseHeader {
+    pub name: String,
+    pub value: String,
+}
+
+/// `http/request/bodyDelta` notification: one frame of a streamed body. Always sent after the
+/// request's result.
+///
+/// Frames are numbered from 1 per request, contiguously. Exactly one frame has `done: true`, and
+/// its delta is empty: with `error` null for a clean end of body, with the error text when the
+/// body failed (`error decoding response body`). A stream cut off by the connection ending gets
+/// no terminal frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestBodyDeltaNotification {
+    pub request_id: String,
+    pub seq: u64,
+    /// At most [`HTTP_BODY_DELTA_MAX_BYTES`] decoded.
+    pub delta_base64: ByteChunk,
+    #[serde(default)]
+    pub done: bool,
+    /// Always on the wire, `null` when there is no error, as the reference sends it.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::fs::tests::{Ordered, round_trip, round_trip_in_order};
+
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/reference/",
+                $name,
+                ".json"
+            ))
+        };
+    }
+
+    /// Checks a captured exchange: the request decodes, the result and every notification
+    /// decode and re-encode to the same JSON with members in the captured order.
+    fn check_exchange(text: &str) -> (HttpRequestParams, HttpRequestResponse, Vec<Value>) {
+        let fixture: Value = serde_json::from_str(text).unwrap();
+        let ordered = Ordered::parse(text);
+        let params: HttpRequestParams =
+            serde_json::from_value(fixture["request"]["params"].clone()).unwrap();
+        let result = round_trip_in_order::<HttpRequestResponse>(
+            &fixture["response"]["result"],
+            ordered.get("response").get("result"),
+        );
+        let notifications = fixture["notifications"].as_array().unwrap().clone();
+        let Ordered::Array(ordered_notifications) = ordered.get("notifications") else {
+            panic!("notifications is not an array");
+        };
+        for (notification, captured) in notifications.iter().zip(ordered_notifications) {
+            assert_eq!(notification["method"], crate::method::HTTP_REQUEST_BODY_DELTA);
+            round_trip_in_order::<HttpRequestBodyDeltaNotification>(
+                &notification["params"],
+                captured.get("params"),
+            );
+        }
+        (params, result, notifications)
+    }
+
+    #[test]
+    fn buffered_request_matches_the_reference() {
+        let (params, result, notifications) = check_exchange(fixture!("http_request"));
+        assert_eq!(params.method, "GET");
+        assert_eq!(params.request_id, "r1");
+        assert!(params.headers.is_empty() && params.body_base64.is_none());
+        assert_eq!(params.redirect_policy, HttpRedirectPolicy::Follow);
+        assert!(!params.stream_response && params.timeout_ms.is_none());
+        assert_eq!(result.status, 200);
+        assert_eq!(result.headers[2].name, "content-type");
+        assert_eq!(&result.body_base64.0[..], b"hello world");
+        assert!(notifications.is_empty());
+    }
+
+    #[test]
+    fn streamed_request_matches_the_reference() {
+        let (params, result, notifications) = check_exchange(fixture!("http_request_streamed"));
+        assert!(params.stream_response);
+        assert!(result.body_base64.is_empty());
+        assert_eq!(notifications.len(), 2);
+        let last: HttpRequestBodyDeltaNotification =
+            serde_json::from_value(notifications[1]["params"].clone()).unwrap();
+        assert_eq!((last.seq, last.done, last.error), (2, true, None));
+        assert!(last.delta_base64.is_empty());
+    }
+
+    #[test]
+    fn the_specs_full_request_round_trips() {
+        let params = round_trip::<HttpRequestParams>(&json!({
+            "method": "POST",
+            "url": "https://example.test/mcp?x=1",
+            "headers": [{"name": "authorization", "value": "Bearer ", "valueEnvVar": "LINEAR_API_KEY"}],
+            "bodyBase64": "cmVxdWVzdC1ib2R5",
+            "timeoutMs": 5000,
+            "redirectPolicy": "follow",
+            "requestId": "http-1",
+            "streamResponse": false
+        }));
+        assert_eq!(params.headers[0].value_env_var.as_deref(), Some("LINEAR_API_KEY"));
+        assert_eq!(&params.body_base64.unwrap().0[..], b"request-body");
+    }
+
+    #[test]
+    fn request_id_is_required() {
+        let err = serde_json::from_value::<HttpRequestParams>(
+            json!({"method": "GET", "url": "http://x/"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "missing field `requestId`");
+    }
+
+    #[test]
+    fn null_timeout_means_none_and_bad_redirect_policy_is_the_serde_message() {
+        let params: HttpRequestParams = serde_json::from_value(
+            json!({"method": "GET", "url": "http://x/", "requestId": "r", "timeoutMs": null, "redirectPolicy": "stop"}),
+        )
+        .unwrap();
+        assert_eq!(params.timeout_ms, None);
+        assert_eq!(params.redirect_policy, HttpRedirectPolicy::Stop);
+        let err = serde_json::from_value::<HttpRequestParams>(
+            json!({"method": "GET", "url": "http://x/", "requestId": "r", "redirectPolicy": "bogus"}),
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "unknown variant `bogus`, expected `follow` or `stop`");
+    }
+
+    #[test]
+    fn body_delta_error_is_always_serialised_and_defaults_when_absent() {
+        let frame = round_trip::<HttpRequestBodyDeltaNotification>(&json!({
+            "requestId": "http-1", "seq": 3, "deltaBase64": "", "done": true,
+            "error": "error decoding response body"
+        }));
+        assert_eq!(frame.error.as_deref(), Some("error decoding response body"));
+        let frame: HttpRequestBodyDeltaNotification =
+            serde_json::from_value(json!({"requestId": "r", "seq": 1, "deltaBase64": "aGk="}))
+                .unwrap();
+        assert!(!frame.done && frame.error.is_none());
+        assert_eq!(
+            serde_json::to_value(&frame).unwrap(),
+            json!({"requestId": "r", "seq": 1, "deltaBase64": "aGk=", "done": false, "error": null})
+        );
+    }
+
+    #[test]
+    fn deny_list_is_case_insensitive() {
+        assert!(is_denied_header_env_var("AWS_SECRET_ACCESS_KEY"));
+        assert!(is_denied_header_env_var("openai_api_key"));
+        assert!(!is_denied_header_env_var("LINEAR_API_KEY"));
+        assert!(!is_denied_header_env_var("HOME"));
+        assert_eq!(HTTP_HEADER_ENV_DENYLIST.len(), 14);
+    }
+
+    #[test]
+    fn delta_limits() {
+        assert_eq!(HTTP_BODY_DELTA_MAX_BYTES, 1_048_576);
+        let chunk = ByteChunk::from(vec![0u8; HTTP_BODY_DELTA_MAX_BYTES]);
+        assert_eq!(chunk.to_base64().len(), HTTP_BODY_DELTA_MAX_BASE64_LEN);
+    }
+}

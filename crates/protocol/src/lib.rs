@@ -1,0 +1,36 @@
+//! Wire types of the exec-server protocol, as Codex CLI 0.169 speaks it.
+//!
+//! This crate owns every byte that crosses the wire and nothing else: no sockets, no processes,
+//! no clocks. The server, the engine and the client all speak through these types, so a reader
+//! can learn the whole protocol from this crate alone.
+//!
+//! - [`envelope`]: the JSON-RPC 2.0 dialect without a `"jsonrpc"` member, and how one inbound
+//!   frame is classified into a request, notification, response or error.
+//! - [`decode`]: the hardened JSON reader every inbound frame goes through (bounded value count,
+//!   no duplicate keys), so a hostile frame costs bounded memory.
+//! - [`error`]: the error codes both sides agree on.
+//! - [`method`]: every method name and the handshake family it belongs to.
+//! - [`session`]: `initialize`, `environment/info` and `environment/status`.
+//! - [`process`]: `process/*` requests, results and notifications.
+//! - [`fs`] and [`http`]: the filesystem methods and `http/request`.
+//! - [`bytes`] and [`path_uri`]: the two value encodings every family shares — base64 byte
+//!   chunks and `file:` URIs.
+
+pub mod bytes;
+pub mod decode;
+pub mod envelope;
+pub mod error;
+pub mod fs;
+pub mod http;
+pub mod method;
+pub mod path_uri;
+pub mod process;
+pub mod session;
+
+pub use bytes::ByteChunk;
+pub use envelope::{
+    ErrorResponse, JsonRpcError, Message, Notification, Request, RequestId, Response,
+};
+pub use method::Method;
+pub use path_uri::PathUri;
+pub use process::ProcessId;

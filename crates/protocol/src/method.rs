@@ -1,0 +1,138 @@
+//! Method names, and the handshake family each belongs to.
+
+/// Every request method a client may send. Names not listed here are answered with
+/// `-32601` whatever the handshake state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Initialize,
+    ProcessStart,
+    ProcessRead,
+    ProcessWrite,
+    ProcessSignal,
+    ProcessTerminate,
+    EnvironmentInfo,
+    EnvironmentStatus,
+    FsReadFile,
+    FsWriteFile,
+    FsCreateDirectory,
+    FsGetMetadata,
+    FsCanonicalize,
+    FsReadDirectory,
+    FsWalk,
+    FsRemove,
+    FsCopy,
+    FsOpen,
+    FsReadBlock,
+    FsWriteBlock,
+    FsClose,
+    FsWatchMissing,
+    HttpRequest,
+}
+
+/// The one client→server notification: the handshake's second step.
+pub const INITIALIZED: &str = "initialized";
+/// Server→client notification: a chunk of process output.
+pub const PROCESS_OUTPUT: &str = "process/output";
+/// Server→client notification: the process exited (more output may follow).
+pub const PROCESS_EXITED: &str = "process/exited";
+/// Server→client notification: exit observed and every output stream ended; always last.
+pub const PROCESS_CLOSED: &str = "process/closed";
+/// Server→client notification: a frame of a streamed `http/request` body.
+pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
+
+impl Method {
+    pub const ALL: [Method; 23] = [
+        Method::Initialize,
+        Method::ProcessStart,
+        Method::ProcessRead,
+        Method::ProcessWrite,
+        Method::ProcessSignal,
+        Method::ProcessTerminate,
+        Method::EnvironmentInfo,
+        Method::EnvironmentStatus,
+        Method::FsReadFile,
+        Method::FsWriteFile,
+        Method::FsCreateDirectory,
+        Method::FsGetMetadata,
+        Method::FsCanonicalize,
+        Method::FsReadDirectory,
+        Method::FsWalk,
+        Method::FsRemove,
+        Method::FsCopy,
+        Method::FsOpen,
+        Method::FsReadBlock,
+        Method::FsWriteBlock,
+        Method::FsClose,
+        Method::FsWatchMissing,
+        Method::HttpRequest,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Initialize => "initialize",
+            Method::ProcessStart => "process/start",
+            Method::ProcessRead => "process/read",
+            Method::ProcessWrite => "process/write",
+            Method::ProcessSignal => "process/signal",
+            Method::ProcessTerminate => "process/terminate",
+            Method::EnvironmentInfo => "environment/info",
+            Method::EnvironmentStatus => "environment/status",
+            Method::FsReadFile => "fs/readFile",
+            Method::FsWriteFile => "fs/writeFile",
+            Method::FsCreateDirectory => "fs/createDirectory",
+            Method::FsGetMetadata => "fs/getMetadata",
+            Method::FsCanonicalize => "fs/canonicalize",
+            Method::FsReadDirectory => "fs/readDirectory",
+            Method::FsWalk => "fs/walk",
+            Method::FsRemove => "fs/remove",
+            Method::FsCopy => "fs/copy",
+            Method::FsOpen => "fs/open",
+            Method::FsReadBlock => "fs/readBlock",
+            Method::FsWriteBlock => "fs/writeBlock",
+            Method::FsClose => "fs/close",
+            Method::FsWatchMissing => "fs/watchMissing",
+            Method::HttpRequest => "http/request",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The word the handshake errors use for this method's family
+    /// (`client must call initialize before using <family> methods`).
+    pub fn family(self) -> &'static str {
+        match self {
+            Method::Initialize => "initialize",
+            Method::ProcessStart
+            | Method::ProcessRead
+            | Method::ProcessWrite
+            | Method::ProcessSignal
+            | Method::ProcessTerminate => "exec",
+            Method::EnvironmentInfo => "environment info",
+            Method::EnvironmentStatus => "environment status",
+            Method::HttpRequest => "http",
+            _ => "filesystem",
+        }
+    }
+}
+
+/// The message a peer gets for a method this server does not serve. Codex recognises the
+/// reference's wording, so it is kept.
+pub fn not_implemented_message(method: &str) -> String {
+    format!("exec-server stub does not implement `{method}` yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for method in Method::ALL {
+            assert_eq!(Method::from_name(method.name()), Some(method));
+        }
+        assert_eq!(Method::from_name("process/resize"), None);
+        assert_eq!(Method::from_name(""), None);
+    }
+}

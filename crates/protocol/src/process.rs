@@ -1,0 +1,256 @@
+//! `process/*`: start, read, write, signal and terminate processes, and the notifications that
+//! stream their output.
+//!
+//! Every process has one sequence counter, starting at 1, shared by its output chunks, its exit
+//! and its close: a process that prints once has output 1, exited 2, closed 3. Exit and close
+//! occupy sequence numbers but are never returned as chunks.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{ByteChunk, PathUri};
+
+/// A client-chosen process handle, unique within its session (not an OS pid).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProcessId(pub String);
+
+impl ProcessId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ProcessId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for ProcessId {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+/// `process/start` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecParams {
+    pub process_id: ProcessId,
+    /// Program and arguments; must not be empty. A bare program name is looked up on `PATH`.
+    pub argv: Vec<String>,
+    pub cwd: PathUri,
+    /// Without `envPolicy` the child gets exactly this environment; with it, this is overlaid on
+    /// the environment the policy builds.
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_policy: Option<EnvPolicy>,
+    /// Executor-cached shell state (a Codex-internal feature Tether does not serve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_snapshot: Option<Value>,
+    /// Run on a PTY (one `pty` stream) instead of pipes (`stdout` and `stderr`).
+    pub tty: bool,
+    /// Keep stdin writable for a pipe process; otherwise its stdin is closed at start.
+    #[serde(default)]
+    pub pipe_stdin: bool,
+    /// What the program sees as `argv[0]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arg0: Option<String>,
+    /// Sandbox intent (a `FileSystemSandboxContext`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enforce_managed_network: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_network: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_proxy: Option<Value>,
+    /// Caller bookkeeping (`{threadId, toolCallId}`); carried, never interpreted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// How a child's environment is built from the executor's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvPolicy {
+    pub inherit: EnvInherit,
+    /// Keep variables whose names look like credentials (`*KEY*`, `*SECRET*`, `*TOKEN*`).
+    pub ignore_default_excludes: bool,
+    /// Case-insensitive globs of variables to drop.
+    pub exclude: Vec<String>,
+    /// Variables to set after inheriting and excluding.
+    pub set: BTreeMap<String, String>,
+    /// When non-empty, case-insensitive globs of the only variables to keep.
+    pub include_only: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvInherit {
+    /// A small core: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `USER`, … .
+    Core,
+    /// The executor's whole environment.
+    All,
+    /// Nothing.
+    None,
+}
+
+/// `process/start` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResponse {
+    pub process_id: ProcessId,
+    /// Absent from old servers.
+    #[serde(default)]
+    pub sandbox_type: Option<SandboxType>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxType {
+    None,
+    MacosSeatbelt,
+    LinuxSeccomp,
+    WindowsRestrictedToken,
+}
+
+/// `process/read` params: retained output after a sequence, optionally long-polling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadParams {
+    pub process_id: ProcessId,
+    /// Return chunks with `seq > afterSeq`; absent means 0.
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+    /// Byte budget for chunk payloads; the first chunk is returned even if it alone exceeds it.
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+    /// Wait up to this long for something new; absent or 0 returns at once.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecOutputStream {
+    Stdout,
+    Stderr,
+    /// Both streams of a PTY process, merged by the terminal.
+    Pty,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessOutputChunk {
+    pub seq: u64,
+    pub stream: ExecOutputStream,
+    pub chunk: ByteChunk,
+}
+
+/// `process/read` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadResponse {
+    pub chunks: Vec<ProcessOutputChunk>,
+    /// Continue with `afterSeq = nextSeq - 1`.
+    pub next_seq: u64,
+    pub exited: bool,
+    pub exit_code: Option<i32>,
+    /// Exit observed and every output stream ended: nothing more will come.
+    pub closed: bool,
+    /// Set only by clients that gave up on a process (its session could not be recovered).
+    pub failure: Option<String>,
+    #[serde(default)]
+    pub sandbox_denied: bool,
+}
+
+/// `process/write` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteParams {
+    pub process_id: ProcessId,
+    pub chunk: ByteChunk,
+    /// Idempotency key: a repeated id is acknowledged without writing again, so a client may
+    /// retry a write whose answer it lost.
+    pub write_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteResponse {
+    pub status: WriteStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WriteStatus {
+    Accepted,
+    UnknownProcess,
+    StdinClosed,
+    Starting,
+}
+
+/// `process/signal` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalParams {
+    pub process_id: ProcessId,
+    pub signal: ProcessSignal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessSignal {
+    /// SIGINT, as Ctrl-C at a terminal.
+    Interrupt,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalResponse {}
+
+/// `process/terminate` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminateParams {
+    pub process_id: ProcessId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminateResponse {
+    /// The process was running and is now being killed.
+    pub running: bool,
+}
+
+/// `process/output` notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessOutputNotification {
+    pub process_id: ProcessId,
+    pub seq: u64,
+    pub stream: ExecOutputStream,
+    pub chunk: ByteChunk,
+}
+
+/// `process/exited` notification. Output with higher sequence numbers may still follow (a
+/// grandchild can hold the pipes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessExitedNotification {
+    pub process_id: ProcessId,
+    pub seq: u64,
+    /// The exit status, or 128 + the signal number for a child killed by a signal.
+    pub exit_code: i32,
+    /// Absent from old servers.
+    #[serde(default)]
+    pub sandbox_denied: bool,
+}
+
+/// `process/closed` notification: always the process's last, with its highest sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessClosedNotification {
+    pub process_id: ProcessId,
+    pub seq: u64,
+}

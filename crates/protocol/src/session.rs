@@ -1,0 +1,101 @@
+//! The handshake (`initialize`, then the `initialized` notification) and the environment
+//! methods.
+
+use serde::{Deserialize, Serialize};
+
+use crate::PathUri;
+
+/// `initialize` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    pub client_name: String,
+    /// Reattach to this session instead of starting a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_session_id: Option<String>,
+}
+
+/// `initialize` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResponse {
+    /// A UUID; on a resume, the resumed session's id.
+    pub session_id: String,
+    /// Absent from servers older than 0.169; the same object `environment/info` returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_info: Option<EnvironmentInfo>,
+}
+
+/// What the executor is: its shell, paths and the optional protocol features it serves.
+///
+/// Every member after `shell` is absent from older servers, so each is optional when decoding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentInfo {
+    pub shell: ShellInfo,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_version: Option<String>,
+    /// A stable identifier of the machine the executor runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// The server process's working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathUri>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_home_dir: Option<PathUri>,
+    /// `linux`, `macos`, `windows`, … as Rust's `std::env::consts::OS` spells it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_os: Option<String>,
+    /// Directories the `core` environment policy puts in front of `PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepend_path_dirs: Option<Vec<PathUri>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temporary_directories: Option<Vec<PathUri>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_dir: Option<PathUri>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellInfo {
+    /// `bash`, `zsh`, `sh`, …
+    pub name: String,
+    pub path: String,
+}
+
+/// Optional protocol features. A client sends the request fields a flag gates only when the
+/// flag is true, so a flag is set only for what this server really does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Capabilities {
+    pub network_proxy_launch: bool,
+    pub network_proxy_review_domains: bool,
+    pub credential_masking: bool,
+    pub credential_masking_custom_providers: bool,
+    pub capability_discovery_sandbox: bool,
+    pub fs_watch_missing: bool,
+    pub capability_discovery_v2: bool,
+    pub environment_config_read: bool,
+    /// `http/request` headers may take their value from an executor variable (`valueEnvVar`).
+    pub http_header_env_vars: bool,
+    pub sandboxed_file_streaming: bool,
+    /// `fs/open {mode: "replace"}` and `fs/writeBlock`.
+    pub file_write_streaming: bool,
+    pub shell_snapshot_v2: bool,
+    pub windows_mxc: bool,
+    pub linux_root_write_preserves_devices: bool,
+    pub linux_approved_root_write_preserves_restrictions: bool,
+}
+
+/// `environment/status` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentStatus {
+    pub status: EnvironmentState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EnvironmentState {
+    Ready,
+}

@@ -1,0 +1,56 @@
+//! Everything that shapes the server's behaviour, with the defaults and why they are what they
+//! are.
+
+use std::time::Duration;
+
+use tether_engine::ProcessTableConfig;
+
+/// How long a session whose connection went away keeps running, waiting to be resumed.
+///
+/// 0.169 keeps detached sessions 80 s (measured). Clients give up recovering after 25 s, and
+/// both sides start their clocks independently, so the server's window must be comfortably
+/// longer than any client's recovery deadline.
+pub const DEFAULT_DETACHED_SESSION_TTL: Duration = Duration::from_secs(80);
+
+/// How often the server pings each WebSocket client, as the reference does. Pings keep NATs
+/// and proxies from dropping an idle connection and surface a dead one on the next write.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Largest WebSocket message (after reassembly) and stdio line accepted: the reference's
+/// ceiling. A bigger message ends that connection, not the server.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Largest single WebSocket frame; bigger messages must be fragmented (tungstenite's default,
+/// which the reference uses).
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// Messages queued for one connection before producers wait.
+///
+/// This is the backpressure point: a client that stops reading stalls its own session's
+/// process output (and so those processes' pipes), never the server's memory or other
+/// sessions.
+pub const OUTBOUND_QUEUE_MESSAGES: usize = 128;
+
+/// Requests per connection that may wait at once (long-poll `process/read`s). Tether answers
+/// other requests while they wait; past this many, the connection stops reading new requests
+/// until one finishes.
+pub const DEFAULT_CONCURRENT_REQUESTS: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub detached_session_ttl: Duration,
+    pub ping_interval: Duration,
+    pub concurrent_requests: usize,
+    pub processes: ProcessTableConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            detached_session_ttl: DEFAULT_DETACHED_SESSION_TTL,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            concurrent_requests: DEFAULT_CONCURRENT_REQUESTS,
+            processes: ProcessTableConfig::default(),
+        }
+    }
+}

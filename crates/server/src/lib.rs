@@ -1,0 +1,84 @@
+//! The Tether exec-server: transports, connections, sessions and method dispatch over the
+//! engine.
+//!
+//! - [`config`]: every knob and default, with the reason for each.
+//! - [`listen`]: `--listen` parsing.
+//! - `transport`: WebSocket (axum) and stdio framing; each yields frames to a connection.
+//! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
+//! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
+//! - `rpc_error`: engine errors to JSON-RPC codes.
+//!
+//! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
+//! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
+
+pub mod config;
+pub mod listen;
+mod processor;
+mod registry;
+mod rpc_error;
+mod session;
+mod state;
+mod transport;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::ServerConfig;
+pub use listen::{DEFAULT_LISTEN, ListenAddress};
+use tokio_util::sync::CancellationToken;
+
+use state::ServerState;
+
+/// A bound, not yet serving, server.
+pub struct Server {
+    state: Arc<ServerState>,
+    listener: Listener,
+}
+
+enum Listener {
+    WebSocket(tokio::net::TcpListener),
+    Stdio,
+}
+
+impl Server {
+    /// Binds the listen address. For WebSocket, the port is taken here, so the caller can print
+    /// the real address before serving.
+    pub async fn bind(listen: &ListenAddress, config: ServerConfig) -> std::io::Result<Self> {
+        let listener = match listen {
+            ListenAddress::WebSocket(addr) => {
+                Listener::WebSocket(tokio::net::TcpListener::bind(addr).await?)
+            }
+            ListenAddress::Stdio => Listener::Stdio,
+        };
+        Ok(Self { state: ServerState::new(config), listener })
+    }
+
+    /// The bound WebSocket address, or `None` for stdio.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.listener {
+            Listener::WebSocket(listener) => listener.local_addr().ok(),
+            Listener::Stdio => None,
+        }
+    }
+
+    /// The URL clients connect to (`ws://127.0.0.1:PORT`), or `None` for stdio.
+    pub fn url(&self) -> Option<String> {
+        self.local_addr().map(|addr| format!("ws://{addr}"))
+    }
+
+    /// Serves until `shutdown` is cancelled (or, for stdio, until stdin ends), then ends every
+    /// session and kills their processes.
+    pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let result = match self.listener {
+            Listener::WebSocket(listener) => {
+                transport::websocket::serve(listener, self.state.clone(), shutdown).await
+            }
+            Listener::Stdio => {
+                transport::stdio::serve(self.state.clone(), shutdown).await;
+                Ok(())
+            }
+        };
+        self.state.sessions.shutdown();
+        result
+    }
+}

@@ -1,0 +1,127 @@
+//! All sessions of a server: creating, resuming, detaching and expiring them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tether_engine::ProcessTableConfig;
+use tether_protocol::JsonRpcError;
+use tether_protocol::error::SESSION_ALREADY_ATTACHED;
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::rpc_error::invalid_request;
+use crate::session::{Attachment, Session};
+use crate::transport::{ConnectionId, Outbound};
+
+pub(crate) struct SessionRegistry {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    detached_ttl: Duration,
+    process_config: ProcessTableConfig,
+}
+
+impl SessionRegistry {
+    pub(crate) fn new(detached_ttl: Duration, process_config: ProcessTableConfig) -> Arc<Self> {
+        Arc::new(Self { sessions: Mutex::new(HashMap::new()), detached_ttl, process_config })
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A fresh session attached to `connection`.
+    pub(crate) fn create(&self, connection: ConnectionId, outbound: Outbound) -> Arc<Session> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let session = Session::new(id.clone(), self.process_config.clone(), connection, outbound);
+        self.sessions().insert(id.clone(), session.clone());
+        info!(session_id = %id, connection = connection.0, "session created");
+        session
+    }
+
+    /// Reattaches a detached session to `connection`.
+    pub(crate) fn resume(
+        &self,
+        id: &str,
+        connection: ConnectionId,
+        outbound: Outbound,
+    ) -> Result<Arc<Session>, JsonRpcError> {
+        let unknown = || invalid_request(format!("unknown session id {id}"));
+        let mut sessions = self.sessions();
+        let session = sessions.get(id).cloned().ok_or_else(unknown)?;
+        let mut attachment = session.attachment();
+        match &*attachment {
+            Attachment::Attached { .. } => Err(JsonRpcError::new(
+                SESSION_ALREADY_ATTACHED,
+                format!("session {id} is already attached to another connection"),
+            )),
+            Attachment::Detached { expires_at, .. } if Instant::now() >= *expires_at => {
+                // Expired, and its timer has not run yet: end it now.
+                drop(attachment);
+                sessions.remove(id);
+                drop(sessions);
+                session.processes.shutdown();
+                Err(unknown())
+            }
+            Attachment::Detached { .. } => {
+                *attachment = Attachment::Attached { connection, outbound };
+                drop(attachment);
+                info!(session_id = %id, connection = connection.0, "session resumed");
+                Ok(session)
+            }
+        }
+    }
+
+    /// The connection went away: the session keeps running for the detach TTL, then ends
+    /// unless resumed.
+    pub(crate) fn detach(self: &Arc<Self>, session: &Arc<Session>, connection: ConnectionId) {
+        let expires_at = Instant::now() + self.detached_ttl;
+        {
+            let mut attachment = session.attachment();
+            if !matches!(&*attachment, Attachment::Attached { connection: c, .. } if *c == connection)
+            {
+                return;
+            }
+            *attachment = Attachment::Detached { connection, expires_at };
+        }
+        info!(session_id = %session.id, connection = connection.0, ttl_s = self.detached_ttl.as_secs_f64(), "session detached");
+        let registry = Arc::downgrade(self);
+        let session_id = session.id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(expires_at).await;
+            if let Some(registry) = registry.upgrade() {
+                registry.expire(&session_id, connection);
+            }
+        });
+    }
+
+    /// Ends a session still detached by `connection` (a resume in between makes this a no-op).
+    fn expire(&self, id: &str, connection: ConnectionId) {
+        let mut sessions = self.sessions();
+        let Some(session) = sessions.get(id).cloned() else { return };
+        let still_detached = matches!(
+            &*session.attachment(),
+            Attachment::Detached { connection: c, .. } if *c == connection
+        );
+        if still_detached {
+            sessions.remove(id);
+            drop(sessions);
+            info!(session_id = %id, "detached session expired; its processes are killed");
+            session.processes.shutdown();
+        }
+    }
+
+    /// Ends one session at once (a stdio connection's session cannot be resumed).
+    pub(crate) fn end(&self, id: &str) {
+        if let Some(session) = self.sessions().remove(id) {
+            session.processes.shutdown();
+        }
+    }
+
+    /// Ends every session: the server is shutting down.
+    pub(crate) fn shutdown(&self) {
+        let sessions: Vec<_> = self.sessions().drain().map(|(_, s)| s).collect();
+        for session in sessions {
+            session.processes.shutdown();
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! How the engine's typed errors become JSON-RPC errors.
+
+use tether_engine::ProcessError;
+use tether_protocol::JsonRpcError;
+use tether_protocol::error::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST};
+
+pub(crate) fn invalid_request(message: impl Into<String>) -> JsonRpcError {
+    JsonRpcError::new(INVALID_REQUEST, message)
+}
+
+pub(crate) fn invalid_params(message: impl Into<String>) -> JsonRpcError {
+    JsonRpcError::new(INVALID_PARAMS, message)
+}
+
+pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
+    let code = match &error {
+        ProcessError::InvalidParams(_) => INVALID_PARAMS,
+        ProcessError::AlreadyExists(_) | ProcessError::UnknownProcess(_) => INVALID_REQUEST,
+        ProcessError::Spawn(_)
+        | ProcessError::StdinClosed
+        | ProcessError::StdinQueueFull(..)
+        | ProcessError::Signal(_) => INTERNAL_ERROR,
+    };
+    JsonRpcError::new(code, error.to_string())
+}

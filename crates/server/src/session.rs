@@ -1,0 +1,114 @@
+//! A session: the processes one client works with, and which connection (if any) hears about
+//! them.
+//!
+//! Processes belong to the session, not the connection: when a connection drops, the session
+//! detaches and keeps running, and a new connection resumes it with `initialize
+//! {resumeSessionId}`. Connection-scoped state (long-polls, file handles, HTTP streams) lives
+//! with the connection instead.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tether_engine::{ProcessEvent, ProcessTable, ProcessTableConfig};
+use tether_protocol::ByteChunk;
+use tether_protocol::envelope::encode_notification;
+use tether_protocol::method::{PROCESS_CLOSED, PROCESS_EXITED, PROCESS_OUTPUT};
+use tether_protocol::process::{
+    ProcessClosedNotification, ProcessExitedNotification, ProcessOutputNotification,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{Instrument, info_span};
+
+use crate::transport::{ConnectionId, Outbound};
+
+/// Process events buffered between a session's processes and its connection.
+const SESSION_EVENT_QUEUE: usize = 256;
+
+pub(crate) struct Session {
+    pub id: String,
+    pub processes: Arc<ProcessTable>,
+    attachment: Mutex<Attachment>,
+}
+
+/// Who hears a session's notifications.
+#[derive(Clone)]
+pub(crate) enum Attachment {
+    Attached {
+        connection: ConnectionId,
+        outbound: Outbound,
+    },
+    /// No connection; the session expires at `expires_at` unless resumed. `connection` is the
+    /// one that left, so a stale expiry timer can tell it is stale.
+    Detached {
+        connection: ConnectionId,
+        expires_at: Instant,
+    },
+}
+
+impl Session {
+    /// A new session attached to `connection`, with a task that forwards its process events to
+    /// whichever connection is attached.
+    pub(crate) fn new(
+        id: String,
+        config: ProcessTableConfig,
+        connection: ConnectionId,
+        outbound: Outbound,
+    ) -> Arc<Self> {
+        let (events_tx, events_rx) = mpsc::channel(SESSION_EVENT_QUEUE);
+        let session = Arc::new(Self {
+            processes: ProcessTable::new(config, events_tx),
+            attachment: Mutex::new(Attachment::Attached { connection, outbound }),
+            id,
+        });
+        let span = info_span!("session", session_id = %session.id);
+        tokio::spawn(forward_events(Arc::downgrade(&session), events_rx).instrument(span));
+        session
+    }
+
+    pub(crate) fn attachment(&self) -> MutexGuard<'_, Attachment> {
+        self.attachment.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn is_attached_to(&self, connection: ConnectionId) -> bool {
+        matches!(&*self.attachment(), Attachment::Attached { connection: c, .. } if *c == connection)
+    }
+
+    fn current_outbound(&self) -> Option<Outbound> {
+        match &*self.attachment() {
+            Attachment::Attached { outbound, .. } => Some(outbound.clone()),
+            Attachment::Detached { .. } => None,
+        }
+    }
+}
+
+/// Turns process events into notifications for the attached connection. While detached, events
+/// are dropped: the output stays retained, and a resuming client catches up with `process/read`.
+async fn forward_events(
+    session: std::sync::Weak<Session>,
+    mut events: mpsc::Receiver<ProcessEvent>,
+) {
+    while let Some(event) = events.recv().await {
+        let Some(outbound) = session.upgrade().and_then(|s| s.current_outbound()) else {
+            continue;
+        };
+        // If the connection died meanwhile, the notification goes nowhere, which is what a
+        // detached session does with it anyway.
+        let _ = outbound.send(notification_text(event)).await;
+    }
+}
+
+fn notification_text(event: ProcessEvent) -> String {
+    match event {
+        ProcessEvent::Output { process_id, seq, stream, chunk } => encode_notification(
+            PROCESS_OUTPUT,
+            &ProcessOutputNotification { process_id, seq, stream, chunk: ByteChunk(chunk) },
+        ),
+        ProcessEvent::Exited { process_id, seq, exit_code } => encode_notification(
+            PROCESS_EXITED,
+            &ProcessExitedNotification { process_id, seq, exit_code, sandbox_denied: false },
+        ),
+        ProcessEvent::Closed { process_id, seq } => {
+            encode_notification(PROCESS_CLOSED, &ProcessClosedNotification { process_id, seq })
+        }
+    }
+}

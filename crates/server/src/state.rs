@@ -1,0 +1,31 @@
+//! What every connection of one server shares.
+
+use std::sync::Arc;
+
+use tether_protocol::session::{Capabilities, EnvironmentInfo};
+
+use crate::config::ServerConfig;
+use crate::registry::SessionRegistry;
+
+pub(crate) struct ServerState {
+    pub config: ServerConfig,
+    pub sessions: Arc<SessionRegistry>,
+    /// Computed once at start: the executor does not change under a running server.
+    pub environment_info: EnvironmentInfo,
+}
+
+impl ServerState {
+    pub(crate) fn new(config: ServerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            sessions: SessionRegistry::new(config.detached_session_ttl, config.processes.clone()),
+            environment_info: tether_engine::environment::environment_info(capabilities()),
+            config,
+        })
+    }
+}
+
+/// The optional features this server serves. Each flag gates request fields a client will
+/// send, so only what is really implemented is advertised.
+fn capabilities() -> Capabilities {
+    Capabilities::default()
+}

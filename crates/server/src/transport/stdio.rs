@@ -1,0 +1,96 @@
+//! The stdio transport: newline-delimited JSON on stdin and stdout. Logs go to stderr.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info_span, warn};
+
+use super::{ConnectionId, TransportKind};
+use crate::config::{MAX_MESSAGE_BYTES, OUTBOUND_QUEUE_MESSAGES};
+use crate::processor::serve_connection;
+use crate::state::ServerState;
+
+/// Serves the one stdio connection until stdin ends; its session ends with it.
+pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken) {
+    let connection = ConnectionId::next();
+    let span = info_span!(
+        "connection",
+        connection = connection.0,
+        transport = "stdio",
+        session_id = tracing::field::Empty
+    );
+    async move {
+        let (outbound, mut queue) = mpsc::channel::<String>(OUTBOUND_QUEUE_MESSAGES);
+        let writer = tokio::spawn(async move {
+            let mut stdout = tokio::io::stdout();
+            while let Some(mut text) = queue.recv().await {
+                text.push('\n');
+                if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let (frames_tx, frames_rx) = mpsc::channel::<Vec<u8>>(1);
+        let reader = tokio::spawn(read_lines(frames_tx));
+        let inbound = tokio_stream_from(frames_rx);
+        serve_connection(server, connection, TransportKind::Stdio, inbound, outbound, shutdown)
+            .await;
+        reader.abort();
+        let _ = writer.await;
+    }
+    .instrument(span)
+    .await
+}
+
+fn tokio_stream_from(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Vec<u8>> + Send>> {
+    Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+/// Reads `\n`-terminated lines (a preceding `\r` stripped, blank lines skipped). A line longer
+/// than the message limit ends the connection; an unterminated last line is not a message.
+async fn read_lines(frames: mpsc::Sender<Vec<u8>>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let found_newline = loop {
+            let available = match reader.fill_buf().await {
+                Ok([]) | Err(_) => return,
+                Ok(available) => available,
+            };
+            match available.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    line.extend_from_slice(&available[..end]);
+                    reader.consume(end + 1);
+                    break true;
+                }
+                None => {
+                    let taken = available.len();
+                    line.extend_from_slice(available);
+                    reader.consume(taken);
+                }
+            }
+            if line.len() > MAX_MESSAGE_BYTES {
+                break false;
+            }
+        };
+        if !found_newline {
+            warn!(limit = MAX_MESSAGE_BYTES, "stdio message exceeds the size limit; closing");
+            return;
+        }
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if frames.send(std::mem::take(&mut line)).await.is_err() {
+            return;
+        }
+    }
+}

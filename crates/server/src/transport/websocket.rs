@@ -1,0 +1,123 @@
+//! The WebSocket transport: one axum router serving the upgrade on `/` and `GET /readyz`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::ws::{
+    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
+};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span};
+
+use super::{ConnectionId, TransportKind};
+use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, OUTBOUND_QUEUE_MESSAGES};
+use crate::processor::serve_connection;
+use crate::state::ServerState;
+
+#[derive(Clone)]
+struct AppState {
+    server: Arc<ServerState>,
+    shutdown: CancellationToken,
+}
+
+pub(crate) async fn serve(
+    listener: TcpListener,
+    server: Arc<ServerState>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/", any(upgrade))
+        .route("/readyz", get(|| async { StatusCode::OK }))
+        .with_state(AppState { server, shutdown: shutdown.clone() });
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+async fn upgrade(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    // Browsers always send Origin and never let a page omit it: refusing it keeps any web page
+    // from driving a local executor.
+    if headers.contains_key(header::ORIGIN) {
+        return (StatusCode::FORBIDDEN, "browser-originated connections are not accepted")
+            .into_response();
+    }
+    match upgrade {
+        Ok(upgrade) => upgrade
+            .max_message_size(MAX_MESSAGE_BYTES)
+            .max_frame_size(MAX_FRAME_BYTES)
+            .on_upgrade(move |socket| run_connection(socket, peer, app))
+            .into_response(),
+        Err(rejection) => rejection.into_response(),
+    }
+}
+
+async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
+    let connection = ConnectionId::next();
+    let span = info_span!("connection", connection = connection.0, %peer, session_id = tracing::field::Empty);
+    async move {
+        debug!("websocket connected");
+        let (mut sink, stream) = socket.split();
+        let (outbound, mut queue) = mpsc::channel::<String>(OUTBOUND_QUEUE_MESSAGES);
+        let ping_interval = app.server.config.ping_interval;
+        let writer = tokio::spawn(async move {
+            let mut ping = tokio::time::interval_at(
+                tokio::time::Instant::now() + ping_interval,
+                ping_interval,
+            );
+            loop {
+                let message = tokio::select! {
+                    text = queue.recv() => match text {
+                        Some(text) => Message::text(text),
+                        None => break,
+                    },
+                    _ = ping.tick() => Message::Ping(Default::default()),
+                };
+                if sink.send(message).await.is_err() {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        // Text and binary frames both carry one JSON document; pings are answered by the
+        // WebSocket layer; a close frame, an error or a protocol violation ends the connection.
+        let inbound = stream
+            .take_while(|m| {
+                std::future::ready(matches!(m, Ok(m) if !matches!(m, Message::Close(_))))
+            })
+            .filter_map(|m| {
+                std::future::ready(match m {
+                    Ok(Message::Text(text)) => Some(Vec::from(text.as_bytes())),
+                    Ok(Message::Binary(bytes)) => Some(Vec::from(bytes)),
+                    _ => None,
+                })
+            });
+        serve_connection(
+            app.server,
+            connection,
+            TransportKind::WebSocket { peer },
+            Box::pin(inbound),
+            outbound,
+            app.shutdown,
+        )
+        .await;
+        // The processor dropped its outbound sender; the writer flushes what is queued and ends
+        // once every other sender (the session's forwarder) let go. Do not wait on it.
+        writer.abort();
+        debug!("websocket disconnected");
+    }
+    .instrument(span)
+    .await
+}

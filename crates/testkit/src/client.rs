@@ -1,0 +1,243 @@
+//! A raw JSON-RPC client over a real WebSocket: it sends exactly what a test says and shows
+//! exactly what the server answered, notifications included.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+
+/// How long a test waits for any one message before it calls the server stuck.
+pub const RECV_TIMEOUT: Duration = Duration::from_secs(20);
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+pub struct RpcClient {
+    socket: Socket,
+    next_id: i64,
+    /// Notifications that arrived while waiting for a response, oldest first.
+    notifications: VecDeque<Value>,
+    /// Responses that arrived while waiting for another id.
+    responses: Vec<Value>,
+}
+
+/// A JSON-RPC error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+impl RpcClient {
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let (socket, _) = connect_async(url).await.with_context(|| format!("connect {url}"))?;
+        Ok(Self { socket, next_id: 1, notifications: VecDeque::new(), responses: Vec::new() })
+    }
+
+    /// Connects and completes the handshake; returns the client and the initialize result.
+    pub async fn connect_initialized(url: &str) -> anyhow::Result<(Self, Value)> {
+        let mut client = Self::connect(url).await?;
+        let result = client.initialize(None).await?.map_err(anyhow::Error::new)?;
+        Ok((client, result))
+    }
+
+    /// `initialize` (optionally resuming), then `initialized` if it succeeded.
+    pub async fn initialize(
+        &mut self,
+        resume: Option<&str>,
+    ) -> anyhow::Result<Result<Value, RpcError>> {
+        let mut params = json!({"clientName": "tether-tests"});
+        if let Some(id) = resume {
+            params["resumeSessionId"] = json!(id);
+        }
+        let result = self.call("initialize", params).await?;
+        if result.is_ok() {
+            self.notify("initialized", json!({})).await?;
+        }
+        Ok(result)
+    }
+
+    /// Sends a request and waits for its reply.
+    pub async fn call(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> anyhow::Result<Result<Value, RpcError>> {
+        let id = self.send_request(method, params).await?;
+        self.response(id).await
+    }
+
+    /// Sends a request and returns its result, failing the test on an error reply.
+    pub async fn ok(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        self.call(method, params).await?.with_context(|| format!("{method} failed"))
+    }
+
+    /// Sends a request and returns its error, failing the test on a success reply.
+    pub async fn err(&mut self, method: &str, params: Value) -> anyhow::Result<RpcError> {
+        match self.call(method, params).await? {
+            Ok(result) => bail!("{method} unexpectedly succeeded: {result}"),
+            Err(error) => Ok(error),
+        }
+    }
+
+    /// Sends a request without waiting; returns its id.
+    pub async fn send_request(&mut self, method: &str, params: Value) -> anyhow::Result<i64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_json(&json!({"id": id, "method": method, "params": params})).await?;
+        Ok(id)
+    }
+
+    pub async fn notify(&mut self, method: &str, params: Value) -> anyhow::Result<()> {
+        self.send_json(&json!({"method": method, "params": params})).await
+    }
+
+    pub async fn send_json(&mut self, value: &Value) -> anyhow::Result<()> {
+        self.send_text(&value.to_string()).await
+    }
+
+    pub async fn send_text(&mut self, text: &str) -> anyhow::Result<()> {
+        self.socket.send(Message::text(text)).await.context("send")
+    }
+
+    pub async fn send_binary(&mut self, bytes: Vec<u8>) -> anyhow::Result<()> {
+        self.socket.send(Message::binary(bytes)).await.context("send")
+    }
+
+    /// Waits for the reply to request `id`, keeping notifications and other replies aside.
+    pub async fn response(&mut self, id: i64) -> anyhow::Result<Result<Value, RpcError>> {
+        self.response_to(&json!(id)).await
+    }
+
+    /// Waits for the reply whose id is `id` (any JSON id, `-1` for parse errors).
+    pub async fn response_to(&mut self, id: &Value) -> anyhow::Result<Result<Value, RpcError>> {
+        loop {
+            if let Some(index) = self.responses.iter().position(|r| &r["id"] == id) {
+                return Ok(to_result(self.responses.remove(index)));
+            }
+            let message = self.next_message().await?;
+            if message.get("method").is_some() {
+                self.notifications.push_back(message);
+            } else {
+                self.responses.push(message);
+            }
+        }
+    }
+
+    /// The next notification, waiting for one if none is queued.
+    pub async fn notification(&mut self) -> anyhow::Result<Value> {
+        loop {
+            if let Some(notification) = self.notifications.pop_front() {
+                return Ok(notification);
+            }
+            let message = self.next_message().await?;
+            if message.get("method").is_some() {
+                return Ok(message);
+            }
+            self.responses.push(message);
+        }
+    }
+
+    /// The next message of any kind, in arrival order (queued ones are not consulted).
+    pub async fn next_message(&mut self) -> anyhow::Result<Value> {
+        loop {
+            let frame = tokio::time::timeout(RECV_TIMEOUT, self.socket.next())
+                .await
+                .context("no message within the timeout")?
+                .context("connection closed")??;
+            match frame {
+                Message::Text(text) => return Ok(serde_json::from_str(&text)?),
+                Message::Binary(bytes) => return Ok(serde_json::from_slice(&bytes)?),
+                Message::Close(_) => bail!("connection closed"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Whether the server closes the connection within `within` (reading and discarding
+    /// anything it still sends).
+    pub async fn is_closed_within(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) | Ok(Some(Ok(Message::Close(_)))) => return true,
+                Ok(Some(Ok(_))) => continue,
+            }
+        }
+    }
+
+    /// Collects a process's notifications until its `process/closed`; returns them in arrival
+    /// order. Notifications of other processes stay queued.
+    pub async fn process_events(&mut self, process_id: &str) -> anyhow::Result<Vec<Value>> {
+        let mut events = Vec::new();
+        let mut others = VecDeque::new();
+        loop {
+            let notification = self.notification().await?;
+            if notification["params"]["processId"] != process_id {
+                others.push_back(notification);
+                continue;
+            }
+            let closed = notification["method"] == "process/closed";
+            events.push(notification);
+            if closed {
+                others.extend(self.notifications.drain(..));
+                self.notifications = others;
+                return Ok(events);
+            }
+        }
+    }
+
+    /// Closes the connection cleanly.
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}
+
+fn to_result(message: Value) -> Result<Value, RpcError> {
+    match message.get("error") {
+        Some(error) => Err(RpcError {
+            code: error["code"].as_i64().unwrap_or_default(),
+            message: error["message"].as_str().unwrap_or_default().to_owned(),
+        }),
+        None => Ok(message["result"].clone()),
+    }
+}
+
+/// Decodes a base64 string from the wire.
+pub fn b64decode(text: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_str().unwrap_or_default())
+        .expect("base64")
+}
+
+/// Encodes bytes for the wire.
+pub fn b64encode(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Output of a process from its notifications, per stream, in sequence order.
+pub fn output_of(events: &[Value], stream: &str) -> Vec<u8> {
+    let mut chunks: Vec<(u64, Vec<u8>)> = events
+        .iter()
+        .filter(|e| e["method"] == "process/output" && e["params"]["stream"] == stream)
+        .map(|e| {
+            (e["params"]["seq"].as_u64().unwrap_or_default(), b64decode(&e["params"]["chunk"]))
+        })
+        .collect();
+    chunks.sort_by_key(|(seq, _)| *seq);
+    chunks.into_iter().flat_map(|(_, bytes)| bytes).collect()
+}
