@@ -35,13 +35,14 @@ pub fn environment_info(capabilities: Capabilities) -> EnvironmentInfo {
         .filter_map(|dir| PathUri::from_path(&dir))
         .collect();
     EnvironmentInfo {
-        shell: detect_shell(),
+        shell: login_shell(),
         executor_version: Some(executor_version()),
         provider_id: Some(provider_id()),
         cwd: cwd.as_deref().and_then(PathUri::from_path),
         user_home_dir: home.as_deref().and_then(PathUri::from_path),
         platform_os: Some(std::env::consts::OS.to_owned()),
-        prepend_path_dirs: Some(Vec::new()),
+        // Tether installs no helper programs of its own to put in front of `PATH`.
+        prepend_path_dirs: None,
         temporary_directories: Some(temporary_directories),
         temp_dir: PathUri::from_path(&std::env::temp_dir()),
         capabilities: Some(capabilities),
@@ -62,7 +63,7 @@ fn provider_id() -> String {
 
 /// The user's login shell from the account database, as the reference detects it (not
 /// `$SHELL`, which a service manager may not set), falling back to bash, zsh, then `/bin/sh`.
-fn detect_shell() -> ShellInfo {
+pub fn login_shell() -> ShellInfo {
     let known = ["zsh", "bash", "sh"];
     let from_account = login_account()
         .map(|a| a.shell)

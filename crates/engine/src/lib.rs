@@ -9,6 +9,7 @@
 //! - [`process_table`]: the processes of one session, keyed by the client's process ids, with
 //!   the start/terminate races settled in one place.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
+//! - [`sandbox`]: which sandbox intents Tether can honour (it enforces none itself).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
 //!   `environment/info` reports it.
 //!
@@ -19,6 +20,7 @@ pub mod env_policy;
 pub mod environment;
 pub mod process;
 pub mod process_table;
+pub mod sandbox;
 
 pub use process::{ProcessError, ProcessEvent};
 pub use process_table::{ProcessTable, ProcessTableConfig};

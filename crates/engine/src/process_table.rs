@@ -179,7 +179,7 @@ fn validate<'a>(
         ))
     })?;
     if let Some(sandbox) = &params.sandbox {
-        check_sandbox(sandbox)?;
+        crate::sandbox::check_intent(sandbox).map_err(ProcessError::InvalidParams)?;
     }
     if params.shell_snapshot.is_some() {
         return Err(ProcessError::InvalidParams(
@@ -202,29 +202,4 @@ fn validate<'a>(
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
     })
-}
-
-/// Tether runs processes unsandboxed. A sandbox intent that asks for nothing (`disabled`), or
-/// whose enforcement is somebody else's (`external`: the executor already runs inside one), is
-/// honoured by running as is; any restriction Tether would have to enforce itself is refused
-/// rather than silently ignored.
-fn check_sandbox(sandbox: &serde_json::Value) -> Result<(), ProcessError> {
-    let permissions = &sandbox["permissions"];
-    let unrestricted = match permissions["type"].as_str() {
-        Some("disabled") | Some("external") => true,
-        Some("managed") => {
-            permissions["file_system"]["type"].as_str() == Some("unrestricted")
-                && !permissions
-                    .get("network")
-                    .is_some_and(|n| n["type"].as_str() == Some("restricted"))
-        }
-        _ => false,
-    };
-    if unrestricted {
-        Ok(())
-    } else {
-        Err(ProcessError::InvalidParams(
-            "sandbox intent cannot be enforced on this executor".into(),
-        ))
-    }
 }

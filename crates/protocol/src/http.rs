@@ -148,18 +148,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::fs::tests::{Ordered, round_trip, round_trip_in_order};
-
-    macro_rules! fixture {
-        ($name:literal) => {
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/fixtures/reference/",
-                $name,
-                ".json"
-            ))
-        };
-    }
+    use crate::fixtures::{Ordered, round_trip, round_trip_in_order};
 
     /// Checks a captured exchange: the request decodes, the result and every notification
     /// decode and re-encode to the same JSON with members in the captured order.

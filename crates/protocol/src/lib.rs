@@ -20,6 +20,9 @@ pub mod bytes;
 pub mod decode;
 pub mod envelope;
 pub mod error;
+#[cfg(test)]
+#[macro_use]
+mod fixtures;
 pub mod fs;
 pub mod http;
 pub mod method;

@@ -254,3 +254,106 @@ pub struct ProcessClosedNotification {
     pub process_id: ProcessId,
     pub seq: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::fixtures::{Ordered, check_exchange, decodes, round_trip_in_order};
+
+    /// Checks every notification of a captured exchange against its type, in member order.
+    fn check_notifications(text: &str) -> Vec<Value> {
+        let fixture: Value = serde_json::from_str(text).unwrap();
+        let ordered = Ordered::parse(text);
+        let Ordered::Array(captured) = ordered.get("notifications") else { panic!() };
+        let notifications = fixture["notifications"].as_array().unwrap().clone();
+        for (notification, captured) in notifications.iter().zip(captured) {
+            let params = &notification["params"];
+            let captured = captured.get("params");
+            match notification["method"].as_str().unwrap() {
+                "process/output" => {
+                    round_trip_in_order::<ProcessOutputNotification>(params, captured);
+                }
+                "process/exited" => {
+                    round_trip_in_order::<ProcessExitedNotification>(params, captured);
+                }
+                "process/closed" => {
+                    round_trip_in_order::<ProcessClosedNotification>(params, captured);
+                }
+                other => panic!("unexpected notification {other}"),
+            }
+        }
+        notifications
+    }
+
+    fn exchange(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn start_and_its_notifications_match_the_reference() {
+        let fixture = exchange(fixture!("process_start"));
+        let params = decodes::<ExecParams>(&fixture["request"]["params"]);
+        assert!(!params.tty && !params.pipe_stdin);
+        let ordered = Ordered::parse(fixture!("process_start"));
+        let result = round_trip_in_order::<ExecResponse>(
+            &fixture["response"]["result"],
+            ordered.get("response").get("result"),
+        );
+        assert_eq!(result.sandbox_type, Some(SandboxType::None));
+        let notifications = check_notifications(fixture!("process_start"));
+        assert_eq!(notifications.last().unwrap()["method"], "process/closed");
+        check_notifications(fixture!("process_start_tty"));
+        check_notifications(fixture!("process_write"));
+    }
+
+    #[test]
+    fn read_results_match_the_reference() {
+        for text in [
+            fixture!("process_read"),
+            fixture!("process_read_maxbytes"),
+            fixture!("process_read_wait"),
+        ] {
+            check_exchange::<ReadParams, ReadResponse>(text);
+        }
+    }
+
+    #[test]
+    fn write_signal_and_terminate_match_the_reference() {
+        let (_, write) =
+            check_exchange::<WriteParams, WriteResponse>(fixture!("process_write_unknown"));
+        assert_eq!(write.status, WriteStatus::UnknownProcess);
+        let (_, write) =
+            check_exchange::<WriteParams, WriteResponse>(fixture!("process_write_stdin_closed"));
+        assert_eq!(write.status, WriteStatus::StdinClosed);
+        check_exchange::<SignalParams, SignalResponse>(fixture!("process_signal"));
+        let (_, terminate) =
+            check_exchange::<TerminateParams, TerminateResponse>(fixture!("process_terminate"));
+        assert!(terminate.running);
+        let (_, terminate) = check_exchange::<TerminateParams, TerminateResponse>(fixture!(
+            "process_terminate_exited"
+        ));
+        assert!(!terminate.running);
+    }
+
+    #[test]
+    fn decode_errors_read_as_the_reference_reports_them() {
+        let cases = [
+            (fixture!("start_missing_env"), "process/start"),
+            (fixture!("signal_bad_variant"), "process/signal"),
+            (fixture!("write_bad_base64"), "process/write"),
+        ];
+        for (text, method) in cases {
+            let fixture = exchange(text);
+            let params = fixture["request"]["params"].clone();
+            let error = match method {
+                "process/start" => serde_json::from_value::<ExecParams>(params).unwrap_err(),
+                "process/signal" => serde_json::from_value::<SignalParams>(params).unwrap_err(),
+                _ => serde_json::from_value::<WriteParams>(params).unwrap_err(),
+            };
+            assert_eq!(fixture["response"]["error"]["code"], crate::error::INVALID_PARAMS);
+            assert_eq!(fixture["response"]["error"]["message"], error.to_string(), "{method}");
+        }
+    }
+}

@@ -99,3 +99,39 @@ pub struct EnvironmentStatus {
 pub enum EnvironmentState {
     Ready,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::fixtures::{Ordered, round_trip, round_trip_in_order};
+
+    #[test]
+    fn initialize_matches_the_reference() {
+        for text in [fixture!("initialize"), fixture!("initialize_resume")] {
+            let fixture: Value = serde_json::from_str(text).unwrap();
+            crate::fixtures::decodes::<InitializeParams>(&fixture["request"]["params"]);
+            let ordered = Ordered::parse(text);
+            let response = round_trip_in_order::<InitializeResponse>(
+                &fixture["response"]["result"],
+                ordered.get("response").get("result"),
+            );
+            assert_eq!(response.session_id.len(), 36);
+            assert!(response.environment_info.unwrap().capabilities.is_some());
+        }
+    }
+
+    #[test]
+    fn environment_methods_match_the_reference() {
+        let text = fixture!("environment_info");
+        let fixture: Value = serde_json::from_str(text).unwrap();
+        round_trip_in_order::<EnvironmentInfo>(
+            &fixture["response"]["result"],
+            Ordered::parse(text).get("response").get("result"),
+        );
+        let fixture: Value = serde_json::from_str(fixture!("environment_status")).unwrap();
+        let status = round_trip::<EnvironmentStatus>(&fixture["response"]["result"]);
+        assert_eq!(status.status, EnvironmentState::Ready);
+    }
+}

@@ -98,11 +98,11 @@ pub(crate) async fn serve_connection(
 
 impl Processor {
     async fn handle_frame(&mut self, frame: &[u8]) -> Flow {
-        if let Some(session) = self.session() {
-            if !session.is_attached_to(self.connection) {
-                debug!("session was resumed by another connection; closing this one");
-                return Flow::Close;
-            }
+        if let Some(session) = self.session()
+            && !session.is_attached_to(self.connection)
+        {
+            debug!("session was resumed by another connection; closing this one");
+            return Flow::Close;
         }
         match Message::decode(frame) {
             Err(error) => {

@@ -252,10 +252,10 @@ impl WriteIds {
     }
 
     fn remember(&mut self, id: &str) {
-        if self.order.len() == REMEMBERED_WRITE_IDS {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
+        if self.order.len() == REMEMBERED_WRITE_IDS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
         }
         self.order.push_back(id.to_owned());
         self.set.insert(id.to_owned());

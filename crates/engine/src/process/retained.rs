@@ -119,11 +119,12 @@ impl RetainedOutput {
         let mut total = 0usize;
         let mut cut_short = false;
         for chunk in self.chunks.range(start..) {
-            if let Some(budget) = max_bytes {
-                if !chunks.is_empty() && total + chunk.chunk.len() > budget {
-                    cut_short = true;
-                    break;
-                }
+            if let Some(budget) = max_bytes
+                && !chunks.is_empty()
+                && total + chunk.chunk.len() > budget
+            {
+                cut_short = true;
+                break;
             }
             total += chunk.chunk.len();
             chunks.push(chunk.clone());

@@ -79,6 +79,16 @@ fn spawn_pipes(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Sp
 }
 
 fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spawned> {
+    // A terminal session gets a SHELL even from an empty environment, as the reference's PTY
+    // layer gives it: programs that open a subshell look there.
+    let login_shell;
+    let shell = match request.env.contains_key("SHELL") {
+        true => None,
+        false => {
+            login_shell = crate::environment::login_shell().path;
+            Some(("SHELL", login_shell.as_str()))
+        }
+    };
     let (pty, pts) = pty_process::open().map_err(pty_error)?;
     pty.resize(pty_process::Size::new(PTY_ROWS, PTY_COLS)).map_err(pty_error)?;
     let command = pty_process::Command::new(program)
@@ -86,6 +96,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spaw
         .current_dir(&request.cwd)
         .env_clear()
         .envs(&request.env)
+        .envs(shell)
         .kill_on_drop(true)
         .arg0(request.arg0.unwrap_or(&request.argv[0]));
     // The child becomes a session leader with the PTY as its controlling terminal. `pts` is

@@ -1,0 +1,295 @@
+//! Processes over the wire: start, stream, read, write, signal, terminate — each scenario run
+//! against Tether and against the reference.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tether_testkit::client::{b64decode, b64encode, output_of};
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+
+mod common;
+use common::{exec, is_alive};
+
+against_both!(
+    output_exit_and_close_share_one_gap_free_sequence,
+    pty_processes_have_one_pty_stream,
+    read_replays_retained_output_with_byte_budgets,
+    long_poll_reads_wake_on_output_or_time_out,
+    retried_write_ids_are_applied_once,
+    stdin_is_closed_unless_piped,
+    unknown_processes_are_reported_not_fatal,
+    interrupt_reaches_the_process,
+    terminate_kills_the_process_group,
+    close_waits_for_output_written_after_exit,
+    the_environment_is_exactly_what_was_sent,
+    arg0_is_what_the_program_sees,
+    bare_program_names_are_found_with_an_empty_env,
+    signal_deaths_report_128_plus_the_signal,
+);
+
+async fn started(target: Target) -> (ServerProcess, RpcClient) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    (server, client)
+}
+
+fn seq(event: &Value) -> u64 {
+    event["params"]["seq"].as_u64().unwrap()
+}
+
+fn exit_code(events: &[Value]) -> i64 {
+    let exited: Vec<_> = events.iter().filter(|e| e["method"] == "process/exited").collect();
+    assert_eq!(exited.len(), 1, "exactly one exit: {events:?}");
+    exited[0]["params"]["exitCode"].as_i64().unwrap()
+}
+
+/// Every event's seq, 1..=n with no gap and no repeat; `process/closed` last and highest.
+fn assert_one_sequence(events: &[Value]) {
+    let seqs: BTreeSet<u64> = events.iter().map(seq).collect();
+    assert_eq!(seqs.len(), events.len(), "no repeated seq: {events:?}");
+    assert_eq!(seqs, (1..=events.len() as u64).collect(), "gap-free from 1: {events:?}");
+    let last = events.last().unwrap();
+    assert_eq!(last["method"], "process/closed");
+    assert_eq!(seq(last), events.len() as u64);
+}
+
+async fn output_exit_and_close_share_one_gap_free_sequence(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let result =
+        client.ok("process/start", exec("p1", "printf out; printf err >&2; exit 3")).await.unwrap();
+    assert_eq!(result, json!({"processId": "p1", "sandboxType": "none"}));
+    let events = client.process_events("p1").await.unwrap();
+    assert_one_sequence(&events);
+    assert_eq!(output_of(&events, "stdout"), b"out");
+    assert_eq!(output_of(&events, "stderr"), b"err");
+    assert_eq!(exit_code(&events), 3);
+    for event in &events {
+        if event["method"] == "process/exited" {
+            assert_eq!(event["params"]["sandboxDenied"], false);
+        }
+    }
+}
+
+async fn pty_processes_have_one_pty_stream(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let mut params = exec("t1", "printf hi; printf there >&2; stty size");
+    params["tty"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    let events = client.process_events("t1").await.unwrap();
+    assert_one_sequence(&events);
+    let output = String::from_utf8(output_of(&events, "pty")).unwrap();
+    assert!(output.starts_with("hithere"), "{output:?}");
+    assert!(output.contains("24 80"), "a 24x80 terminal: {output:?}");
+    assert!(output_of(&events, "stdout").is_empty() && output_of(&events, "stderr").is_empty());
+    assert_eq!(exit_code(&events), 0);
+}
+
+async fn read_replays_retained_output_with_byte_budgets(target: Target) {
+    let (_server, mut client) = started(target).await;
+    client.ok("process/start", exec("p", "printf abcdef; sleep 0.1; printf ghij")).await.unwrap();
+    let events = client.process_events("p").await.unwrap();
+    let closed_seq = seq(events.last().unwrap());
+    let chunks: Vec<u64> =
+        events.iter().filter(|e| e["method"] == "process/output").map(seq).collect();
+    assert_eq!(chunks.len(), 2, "{events:?}");
+
+    let all = client.ok("process/read", json!({"processId": "p"})).await.unwrap();
+    assert_eq!(all["nextSeq"], closed_seq + 1);
+    assert_eq!(
+        (all["exited"].clone(), all["exitCode"].clone(), all["closed"].clone()),
+        (json!(true), json!(0), json!(true))
+    );
+    assert_eq!(all["failure"], Value::Null);
+    let bytes: Vec<u8> =
+        all["chunks"].as_array().unwrap().iter().flat_map(|c| b64decode(&c["chunk"])).collect();
+    assert_eq!(bytes, b"abcdefghij");
+
+    // The first chunk always comes, even over budget; chunks are never split.
+    let one = client
+        .ok("process/read", json!({"processId": "p", "afterSeq": 0, "maxBytes": 1}))
+        .await
+        .unwrap();
+    assert_eq!(one["chunks"].as_array().unwrap().len(), 1);
+    assert_eq!(one["nextSeq"], chunks[0] + 1);
+    let seven = client.ok("process/read", json!({"processId": "p", "maxBytes": 7})).await.unwrap();
+    assert_eq!(seven["chunks"].as_array().unwrap().len(), 1);
+    let ten = client.ok("process/read", json!({"processId": "p", "maxBytes": 10})).await.unwrap();
+    assert_eq!(ten["chunks"].as_array().unwrap().len(), 2);
+
+    // After the last chunk: nothing, and nextSeq still counts exit and close.
+    let tail =
+        client.ok("process/read", json!({"processId": "p", "afterSeq": chunks[1]})).await.unwrap();
+    assert_eq!(tail["chunks"], json!([]));
+    assert_eq!(tail["nextSeq"], closed_seq + 1);
+    let past = client.ok("process/read", json!({"processId": "p", "afterSeq": 99})).await.unwrap();
+    assert_eq!(past["chunks"], json!([]));
+}
+
+async fn long_poll_reads_wake_on_output_or_time_out(target: Target) {
+    let (_server, mut client) = started(target).await;
+    client.ok("process/start", exec("p", "sleep 0.3; echo x; sleep 30")).await.unwrap();
+    let started = Instant::now();
+    let read = client
+        .ok("process/read", json!({"processId": "p", "afterSeq": 0, "waitMs": 10000}))
+        .await
+        .unwrap();
+    assert_eq!(b64decode(&read["chunks"][0]["chunk"]), b"x\n");
+    assert!(started.elapsed() < Duration::from_secs(5), "woke on output: {:?}", started.elapsed());
+    assert_eq!(read["exited"], false);
+
+    let after = read["nextSeq"].as_u64().unwrap() - 1;
+    let started = Instant::now();
+    let quiet = client
+        .ok("process/read", json!({"processId": "p", "afterSeq": after, "waitMs": 200}))
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(190), "waited: {:?}", started.elapsed());
+    assert_eq!(quiet["chunks"], json!([]));
+    assert_eq!(quiet["nextSeq"], after + 1);
+    client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
+}
+
+async fn retried_write_ids_are_applied_once(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let mut params = exec("p", "head -c 3");
+    params["pipeStdin"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    for (write_id, text) in [("w1", "A"), ("w2", "B"), ("w1", "C"), ("w3", "D")] {
+        let result = client
+            .ok(
+                "process/write",
+                json!({"processId": "p", "chunk": b64encode(text.as_bytes()), "writeId": write_id}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(result, json!({"status": "accepted"}));
+    }
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"ABD");
+    assert_eq!(exit_code(&events), 0);
+}
+
+async fn stdin_is_closed_unless_piped(target: Target) {
+    let (_server, mut client) = started(target).await;
+    client.ok("process/start", exec("p", "cat; echo eof")).await.unwrap();
+    let result = client
+        .ok("process/write", json!({"processId": "p", "chunk": "eA==", "writeId": "1"}))
+        .await
+        .unwrap();
+    assert_eq!(result, json!({"status": "stdinClosed"}));
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"eof\n");
+}
+
+async fn unknown_processes_are_reported_not_fatal(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let write = client
+        .ok("process/write", json!({"processId": "nope", "chunk": "eA==", "writeId": "1"}))
+        .await
+        .unwrap();
+    assert_eq!(write, json!({"status": "unknownProcess"}));
+    let error = client.err("process/read", json!({"processId": "nope"})).await.unwrap();
+    assert_eq!((error.code, error.message.as_str()), (-32600, "unknown process id nope"));
+    let terminate = client.ok("process/terminate", json!({"processId": "nope"})).await.unwrap();
+    assert_eq!(terminate, json!({"running": false}));
+    let signal = client
+        .ok("process/signal", json!({"processId": "nope", "signal": "interrupt"}))
+        .await
+        .unwrap();
+    assert_eq!(signal, json!({}));
+}
+
+async fn interrupt_reaches_the_process(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let script = "trap 'echo interrupted; exit 7' INT; echo ready; while :; do sleep 0.05; done";
+    client.ok("process/start", exec("p", script)).await.unwrap();
+    let ready =
+        client.ok("process/read", json!({"processId": "p", "waitMs": 10000})).await.unwrap();
+    assert_eq!(b64decode(&ready["chunks"][0]["chunk"]), b"ready\n");
+    let result = client
+        .ok("process/signal", json!({"processId": "p", "signal": "interrupt"}))
+        .await
+        .unwrap();
+    assert_eq!(result, json!({}));
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"ready\ninterrupted\n");
+    assert_eq!(exit_code(&events), 7);
+}
+
+async fn terminate_kills_the_process_group(target: Target) {
+    let (_server, mut client) = started(target).await;
+    client.ok("process/start", exec("p", "sleep 60 & echo $!; wait")).await.unwrap();
+    let read = client.ok("process/read", json!({"processId": "p", "waitMs": 10000})).await.unwrap();
+    let grandchild: u32 =
+        String::from_utf8(b64decode(&read["chunks"][0]["chunk"])).unwrap().trim().parse().unwrap();
+    let result = client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
+    assert_eq!(result, json!({"running": true}));
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(exit_code(&events), 137, "SIGKILL");
+    assert!(!is_alive(grandchild), "the grandchild died with its group");
+    let again = client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
+    assert_eq!(again, json!({"running": false}));
+    // A closed process stays readable.
+    let read = client.ok("process/read", json!({"processId": "p"})).await.unwrap();
+    assert_eq!(read["closed"], true);
+}
+
+async fn close_waits_for_output_written_after_exit(target: Target) {
+    let (_server, mut client) = started(target).await;
+    client.ok("process/start", exec("p", "(sleep 0.4; echo late) & echo early")).await.unwrap();
+    let events = client.process_events("p").await.unwrap();
+    assert_one_sequence(&events);
+    assert_eq!(output_of(&events, "stdout"), b"early\nlate\n");
+    let exit_seq = events.iter().find(|e| e["method"] == "process/exited").map(seq).unwrap();
+    let late_seq =
+        events.iter().filter(|e| e["method"] == "process/output").map(seq).max().unwrap();
+    assert!(late_seq > exit_seq, "the late line is numbered after the exit: {events:?}");
+}
+
+async fn the_environment_is_exactly_what_was_sent(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let params = json!({"processId": "p", "argv": ["/usr/bin/env"], "cwd": "file:///tmp", "env": {"FOO": "bar"}, "tty": false});
+    client.ok("process/start", params).await.unwrap();
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"FOO=bar\n");
+
+    let policy = json!({"inherit": "none", "ignoreDefaultExcludes": false, "exclude": [], "set": {"A": "set", "B": "set"}, "includeOnly": []});
+    let params = json!({"processId": "q", "argv": ["/usr/bin/env"], "cwd": "file:///tmp", "env": {"B": "env"}, "envPolicy": policy, "tty": false});
+    client.ok("process/start", params).await.unwrap();
+    let events = client.process_events("q").await.unwrap();
+    let mut lines: Vec<String> = String::from_utf8(output_of(&events, "stdout"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["A=set", "B=env"], "the request's env wins over the policy's set");
+}
+
+async fn arg0_is_what_the_program_sees(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let mut params = exec("p", "tr '\\0' ' ' < /proc/$$/cmdline");
+    params["arg0"] = json!("myname");
+    client.ok("process/start", params).await.unwrap();
+    let events = client.process_events("p").await.unwrap();
+    let cmdline = String::from_utf8(output_of(&events, "stdout")).unwrap();
+    assert!(cmdline.starts_with("myname -c "), "{cmdline:?}");
+}
+
+async fn bare_program_names_are_found_with_an_empty_env(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let params = json!({"processId": "p", "argv": ["sh", "-c", "echo found"], "cwd": "file:///tmp", "env": {}, "tty": false});
+    client.ok("process/start", params).await.unwrap();
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"found\n");
+}
+
+async fn signal_deaths_report_128_plus_the_signal(target: Target) {
+    let (_server, mut client) = started(target).await;
+    for (id, signal, code) in [("term", "TERM", 143), ("kill", "KILL", 137), ("hup", "HUP", 129)] {
+        client.ok("process/start", exec(id, &format!("kill -{signal} $$"))).await.unwrap();
+        let events = client.process_events(id).await.unwrap();
+        assert_eq!(exit_code(&events), code, "{signal}");
+    }
+}

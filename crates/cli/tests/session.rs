@@ -1,0 +1,207 @@
+//! Sessions outlive connections: detach, resume, takeover refusal, isolation, expiry, and the
+//! stdio transport whose session ends with it.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tether_testkit::client::{b64decode, output_of};
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+mod common;
+use common::{exec, is_alive, text};
+
+against_both!(
+    a_dropped_connection_detaches_and_resume_finds_the_process_running,
+    resuming_an_attached_session_is_refused_as_retryable,
+    process_ids_belong_to_their_session,
+    stdio_serves_one_session_that_ends_with_stdin,
+    sigterm_stops_the_server_and_its_processes,
+);
+
+async fn a_dropped_connection_detaches_and_resume_finds_the_process_running(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (mut first, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let session_id = init["sessionId"].as_str().unwrap().to_owned();
+    first
+        .ok("process/start", exec("p", "echo before; sleep 0.5; echo during; sleep 30"))
+        .await
+        .unwrap();
+    let read = first.ok("process/read", json!({"processId": "p", "waitMs": 10000})).await.unwrap();
+    assert_eq!(text(&read["chunks"]), "before\n");
+    first.close().await;
+
+    // Output written while nobody is attached is retained.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut second = RpcClient::connect(&server.url).await.unwrap();
+    let resumed = second.initialize(Some(&session_id)).await.unwrap().unwrap();
+    assert_eq!(resumed["sessionId"], session_id.as_str());
+    let read = second.ok("process/read", json!({"processId": "p", "afterSeq": 0})).await.unwrap();
+    assert_eq!(text(&read["chunks"]), "before\nduring\n");
+    assert_eq!((read["exited"].clone(), read["closed"].clone()), (json!(false), json!(false)));
+
+    // Notifications now reach the new connection.
+    let terminated = second.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
+    assert_eq!(terminated, json!({"running": true}));
+    let events = second.process_events("p").await.unwrap();
+    assert!(events.iter().any(|e| e["method"] == "process/exited"));
+}
+
+async fn resuming_an_attached_session_is_refused_as_retryable(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (_holder, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let session_id = init["sessionId"].as_str().unwrap();
+    let mut intruder = RpcClient::connect(&server.url).await.unwrap();
+    let error = intruder.initialize(Some(session_id)).await.unwrap().unwrap_err();
+    assert_eq!(error.code, -32010);
+    assert_eq!(
+        error.message,
+        format!("session {session_id} is already attached to another connection")
+    );
+    // The refused connection may still start a session of its own.
+    let fresh = intruder.initialize(None).await.unwrap().unwrap();
+    assert_ne!(fresh["sessionId"], session_id);
+}
+
+async fn process_ids_belong_to_their_session(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (mut alice, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let (mut bob, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    alice.ok("process/start", exec("same", "echo alice; sleep 30")).await.unwrap();
+    bob.ok("process/start", exec("same", "echo bob")).await.unwrap();
+    let events = bob.process_events("same").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"bob\n");
+    let read =
+        alice.ok("process/read", json!({"processId": "same", "waitMs": 10000})).await.unwrap();
+    assert_eq!(text(&read["chunks"]), "alice\n");
+    bob.ok("process/start", exec("bobs", "sleep 30")).await.unwrap();
+    let error = alice.err("process/read", json!({"processId": "bobs"})).await.unwrap();
+    assert_eq!(error.message, "unknown process id bobs");
+    let terminate = alice.ok("process/terminate", json!({"processId": "bobs"})).await.unwrap();
+    assert_eq!(terminate, json!({"running": false}), "another session's process is out of reach");
+    alice.ok("process/terminate", json!({"processId": "same"})).await.unwrap();
+    bob.ok("process/terminate", json!({"processId": "bobs"})).await.unwrap();
+}
+
+async fn stdio_serves_one_session_that_ends_with_stdin(target: Target) {
+    let scratch = tempdir();
+    let mut command = ServerProcess::command(target, &scratch).unwrap();
+    command
+        .args(["--listen", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    command.kill_on_drop(true);
+    let mut server = command.spawn().unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap()).lines();
+
+    // CRLF and blank lines are fine.
+    stdin
+        .write_all(
+            b"\r\n{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientName\":\"stdio\"}}\r\n",
+        )
+        .await
+        .unwrap();
+    let reply: Value = serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+    assert!(reply["result"]["sessionId"].is_string(), "{reply}");
+    stdin.write_all(b"{\"method\":\"initialized\",\"params\":{}}\n{bad\n").await.unwrap();
+    let reply: Value = serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(reply["id"], -1);
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed to parse JSON-RPC message from exec-server stdio: ")
+    );
+
+    let start =
+        json!({"id": 2, "method": "process/start", "params": exec("p", "echo $$; sleep 60")});
+    stdin.write_all(format!("{start}\n").as_bytes()).await.unwrap();
+    let mut pid = None;
+    while pid.is_none() {
+        let line: Value =
+            serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+        if line["method"] == "process/output" {
+            pid = Some(
+                String::from_utf8(b64decode(&line["params"]["chunk"]))
+                    .unwrap()
+                    .trim()
+                    .parse::<u32>()
+                    .unwrap(),
+            );
+        }
+    }
+    let pid = pid.unwrap();
+    assert!(is_alive(pid));
+
+    drop(stdin);
+    let status =
+        tokio::time::timeout(Duration::from_secs(10), server.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "exits 0 at end of input: {status}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!is_alive(pid), "its processes are gone");
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+async fn sigterm_stops_the_server_and_its_processes(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    client.ok("process/start", exec("p", "echo $$; sleep 60")).await.unwrap();
+    let read = client.ok("process/read", json!({"processId": "p", "waitMs": 10000})).await.unwrap();
+    let pid: u32 = text(&read["chunks"]).trim().parse().unwrap();
+    let status = server.stop().await.unwrap();
+    assert!(status.success(), "{status}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!is_alive(pid), "processes do not outlive the server");
+}
+
+/// Tether only: the detach TTL is a flag, so expiry can be tested in seconds (the reference's is
+/// a fixed 80 s).
+#[tokio::test]
+async fn an_expired_session_is_gone_and_its_processes_killed() {
+    let server =
+        ServerProcess::start_with(Target::Tether, &["--session-ttl-secs", "1"]).await.unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let session_id = init["sessionId"].as_str().unwrap().to_owned();
+    client.ok("process/start", exec("p", "echo $$; sleep 60")).await.unwrap();
+    let read = client.ok("process/read", json!({"processId": "p", "waitMs": 10000})).await.unwrap();
+    let pid: u32 = text(&read["chunks"]).trim().parse().unwrap();
+    client.close().await;
+
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(!is_alive(pid), "the expired session's process was killed");
+    let mut late = RpcClient::connect(&server.url).await.unwrap();
+    let error = late.initialize(Some(&session_id)).await.unwrap().unwrap_err();
+    assert_eq!((error.code, error.message), (-32600, format!("unknown session id {session_id}")));
+}
+
+/// Tether only: a resume within the TTL cancels the expiry, and a later detach starts a new one.
+#[tokio::test]
+async fn resuming_restarts_the_detach_clock() {
+    let server =
+        ServerProcess::start_with(Target::Tether, &["--session-ttl-secs", "1"]).await.unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let session_id = init["sessionId"].as_str().unwrap().to_owned();
+    client.ok("process/start", exec("p", "sleep 60")).await.unwrap();
+    client.close().await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut client = RpcClient::connect(&server.url).await.unwrap();
+        client.initialize(Some(&session_id)).await.unwrap().unwrap();
+        let read = client.ok("process/read", json!({"processId": "p"})).await.unwrap();
+        assert_eq!(read["exited"], false);
+        client.close().await;
+    }
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tether-stdio-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
