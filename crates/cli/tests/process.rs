@@ -44,14 +44,18 @@ fn exit_code(events: &[Value]) -> i64 {
     exited[0]["params"]["exitCode"].as_i64().unwrap()
 }
 
-/// Every event's seq, 1..=n with no gap and no repeat; `process/closed` last and highest.
-fn assert_one_sequence(events: &[Value]) {
+/// Every event's seq, 1..=n with no gap and no repeat; `process/closed` has the highest. Tether
+/// also sends them in sequence order (the reference may not).
+fn assert_one_sequence(target: Target, events: &[Value]) {
     let seqs: BTreeSet<u64> = events.iter().map(seq).collect();
     assert_eq!(seqs.len(), events.len(), "no repeated seq: {events:?}");
     assert_eq!(seqs, (1..=events.len() as u64).collect(), "gap-free from 1: {events:?}");
-    let last = events.last().unwrap();
-    assert_eq!(last["method"], "process/closed");
-    assert_eq!(seq(last), events.len() as u64);
+    let closed = events.iter().find(|e| e["method"] == "process/closed").unwrap();
+    assert_eq!(seq(closed), events.len() as u64);
+    if target == Target::Tether {
+        let arrival: Vec<u64> = events.iter().map(seq).collect();
+        assert_eq!(arrival, (1..=events.len() as u64).collect::<Vec<_>>(), "in order");
+    }
 }
 
 async fn output_exit_and_close_share_one_gap_free_sequence(target: Target) {
@@ -60,7 +64,7 @@ async fn output_exit_and_close_share_one_gap_free_sequence(target: Target) {
         client.ok("process/start", exec("p1", "printf out; printf err >&2; exit 3")).await.unwrap();
     assert_eq!(result, json!({"processId": "p1", "sandboxType": "none"}));
     let events = client.process_events("p1").await.unwrap();
-    assert_one_sequence(&events);
+    assert_one_sequence(target, &events);
     assert_eq!(output_of(&events, "stdout"), b"out");
     assert_eq!(output_of(&events, "stderr"), b"err");
     assert_eq!(exit_code(&events), 3);
@@ -77,7 +81,7 @@ async fn pty_processes_have_one_pty_stream(target: Target) {
     params["tty"] = json!(true);
     client.ok("process/start", params).await.unwrap();
     let events = client.process_events("t1").await.unwrap();
-    assert_one_sequence(&events);
+    assert_one_sequence(target, &events);
     let output = String::from_utf8(output_of(&events, "pty")).unwrap();
     assert!(output.starts_with("hithere"), "{output:?}");
     assert!(output.contains("24 80"), "a 24x80 terminal: {output:?}");
@@ -239,7 +243,7 @@ async fn close_waits_for_output_written_after_exit(target: Target) {
     let (_server, mut client) = started(target).await;
     client.ok("process/start", exec("p", "(sleep 0.4; echo late) & echo early")).await.unwrap();
     let events = client.process_events("p").await.unwrap();
-    assert_one_sequence(&events);
+    assert_one_sequence(target, &events);
     assert_eq!(output_of(&events, "stdout"), b"early\nlate\n");
     let exit_seq = events.iter().find(|e| e["method"] == "process/exited").map(seq).unwrap();
     let late_seq =

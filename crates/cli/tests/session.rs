@@ -44,7 +44,8 @@ async fn a_dropped_connection_detaches_and_resume_finds_the_process_running(targ
     // Notifications now reach the new connection.
     let terminated = second.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
     assert_eq!(terminated, json!({"running": true}));
-    let events = second.process_events("p").await.unwrap();
+    let caught_up = read["nextSeq"].as_u64().unwrap() - 1;
+    let events = second.process_events_after("p", caught_up).await.unwrap();
     assert!(events.iter().any(|e| e["method"] == "process/exited"));
 }
 

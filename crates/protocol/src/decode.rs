@@ -27,6 +27,9 @@ pub fn parse_value(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     Ok(value)
 }
 
+/// The key serde_json's `arbitrary_precision` feature uses to pass a number through a map.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
 struct Limited<'a> {
     budget: &'a Cell<usize>,
 }
@@ -111,7 +114,15 @@ impl<'de> Visitor<'de> for Limited<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         self.spend()?;
         let mut object = Map::new();
+        let mut first = true;
         while let Some(key) = map.next_key::<String>()? {
+            // With `arbitrary_precision`, serde_json hands a number over as a one-member map
+            // under this private key, holding the number's text.
+            if first && key == NUMBER_TOKEN {
+                let text = map.next_value::<String>()?;
+                return text.parse().map(Value::Number).map_err(de::Error::custom);
+            }
+            first = false;
             let value = map.next_value_seed(Limited { budget: self.budget })?;
             if object.contains_key(&key) {
                 return Err(de::Error::custom(format_args!("duplicate JSON object key `{key}`")));
@@ -129,8 +140,11 @@ mod tests {
     #[test]
     fn parses_ordinary_documents() {
         let value =
-            parse_value(br#"{"id":1,"method":"x","params":{"a":[1,"two",null,true]}}"#).unwrap();
+            parse_value(br#"{"id":1,"method":"x","params":{"a":[1,"two",null,true,-2.5]}}"#).unwrap();
         assert_eq!(value["params"]["a"][1], "two");
+        assert_eq!(value["params"]["a"][0], 1);
+        assert_eq!(value["params"]["a"][4], -2.5);
+        assert_eq!(value["id"].as_i64(), Some(1));
     }
 
     #[test]

@@ -180,25 +180,38 @@ impl RpcClient {
         }
     }
 
-    /// Collects a process's notifications until its `process/closed`; returns them in arrival
-    /// order. Notifications of other processes stay queued.
+    /// Collects a process's notifications until it has them all: its `process/closed` and every
+    /// sequence number below it (the reference may send them out of order). Returns them in
+    /// arrival order; notifications of other processes stay queued.
     pub async fn process_events(&mut self, process_id: &str) -> anyhow::Result<Vec<Value>> {
+        self.process_events_after(process_id, 0).await
+    }
+
+    /// Like [`Self::process_events`], for a client that has seen everything up to `after_seq`
+    /// (it resumed a session and caught up with `process/read`).
+    pub async fn process_events_after(
+        &mut self,
+        process_id: &str,
+        after_seq: u64,
+    ) -> anyhow::Result<Vec<Value>> {
         let mut events = Vec::new();
         let mut others = VecDeque::new();
-        loop {
+        let mut closed_seq = None;
+        while closed_seq.is_none_or(|seq| (events.len() as u64) < seq - after_seq) {
             let notification = self.notification().await?;
-            if notification["params"]["processId"] != process_id {
+            let seq = notification["params"]["seq"].as_u64().unwrap_or_default();
+            if notification["params"]["processId"] != process_id || seq <= after_seq {
                 others.push_back(notification);
                 continue;
             }
-            let closed = notification["method"] == "process/closed";
-            events.push(notification);
-            if closed {
-                others.extend(self.notifications.drain(..));
-                self.notifications = others;
-                return Ok(events);
+            if notification["method"] == "process/closed" {
+                closed_seq = notification["params"]["seq"].as_u64();
             }
+            events.push(notification);
         }
+        others.extend(self.notifications.drain(..));
+        self.notifications = others;
+        Ok(events)
     }
 
     /// Closes the connection cleanly.
