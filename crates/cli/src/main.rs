@@ -67,9 +67,13 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
-    }
+    };
+    // A stdio server stopped by a signal still has a thread blocked reading stdin; do not wait
+    // for it.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    result
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

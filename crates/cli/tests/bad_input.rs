@@ -40,11 +40,27 @@ async fn process_start_params_are_validated(target: Target) {
         (without(base.clone(), "env"), -32602, "missing field `env`"),
         (without(base.clone(), "tty"), -32602, "missing field `tty`"),
         (without(base.clone(), "argv"), -32602, "missing field `argv`"),
-        (with(base.clone(), "processId", json!(5)), -32602, "invalid type: number, expected a string"),
+        (
+            with(base.clone(), "processId", json!(5)),
+            -32602,
+            "invalid type: number, expected a string",
+        ),
         (with(base.clone(), "argv", json!([])), -32602, "argv must not be empty"),
-        (with(base.clone(), "cwd", json!("tmp")), -32602, "invalid URI: relative URL without a base"),
-        (with(base.clone(), "cwd", json!("/tmp")), -32602, "invalid URI: relative URL without a base"),
-        (with(base.clone(), "cwd", json!("http://x/tmp")), -32602, "unsupported path URI scheme `http`"),
+        (
+            with(base.clone(), "cwd", json!("tmp")),
+            -32602,
+            "invalid URI: relative URL without a base",
+        ),
+        (
+            with(base.clone(), "cwd", json!("/tmp")),
+            -32602,
+            "invalid URI: relative URL without a base",
+        ),
+        (
+            with(base.clone(), "cwd", json!("http://x/tmp")),
+            -32602,
+            "unsupported path URI scheme `http`",
+        ),
     ];
     for (params, code, message) in cases {
         let error = client.err("process/start", params.clone()).await.unwrap();
@@ -61,14 +77,30 @@ async fn process_start_params_are_validated(target: Target) {
 
 async fn spawn_failures_are_internal_errors_with_the_os_message(target: Target) {
     let (_server, mut client) = started(target).await;
-    let not_executable = std::env::temp_dir().join(format!("tether-noexec-{}-{target:?}", std::process::id()));
+    let not_executable =
+        std::env::temp_dir().join(format!("tether-noexec-{}-{target:?}", std::process::id()));
     std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
     let cases = [
-        (with(exec("a", "true"), "cwd", json!("file:///nonexistent-dir")), "No such file or directory (os error 2)"),
-        (with(exec("b", "true"), "cwd", json!("file:///etc/hostname")), "Not a directory (os error 20)"),
-        (with(exec("c", ""), "argv", json!(["/nonexistent/binary"])), "No such file or directory (os error 2)"),
-        (with(exec("d", ""), "argv", json!(["no-such-program-anywhere"])), "No such file or directory (os error 2)"),
-        (with(exec("e", ""), "argv", json!([not_executable.to_str().unwrap()])), "Permission denied (os error 13)"),
+        (
+            with(exec("a", "true"), "cwd", json!("file:///nonexistent-dir")),
+            "No such file or directory (os error 2)",
+        ),
+        (
+            with(exec("b", "true"), "cwd", json!("file:///etc/hostname")),
+            "Not a directory (os error 20)",
+        ),
+        (
+            with(exec("c", ""), "argv", json!(["/nonexistent/binary"])),
+            "No such file or directory (os error 2)",
+        ),
+        (
+            with(exec("d", ""), "argv", json!(["no-such-program-anywhere"])),
+            "No such file or directory (os error 2)",
+        ),
+        (
+            with(exec("e", ""), "argv", json!([not_executable.to_str().unwrap()])),
+            "Permission denied (os error 13)",
+        ),
     ];
     for (params, message) in cases {
         let error = client.err("process/start", params.clone()).await.unwrap();
@@ -84,9 +116,21 @@ async fn write_signal_and_read_params_are_validated(target: Target) {
     client.ok("process/start", exec("p", "sleep 30")).await.unwrap();
     let cases = [
         ("process/write", json!({"processId": "p", "chunk": "eA=="}), "missing field `writeId`"),
-        ("process/write", json!({"processId": "p", "chunk": "eA==", "writeId": ""}), "writeId must not be empty"),
-        ("process/write", json!({"processId": "p", "chunk": "!!", "writeId": "1"}), "Invalid symbol 33, offset 0."),
-        ("process/signal", json!({"processId": "p", "signal": "kill"}), "unknown variant `kill`, expected `interrupt`"),
+        (
+            "process/write",
+            json!({"processId": "p", "chunk": "eA==", "writeId": ""}),
+            "writeId must not be empty",
+        ),
+        (
+            "process/write",
+            json!({"processId": "p", "chunk": "!!", "writeId": "1"}),
+            "Invalid symbol 33, offset 0.",
+        ),
+        (
+            "process/signal",
+            json!({"processId": "p", "signal": "kill"}),
+            "unknown variant `kill`, expected `interrupt`",
+        ),
         ("process/read", json!({"processId": 1}), "invalid type: number, expected a string"),
         ("process/terminate", json!({}), "missing field `processId`"),
     ];
@@ -94,7 +138,8 @@ async fn write_signal_and_read_params_are_validated(target: Target) {
         let error = client.err(method, params.clone()).await.unwrap();
         assert_eq!((error.code, error.message.as_str()), (-32602, message), "{method} {params}");
     }
-    let error = client.err("process/read", json!({"processId": "p", "afterSeq": -1})).await.unwrap();
+    let error =
+        client.err("process/read", json!({"processId": "p", "afterSeq": -1})).await.unwrap();
     assert_eq!(error.code, -32602);
     client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
 }
@@ -105,7 +150,9 @@ async fn oversized_frames_end_only_their_own_connection(target: Target) {
     let (mut offender, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
     // One frame over the 16 MiB frame limit.
     let padding = "x".repeat(16 * 1024 * 1024 + 1);
-    let _ = offender.send_text(&format!(r#"{{"id":1,"method":"environment/status","pad":"{padding}"}}"#)).await;
+    let _ = offender
+        .send_text(&format!(r#"{{"id":1,"method":"environment/status","pad":"{padding}"}}"#))
+        .await;
     assert!(offender.is_closed_within(Duration::from_secs(10)).await);
     let status = bystander.ok("environment/status", json!(null)).await.unwrap();
     assert_eq!(status["status"], "ready");
@@ -115,7 +162,10 @@ async fn oversized_frames_end_only_their_own_connection(target: Target) {
 async fn hostile_json_is_refused_with_id_minus_one(target: Target) {
     let (_server, mut client) = started(target).await;
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    let wide = format!(r#"{{"id":1,"method":"environment/status","params":[{}]}}"#, vec!["0"; 300_000].join(","));
+    let wide = format!(
+        r#"{{"id":1,"method":"environment/status","params":[{}]}}"#,
+        vec!["0"; 300_000].join(",")
+    );
     for (name, text) in [("deep nesting", deep), ("too many values", wide)] {
         client.send_text(&text).await.unwrap();
         let error = client.response_to(&json!(-1)).await.unwrap().unwrap_err();

@@ -297,3 +297,47 @@ async fn signal_deaths_report_128_plus_the_signal(target: Target) {
         assert_eq!(exit_code(&events), code, "{signal}");
     }
 }
+
+against_both!(pipelined_writes_are_applied_in_the_order_sent);
+
+async fn pipelined_writes_are_applied_in_the_order_sent(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let mut params = exec("p", "head -c 2000");
+    params["pipeStdin"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    let mut ids = Vec::new();
+    let mut expected = Vec::new();
+    for n in 0..200 {
+        let text = format!("{n:09}\n");
+        expected.extend_from_slice(text.as_bytes());
+        let write = json!({"processId": "p", "chunk": b64encode(text.as_bytes()), "writeId": n.to_string()});
+        ids.push(client.send_request("process/write", write).await.unwrap());
+    }
+    for id in ids {
+        assert_eq!(client.response(id).await.unwrap().unwrap(), json!({"status": "accepted"}));
+    }
+    let events = client.process_events("p").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), expected);
+}
+
+/// Tether only: a long-polling read does not hold up the requests behind it (the reference, by
+/// default, answers them after the read returns).
+#[tokio::test]
+async fn a_long_poll_does_not_block_the_connection() {
+    let (_server, mut client) = started(Target::Tether).await;
+    client.ok("process/start", exec("quiet", "sleep 30")).await.unwrap();
+    let read = client
+        .send_request("process/read", json!({"processId": "quiet", "waitMs": 20000}))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    client.ok("environment/status", json!(null)).await.unwrap();
+    client.ok("process/start", exec("other", "echo hi")).await.unwrap();
+    let events = client.process_events("other").await.unwrap();
+    assert_eq!(output_of(&events, "stdout"), b"hi\n");
+    assert!(started.elapsed() < Duration::from_secs(5), "answered while the read waits");
+    // Terminating the quiet process ends the read: it exited.
+    client.ok("process/terminate", json!({"processId": "quiet"})).await.unwrap();
+    let result = client.response(read).await.unwrap().unwrap();
+    assert_eq!(result["exited"], true);
+}

@@ -206,3 +206,55 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Tether only: a stdio server stopped by SIGTERM exits at once, even with stdin still open,
+/// and takes its processes with it.
+#[tokio::test]
+async fn sigterm_stops_a_stdio_server_with_stdin_open() {
+    let scratch = tempdir();
+    let mut command = ServerProcess::command(Target::Tether, &scratch).unwrap();
+    command
+        .args(["--listen", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    command.kill_on_drop(true);
+    let mut server = command.spawn().unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap()).lines();
+    let init = r#"{"id":1,"method":"initialize","params":{"clientName":"stdio"}}"#;
+    stdin.write_all(format!("{init}\n{{\"method\":\"initialized\"}}\n").as_bytes()).await.unwrap();
+    stdout.next_line().await.unwrap().unwrap();
+    let start =
+        json!({"id": 2, "method": "process/start", "params": exec("p", "echo $$; sleep 60")});
+    stdin.write_all(format!("{start}\n").as_bytes()).await.unwrap();
+    let mut pid = None;
+    while pid.is_none() {
+        let line: Value =
+            serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+        if line["method"] == "process/output" {
+            pid = Some(
+                String::from_utf8(b64decode(&line["params"]["chunk"]))
+                    .unwrap()
+                    .trim()
+                    .parse::<u32>()
+                    .unwrap(),
+            );
+        }
+    }
+    let server_pid = rustix_pid(server.id().unwrap());
+    rustix::process::kill_process(server_pid, rustix::process::Signal::TERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(5), server.wait())
+        .await
+        .expect("exits promptly")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!is_alive(pid.unwrap()));
+    drop(stdin);
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+fn rustix_pid(pid: u32) -> rustix::process::Pid {
+    rustix::process::Pid::from_raw(pid as i32).unwrap()
+}

@@ -140,7 +140,8 @@ mod tests {
     #[test]
     fn parses_ordinary_documents() {
         let value =
-            parse_value(br#"{"id":1,"method":"x","params":{"a":[1,"two",null,true,-2.5]}}"#).unwrap();
+            parse_value(br#"{"id":1,"method":"x","params":{"a":[1,"two",null,true,-2.5]}}"#)
+                .unwrap();
         assert_eq!(value["params"]["a"][1], "two");
         assert_eq!(value["params"]["a"][0], 1);
         assert_eq!(value["params"]["a"][4], -2.5);

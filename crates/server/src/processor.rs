@@ -27,7 +27,7 @@ use tether_protocol::{JsonRpcError, Message, Method, Notification, Request, Requ
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::rpc_error::{from_process_error, invalid_params, invalid_request};
 use crate::session::Session;
@@ -197,7 +197,10 @@ impl Processor {
                 })
             }
             // Served by the filesystem and HTTP layers, which this server does not have yet.
-            _ => Err(JsonRpcError::new(METHOD_NOT_FOUND, not_implemented_message(method.name()))),
+            _ => {
+                info!(method = method.name(), "method not served yet");
+                Err(JsonRpcError::new(METHOD_NOT_FOUND, not_implemented_message(method.name())))
+            }
         };
         match result {
             Ok(text) => self.send(text).await,

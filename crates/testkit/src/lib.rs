@@ -5,9 +5,11 @@
 //! protocol as the reference really speaks it, not as we imagine it.
 
 pub mod client;
+pub mod model;
 pub mod server;
 
 pub use client::{RpcClient, RpcError};
+pub use model::MockModel;
 pub use server::{ServerProcess, Target};
 
 /// Runs one async scenario against Tether and against the reference, as two tests named
