@@ -19,7 +19,27 @@ against_both!(
     a_failed_resume_leaves_initialize_available,
     environment_methods_take_no_params,
     http_readiness_and_browser_origins,
+    client_pings_are_answered,
 );
+
+async fn client_pings_are_answered(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    client.ping(b"are you there").await.unwrap();
+    client.ok("environment/status", json!(null)).await.unwrap();
+}
+
+/// Tether only: the ping interval is a flag (the reference's is a fixed 30 s).
+#[tokio::test]
+async fn the_server_pings_every_interval() {
+    let server =
+        ServerProcess::start_with(Target::Tether, &["--ping-interval-secs", "1"]).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let started = std::time::Instant::now();
+    client.server_ping().await.unwrap();
+    client.server_ping().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
 
 async fn initialize_returns_a_session_and_the_environment(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();

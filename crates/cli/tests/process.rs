@@ -9,7 +9,7 @@ use tether_testkit::client::{b64decode, b64encode, output_of};
 use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
 
 mod common;
-use common::{exec, is_alive};
+use common::{dies_soon, exec};
 
 against_both!(
     output_exit_and_close_share_one_gap_free_sequence,
@@ -120,6 +120,9 @@ async fn read_replays_retained_output_with_byte_budgets(target: Target) {
     assert_eq!(seven["chunks"].as_array().unwrap().len(), 1);
     let ten = client.ok("process/read", json!({"processId": "p", "maxBytes": 10})).await.unwrap();
     assert_eq!(ten["chunks"].as_array().unwrap().len(), 2);
+    // With a budget, reading continues after the last chunk returned, even when it was the last.
+    assert_eq!(ten["nextSeq"], chunks[1] + 1);
+    assert_eq!(ten["exited"], true);
 
     // After the last chunk: nothing, and nextSeq still counts exit and close.
     let tail =
@@ -231,7 +234,7 @@ async fn terminate_kills_the_process_group(target: Target) {
     assert_eq!(result, json!({"running": true}));
     let events = client.process_events("p").await.unwrap();
     assert_eq!(exit_code(&events), 137, "SIGKILL");
-    assert!(!is_alive(grandchild), "the grandchild died with its group");
+    assert!(dies_soon(grandchild).await, "the grandchild died with its group");
     let again = client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
     assert_eq!(again, json!({"running": false}));
     // A closed process stays readable.

@@ -10,7 +10,7 @@ use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 mod common;
-use common::{exec, is_alive, text};
+use common::{dies_soon, exec, is_alive, text};
 
 against_both!(
     a_dropped_connection_detaches_and_resume_finds_the_process_running,
@@ -142,7 +142,7 @@ async fn stdio_serves_one_session_that_ends_with_stdin(target: Target) {
         tokio::time::timeout(Duration::from_secs(10), server.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exits 0 at end of input: {status}");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!is_alive(pid), "its processes are gone");
+    assert!(dies_soon(pid).await, "its processes are gone");
     let _ = std::fs::remove_dir_all(scratch);
 }
 
@@ -155,7 +155,7 @@ async fn sigterm_stops_the_server_and_its_processes(target: Target) {
     let status = server.stop().await.unwrap();
     assert!(status.success(), "{status}");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!is_alive(pid), "processes do not outlive the server");
+    assert!(dies_soon(pid).await, "processes do not outlive the server");
 }
 
 /// Tether only: the detach TTL is a flag, so expiry can be tested in seconds (the reference's is
@@ -172,7 +172,7 @@ async fn an_expired_session_is_gone_and_its_processes_killed() {
     client.close().await;
 
     tokio::time::sleep(Duration::from_millis(1800)).await;
-    assert!(!is_alive(pid), "the expired session's process was killed");
+    assert!(dies_soon(pid).await, "the expired session's process was killed");
     let mut late = RpcClient::connect(&server.url).await.unwrap();
     let error = late.initialize(Some(&session_id)).await.unwrap().unwrap_err();
     assert_eq!((error.code, error.message), (-32600, format!("unknown session id {session_id}")));
@@ -250,7 +250,7 @@ async fn sigterm_stops_a_stdio_server_with_stdin_open() {
         .unwrap();
     assert!(status.success(), "{status}");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!is_alive(pid.unwrap()));
+    assert!(dies_soon(pid.unwrap()).await);
     drop(stdin);
     let _ = std::fs::remove_dir_all(scratch);
 }

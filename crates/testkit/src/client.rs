@@ -214,6 +214,44 @@ impl RpcClient {
         Ok(events)
     }
 
+    /// Sends a WebSocket ping and waits for the matching pong.
+    pub async fn ping(&mut self, payload: &[u8]) -> anyhow::Result<()> {
+        self.socket.send(Message::Ping(payload.to_vec().into())).await?;
+        loop {
+            match self.next_frame().await? {
+                Message::Pong(data) if data.as_ref() == payload => return Ok(()),
+                Message::Text(text) => self.keep(serde_json::from_str(&text)?),
+                _ => {}
+            }
+        }
+    }
+
+    /// Waits for the server's next WebSocket ping.
+    pub async fn server_ping(&mut self) -> anyhow::Result<()> {
+        loop {
+            match self.next_frame().await? {
+                Message::Ping(_) => return Ok(()),
+                Message::Text(text) => self.keep(serde_json::from_str(&text)?),
+                _ => {}
+            }
+        }
+    }
+
+    async fn next_frame(&mut self) -> anyhow::Result<Message> {
+        Ok(tokio::time::timeout(RECV_TIMEOUT, self.socket.next())
+            .await
+            .context("no frame within the timeout")?
+            .context("connection closed")??)
+    }
+
+    fn keep(&mut self, message: Value) {
+        if message.get("method").is_some() {
+            self.notifications.push_back(message);
+        } else {
+            self.responses.push(message);
+        }
+    }
+
     /// Closes the connection cleanly.
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;

@@ -23,6 +23,18 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
+/// Whether `pid` is dead within two seconds: a killed process closes its pipes a moment
+/// before it finishes dying.
+pub async fn dies_soon(pid: u32) -> bool {
+    for _ in 0..100 {
+        if !is_alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
 /// The text of a `process/read` result's chunks, concatenated.
 pub fn text(chunks: &Value) -> String {
     chunks

@@ -112,29 +112,27 @@ impl RetainedOutput {
     }
 
     /// Chunks after `after_seq` within a byte budget. The first chunk is always included, even
-    /// past the budget, so a reader always makes progress; chunks are never split.
+    /// past the budget, so a reader always makes progress; chunks are never split, and more are
+    /// added while the total stays within the budget.
+    ///
+    /// `next_seq` is where the reader continues. Without a budget it is the process's next
+    /// sequence, which also steps over an exit and a close. With a budget it is one past the last
+    /// chunk returned (so the exit and close are reported again on the next read), or the
+    /// process's next sequence when no chunk was returned — as the reference computes it.
     pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadWindow {
         let start = self.chunks.partition_point(|c| c.seq <= after_seq);
         let mut chunks = Vec::new();
         let mut total = 0usize;
-        let mut cut_short = false;
         for chunk in self.chunks.range(start..) {
-            if let Some(budget) = max_bytes
-                && !chunks.is_empty()
-                && total + chunk.chunk.len() > budget
-            {
-                cut_short = true;
+            let within_budget = max_bytes.is_none_or(|budget| total + chunk.chunk.len() <= budget);
+            if !chunks.is_empty() && !within_budget {
                 break;
             }
             total += chunk.chunk.len();
             chunks.push(chunk.clone());
-            if max_bytes.is_some_and(|budget| total >= budget) {
-                cut_short = chunks.last().map(|c| c.seq) != self.chunks.back().map(|c| c.seq);
-                break;
-            }
         }
-        let next_seq = match (cut_short, chunks.last()) {
-            (true, Some(last)) => last.seq + 1,
+        let next_seq = match (max_bytes, chunks.last()) {
+            (Some(_), Some(last)) => last.seq + 1,
             _ => self.next_seq,
         };
         ReadWindow {
@@ -183,6 +181,21 @@ mod tests {
         // Nothing new: next_seq is the process's next sequence.
         assert_eq!(seqs(retained.read(2, Some(5))), (vec![], 3));
         assert_eq!(seqs(retained.read(99, None)), (vec![], 3));
+    }
+
+    #[test]
+    fn with_a_budget_next_seq_follows_the_last_chunk_returned() {
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES);
+        out(&mut retained, "hello");
+        out(&mut retained, "ab");
+        retained.record_exit(0);
+        retained.record_close();
+        let seqs = |w: ReadWindow| (w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), w.next_seq);
+        assert_eq!(seqs(retained.read(0, Some(100))), (vec![1, 2], 3));
+        assert_eq!(seqs(retained.read(0, Some(7))), (vec![1, 2], 3));
+        assert_eq!(seqs(retained.read(0, Some(5))), (vec![1], 2));
+        assert_eq!(seqs(retained.read(0, None)), (vec![1, 2], 5));
+        assert_eq!(seqs(retained.read(2, Some(5))), (vec![], 5));
     }
 
     #[test]
