@@ -11,6 +11,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use axum::serve::ListenerExt;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -21,6 +22,9 @@ use super::{ConnectionId, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, OUTBOUND_QUEUE_MESSAGES};
 use crate::processor::serve_connection;
 use crate::state::ServerState;
+
+/// Most queued messages written before one flush.
+const WRITE_BATCH_MESSAGES: usize = 64;
 
 #[derive(Clone)]
 struct AppState {
@@ -37,6 +41,10 @@ pub(crate) async fn serve(
         .route("/", any(upgrade))
         .route("/readyz", get(|| async { StatusCode::OK }))
         .with_state(AppState { server, shutdown: shutdown.clone() });
+    // Notifications are small and latency matters more than packet count: no Nagle delay.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
@@ -78,14 +86,30 @@ async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
                 ping_interval,
             );
             loop {
-                let message = tokio::select! {
+                let first = tokio::select! {
                     text = queue.recv() => match text {
                         Some(text) => Message::text(text),
                         None => break,
                     },
                     _ = ping.tick() => Message::Ping(Default::default()),
                 };
-                if sink.send(message).await.is_err() {
+                // Write what is already queued with the first message and flush once: a burst of
+                // output costs one socket write, not one per notification.
+                let mut batch = vec![first];
+                while batch.len() < WRITE_BATCH_MESSAGES {
+                    match queue.try_recv() {
+                        Ok(text) => batch.push(Message::text(text)),
+                        Err(_) => break,
+                    }
+                }
+                let mut failed = false;
+                for message in batch {
+                    if sink.feed(message).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if failed || sink.flush().await.is_err() {
                     break;
                 }
             }
