@@ -77,10 +77,10 @@ async fn requests_before_the_handshake_are_refused_in_wire_order(target: Target)
     );
     client.response(init).await.unwrap().unwrap();
     let error = client.response(between).await.unwrap().unwrap_err();
-    // Tether serves fs/* in a later release; until then both must agree only that it fails.
-    if target == Target::Reference {
-        assert_eq!(error.message, "client must send initialized before using filesystem methods");
-    }
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (-32600, "client must send initialized before using filesystem methods")
+    );
     let error = client.response(between_env).await.unwrap().unwrap_err();
     assert_eq!(
         (error.code, error.message.as_str()),

@@ -8,6 +8,8 @@
 //!   stdin writes, signals.
 //! - [`process_table`]: the processes of one session, keyed by the client's process ids, with
 //!   the start/terminate races settled in one place.
+//! - [`fs`]: the filesystem surface ([`fs::FileSystem`]) and its local implementation, open
+//!   file handles and the missing-path watch.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
 //! - [`sandbox`]: which sandbox intents Tether can honour (it enforces none itself).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
@@ -18,6 +20,7 @@
 
 pub mod env_policy;
 pub mod environment;
+pub mod fs;
 pub mod process;
 pub mod process_table;
 pub mod sandbox;

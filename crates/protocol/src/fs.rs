@@ -425,23 +425,40 @@ pub struct FsCloseParams {
 
 pub type FsCloseResponse = FsEmptyResponse;
 
-/// `fs/watchMissing` params. **Provisional shape**: the specification names the method only
-/// through the `fsWatchMissing` capability the reference advertises, and no probe of the
-/// reference and no stored Codex source shows its params or result (the reference answers
-/// `fs/watch` with `-32601`). The fields here are the ones every path-taking fs method has;
-/// unknown members are ignored, so a richer request still decodes. Revisit once the real shape is
-/// captured.
+/// `fs/watchMissing` params: tell me when any of these missing paths may have appeared, or
+/// when `present` went away.
+///
+/// Codex sends it after looking for optional files (skills, say) that are not there yet, so it
+/// can look again when they might be. One watch per connection: a new one replaces the last.
+/// The server answers `fs/missingChanged {watchId}` once, when a path along any `missing` path
+/// is created or `present` is removed or renamed, and the watch ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FsWatchMissingParams {
-    /// The path, expected not to exist yet, whose appearance is watched for.
-    pub path: PathUri,
+    /// The caller's name for this watch, echoed in `fs/missingChanged`.
+    pub watch_id: u64,
+    /// Paths that do not exist yet.
+    pub missing: Vec<PathUri>,
+    /// A path that exists now (the project's root marker, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub present: Option<PathUri>,
 }
 
-/// `fs/watchMissing` result. **Provisional**, as [`FsWatchMissingParams`]: `{}`.
-pub type FsWatchMissingResponse = FsEmptyResponse;
+/// `fs/watchMissing` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsWatchMissingResponse {
+    /// Whether the watch was set. `false` when a `missing` path already exists, `present` does
+    /// not, or the watch id was used before on this connection: the caller should look again
+    /// now rather than wait.
+    pub watching: bool,
+}
+
+/// `fs/missingChanged` notification: something a watch was waiting for may have happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsMissingChangedNotification {
+    pub watch_id: u64,
+}
 
 #[cfg(test)]
 mod tests {

@@ -37,6 +37,8 @@ pub const PROCESS_OUTPUT: &str = "process/output";
 pub const PROCESS_EXITED: &str = "process/exited";
 /// Server→client notification: exit observed and every output stream ended; always last.
 pub const PROCESS_CLOSED: &str = "process/closed";
+/// Server→client notification: an `fs/watchMissing` watch fired.
+pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 /// Server→client notification: a frame of a streamed `http/request` body.
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 

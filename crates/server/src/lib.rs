@@ -5,6 +5,7 @@
 //! - [`listen`]: `--listen` parsing.
 //! - `transport`: WebSocket (axum) and stdio framing; each yields frames to a connection.
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
+//! - `handlers`: one module per method family (`process`, `fs`, `http`), thin over the engine.
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
 //! - `rpc_error`: engine errors to JSON-RPC codes.
 //!
@@ -12,6 +13,7 @@
 //! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
 
 pub mod config;
+mod handlers;
 pub mod listen;
 mod processor;
 mod registry;

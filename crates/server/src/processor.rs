@@ -10,16 +10,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tether_protocol::envelope::{decode_params, encode_error, encode_response};
+use tether_protocol::envelope::{encode_error, encode_response};
 use tether_protocol::error::METHOD_NOT_FOUND;
+use tether_protocol::http::HttpRequestParams;
 use tether_protocol::method::{INITIALIZED, not_implemented_message};
-use tether_protocol::process::{
-    ExecParams, ReadParams, SignalParams, SignalResponse, TerminateParams, TerminateResponse,
-    WriteParams, WriteResponse,
-};
+use tether_protocol::process::ReadParams;
 use tether_protocol::session::{
     EnvironmentState, EnvironmentStatus, InitializeParams, InitializeResponse,
 };
@@ -29,7 +25,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::rpc_error::{from_process_error, invalid_params, invalid_request};
+use crate::handlers::fs::FsConnection;
+use crate::handlers::http::HttpConnection;
+use crate::handlers::process::ProcessCall;
+use crate::handlers::{self, Call};
+use crate::rpc_error::{from_process_error, invalid_request};
 use crate::session::Session;
 use crate::state::ServerState;
 use crate::transport::{ConnectionId, Outbound, TransportKind};
@@ -62,6 +62,10 @@ struct Processor {
     waiting: JoinSet<()>,
     /// Bounds `waiting` (`--concurrent-requests`).
     permits: Arc<Semaphore>,
+    /// The connection's open files and missing-path watch.
+    fs: FsConnection,
+    /// The connection's HTTP streams.
+    http: Arc<HttpConnection>,
 }
 
 pub(crate) async fn serve_connection(
@@ -77,6 +81,8 @@ pub(crate) async fn serve_connection(
         state,
         connection,
         transport,
+        fs: FsConnection::new(outbound.clone()),
+        http: Arc::new(HttpConnection::default()),
         outbound,
         phase: Phase::AwaitingInitialize,
         waiting: JoinSet::new(),
@@ -143,64 +149,40 @@ impl Processor {
     }
 
     async fn handle_request(&mut self, request: Request) {
+        debug!(method = %request.method, id = %request.id, "request");
+        let id = request.id;
         let Some(method) = Method::from_name(&request.method) else {
+            info!(method = %request.method, "unknown method");
             let error =
                 JsonRpcError::new(METHOD_NOT_FOUND, not_implemented_message(&request.method));
-            return self.reply_error(&request.id, error).await;
+            return self.reply_error(&id, error).await;
         };
-        let id = request.id.clone();
-        let result = match method {
-            Method::Initialize => self.initialize(&id, request.params),
-            Method::EnvironmentInfo => self
-                .unit_params(request.params)
-                .and_then(|()| self.ready(method))
-                .and_then(|_| ok(&id, &self.state.environment_info)),
-            Method::EnvironmentStatus => self
-                .unit_params(request.params)
-                .and_then(|()| self.ready(method))
-                .and_then(|_| ok(&id, &EnvironmentStatus { status: EnvironmentState::Ready })),
-            Method::ProcessStart => self.params::<ExecParams>(request.params).and_then(|params| {
-                let session = self.ready(method)?;
-                let started = session.processes.start(params).map_err(from_process_error)?;
-                ok(&id, &started)
-            }),
-            Method::ProcessRead => match self.params::<ReadParams>(request.params) {
-                Ok(params) => match self.ready(method) {
-                    Ok(session) => return self.read(id, session, params).await,
-                    Err(error) => Err(error),
-                },
-                Err(error) => Err(error),
-            },
-            Method::ProcessWrite => self.params::<WriteParams>(request.params).and_then(|params| {
-                if params.write_id.is_empty() {
-                    return Err(invalid_params("writeId must not be empty"));
-                }
-                let session = self.ready(method)?;
-                let status = session
-                    .processes
-                    .write(&params.process_id, params.chunk, &params.write_id)
-                    .map_err(from_process_error)?;
-                ok(&id, &WriteResponse { status })
-            }),
-            Method::ProcessSignal => {
-                self.params::<SignalParams>(request.params).and_then(|params| {
-                    let session = self.ready(method)?;
-                    session.processes.interrupt(&params.process_id).map_err(from_process_error)?;
-                    ok(&id, &SignalResponse {})
-                })
+        if method == Method::Initialize {
+            return match self.initialize(&id, request.params) {
+                Ok(text) => self.send(text).await,
+                Err(error) => self.reply_error(&id, error).await,
+            };
+        }
+        // Params first, then the handshake, as the reference checks them.
+        let call = match Call::decode(method, request.params) {
+            Ok(call) => call,
+            Err(error) => return self.reply_error(&id, error).await,
+        };
+        let session = match self.ready(method) {
+            Ok(session) => session,
+            Err(error) => return self.reply_error(&id, error).await,
+        };
+        let result = match call {
+            Call::EnvironmentInfo => Ok(encode_response(&id, &self.state.environment_info)),
+            Call::EnvironmentStatus => {
+                Ok(encode_response(&id, &EnvironmentStatus { status: EnvironmentState::Ready }))
             }
-            Method::ProcessTerminate => {
-                self.params::<TerminateParams>(request.params).and_then(|params| {
-                    let session = self.ready(method)?;
-                    let running = session.processes.terminate(&params.process_id);
-                    ok(&id, &TerminateResponse { running })
-                })
+            Call::Process(ProcessCall::Read(params)) => {
+                return self.read(id, session, params).await;
             }
-            // Served by the filesystem and HTTP layers, which this server does not have yet.
-            _ => {
-                info!(method = method.name(), "method not served yet");
-                Err(JsonRpcError::new(METHOD_NOT_FOUND, not_implemented_message(method.name())))
-            }
+            Call::Process(call) => handlers::process::run(&id, call, &session),
+            Call::Fs(call) => handlers::fs::run(&id, call, &self.state.fs, &mut self.fs).await,
+            Call::Http(params) => return self.http(id, *params).await,
         };
         match result {
             Ok(text) => self.send(text).await,
@@ -208,12 +190,23 @@ impl Processor {
         }
     }
 
+    /// HTTP requests wait on a remote peer, so each runs in its own task.
+    async fn http(&mut self, id: RequestId, params: HttpRequestParams) {
+        let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
+        let http = self.http.clone();
+        let outbound = self.outbound.clone();
+        self.waiting.spawn(async move {
+            http.run(id, params, outbound).await;
+            drop(permit);
+        });
+    }
+
     fn initialize(
         &mut self,
         id: &RequestId,
         params: Option<Value>,
     ) -> Result<String, JsonRpcError> {
-        let params: InitializeParams = self.params(params)?;
+        let params: InitializeParams = handlers::params_of(params)?;
         if !matches!(self.phase, Phase::AwaitingInitialize) {
             return Err(invalid_request("initialize may only be sent once per connection"));
         }
@@ -230,7 +223,7 @@ impl Processor {
             environment_info: Some(self.state.environment_info.clone()),
         };
         self.phase = Phase::AwaitingInitialized(session);
-        ok(id, &response)
+        Ok(encode_response(id, &response))
     }
 
     /// Answers a read at once when it need not wait; otherwise waits in its own task.
@@ -286,16 +279,6 @@ impl Processor {
         }
     }
 
-    fn params<T: DeserializeOwned>(&self, params: Option<Value>) -> Result<T, JsonRpcError> {
-        decode_params(params).map_err(|e| invalid_params(e.to_string()))
-    }
-
-    /// Methods without params accept absent params, `null`, or `{}`.
-    fn unit_params(&self, params: Option<Value>) -> Result<(), JsonRpcError> {
-        let params = params.filter(|p| !matches!(p, Value::Object(map) if map.is_empty()));
-        self.params(params)
-    }
-
     async fn send(&self, text: String) {
         // A closed queue means the connection is going away; the reply has nowhere to go.
         let _ = self.outbound.send(text).await;
@@ -317,9 +300,4 @@ impl Processor {
             }
         }
     }
-}
-
-/// A success reply, serialised straight from the result type so members keep their wire order.
-fn ok<T: Serialize>(id: &RequestId, result: &T) -> Result<String, JsonRpcError> {
-    Ok(encode_response(id, result))
 }

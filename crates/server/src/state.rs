@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use tether_engine::fs::LocalFileSystem;
 use tether_protocol::session::{Capabilities, EnvironmentInfo};
 
 use crate::config::ServerConfig;
@@ -9,6 +10,7 @@ use crate::registry::SessionRegistry;
 
 pub(crate) struct ServerState {
     pub config: ServerConfig,
+    pub fs: LocalFileSystem,
     pub sessions: Arc<SessionRegistry>,
     /// Computed once at start: the executor does not change under a running server.
     pub environment_info: EnvironmentInfo,
@@ -19,6 +21,7 @@ impl ServerState {
         Arc::new(Self {
             sessions: SessionRegistry::new(config.detached_session_ttl, config.processes.clone()),
             environment_info: tether_engine::environment::environment_info(capabilities()),
+            fs: LocalFileSystem::new(),
             config,
         })
     }

@@ -1,0 +1,102 @@
+//! The executor's filesystem, as the `fs/*` methods expose it.
+//!
+//! [`FileSystem`] is the one surface: [`LocalFileSystem`] implements it here (used in-process
+//! and behind the server's handlers), and a remote implementation over the client implements it
+//! the same way, so one test suite covers both. Its methods take and return the protocol's own
+//! params and results: the trait *is* the protocol's filesystem, minus the envelope.
+//!
+//! Connection-scoped state — open file handles ([`FileHandles`]) and the missing-path watch
+//! ([`MissingWatch`]) — is not part of the trait: it lives as long as one connection.
+
+mod handles;
+mod local;
+mod watch_missing;
+
+use async_trait::async_trait;
+use tether_protocol::fs::{
+    FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams, FsCreateDirectoryParams,
+    FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams, FsReadDirectoryResponse,
+    FsReadFileParams, FsReadFileResponse, FsRemoveParams, FsWalkParams, FsWalkResponse,
+    FsWriteFileParams,
+};
+
+pub use handles::FileHandles;
+pub use local::LocalFileSystem;
+pub use watch_missing::MissingWatch;
+
+/// Filesystem operations on the executor. Paths are `file:` URIs naming executor paths.
+#[async_trait]
+pub trait FileSystem: Send + Sync {
+    async fn read_file(&self, params: FsReadFileParams) -> Result<FsReadFileResponse, FsError>;
+    async fn write_file(&self, params: FsWriteFileParams) -> Result<(), FsError>;
+    async fn create_directory(&self, params: FsCreateDirectoryParams) -> Result<(), FsError>;
+    async fn get_metadata(
+        &self,
+        params: FsGetMetadataParams,
+    ) -> Result<FsGetMetadataResponse, FsError>;
+    async fn canonicalize(
+        &self,
+        params: FsCanonicalizeParams,
+    ) -> Result<FsCanonicalizeResponse, FsError>;
+    async fn read_directory(
+        &self,
+        params: FsReadDirectoryParams,
+    ) -> Result<FsReadDirectoryResponse, FsError>;
+    async fn walk(&self, params: FsWalkParams) -> Result<FsWalkResponse, FsError>;
+    async fn remove(&self, params: FsRemoveParams) -> Result<(), FsError>;
+    async fn copy(&self, params: FsCopyParams) -> Result<(), FsError>;
+}
+
+/// Why a filesystem operation failed: a kind that decides the JSON-RPC code, and a message that
+/// names the path and the cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FsError {
+    pub kind: FsErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsErrorKind {
+    /// The path (or handle) does not exist: `-32004`. Codex's `apply_patch` relies on this code
+    /// to create missing parent directories.
+    NotFound,
+    /// The request is not acceptable (not a file, bad limits, sandbox refused): `-32600`.
+    InvalidInput,
+    /// The OS refused access: `-32600`.
+    PermissionDenied,
+    /// Anything else the OS reported: `-32603`.
+    Other,
+}
+
+impl FsError {
+    pub fn new(kind: FsErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(FsErrorKind::NotFound, message)
+    }
+
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        Self::new(FsErrorKind::InvalidInput, message)
+    }
+
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::new(FsErrorKind::Other, message)
+    }
+}
+
+impl From<std::io::Error> for FsError {
+    /// The OS error's own text (`No such file or directory (os error 2)`), which is what the
+    /// reference reports, classified by kind.
+    fn from(error: std::io::Error) -> Self {
+        let kind = match error.kind() {
+            std::io::ErrorKind::NotFound => FsErrorKind::NotFound,
+            std::io::ErrorKind::PermissionDenied => FsErrorKind::PermissionDenied,
+            std::io::ErrorKind::InvalidInput => FsErrorKind::InvalidInput,
+            _ => FsErrorKind::Other,
+        };
+        Self { kind, message: error.to_string() }
+    }
+}

@@ -1,0 +1,135 @@
+//! `fs/*`: thin wrappers over [`tether_engine::fs`], plus the connection's open files and its
+//! missing-path watch.
+
+use serde_json::Value;
+use tether_engine::fs::{
+    FileHandles, FileSystem, FsError, FsErrorKind, LocalFileSystem, MissingWatch,
+};
+use tether_protocol::envelope::{encode_notification, encode_response};
+use tether_protocol::error::{INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND};
+use tether_protocol::fs::*;
+use tether_protocol::method::FS_MISSING_CHANGED;
+use tether_protocol::{JsonRpcError, Method, RequestId};
+
+use super::params_of;
+use crate::transport::Outbound;
+
+pub(crate) enum FsCall {
+    ReadFile(FsReadFileParams),
+    WriteFile(FsWriteFileParams),
+    CreateDirectory(FsCreateDirectoryParams),
+    GetMetadata(FsGetMetadataParams),
+    Canonicalize(FsCanonicalizeParams),
+    ReadDirectory(FsReadDirectoryParams),
+    Walk(FsWalkParams),
+    Remove(FsRemoveParams),
+    Copy(FsCopyParams),
+    Open(FsOpenParams),
+    ReadBlock(FsReadBlockParams),
+    WriteBlock(FsWriteBlockParams),
+    Close(FsCloseParams),
+    WatchMissing(FsWatchMissingParams),
+}
+
+impl FsCall {
+    pub(crate) fn decode(method: Method, params: Option<Value>) -> Result<FsCall, JsonRpcError> {
+        Ok(match method {
+            Method::FsReadFile => FsCall::ReadFile(params_of(params)?),
+            Method::FsWriteFile => FsCall::WriteFile(params_of(params)?),
+            Method::FsCreateDirectory => FsCall::CreateDirectory(params_of(params)?),
+            Method::FsGetMetadata => FsCall::GetMetadata(params_of(params)?),
+            Method::FsCanonicalize => FsCall::Canonicalize(params_of(params)?),
+            Method::FsReadDirectory => FsCall::ReadDirectory(params_of(params)?),
+            Method::FsWalk => FsCall::Walk(params_of(params)?),
+            Method::FsRemove => FsCall::Remove(params_of(params)?),
+            Method::FsCopy => FsCall::Copy(params_of(params)?),
+            Method::FsOpen => FsCall::Open(params_of(params)?),
+            Method::FsReadBlock => FsCall::ReadBlock(params_of(params)?),
+            Method::FsWriteBlock => FsCall::WriteBlock(params_of(params)?),
+            Method::FsClose => FsCall::Close(params_of(params)?),
+            Method::FsWatchMissing => FsCall::WatchMissing(params_of(params)?),
+            other => unreachable!("{} is not a filesystem method", other.name()),
+        })
+    }
+}
+
+/// What one connection holds of the filesystem: its open files and its watch.
+pub(crate) struct FsConnection {
+    pub handles: FileHandles,
+    pub watch: MissingWatch,
+    pub outbound: Outbound,
+}
+
+impl FsConnection {
+    pub(crate) fn new(outbound: Outbound) -> Self {
+        Self { handles: FileHandles::new(), watch: MissingWatch::new(), outbound }
+    }
+}
+
+pub(crate) async fn run(
+    id: &RequestId,
+    call: FsCall,
+    fs: &LocalFileSystem,
+    connection: &mut FsConnection,
+) -> Result<String, JsonRpcError> {
+    let empty = FsEmptyResponse {};
+    let text = match call {
+        FsCall::ReadFile(p) => encode_response(id, &fs.read_file(p).await.map_err(to_rpc)?),
+        FsCall::WriteFile(p) => {
+            fs.write_file(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::CreateDirectory(p) => {
+            fs.create_directory(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::GetMetadata(p) => encode_response(id, &fs.get_metadata(p).await.map_err(to_rpc)?),
+        FsCall::Canonicalize(p) => encode_response(id, &fs.canonicalize(p).await.map_err(to_rpc)?),
+        FsCall::ReadDirectory(p) => {
+            encode_response(id, &fs.read_directory(p).await.map_err(to_rpc)?)
+        }
+        FsCall::Walk(p) => encode_response(id, &fs.walk(p).await.map_err(to_rpc)?),
+        FsCall::Remove(p) => {
+            fs.remove(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::Copy(p) => {
+            fs.copy(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::Open(p) => encode_response(id, &connection.handles.open(p).await.map_err(to_rpc)?),
+        FsCall::ReadBlock(p) => {
+            encode_response(id, &connection.handles.read_block(p).await.map_err(to_rpc)?)
+        }
+        FsCall::WriteBlock(p) => connection
+            .handles
+            .write_block(p)
+            .await
+            .map(|()| encode_response(id, &empty))
+            .map_err(to_rpc)?,
+        FsCall::Close(p) => {
+            connection.handles.close(p);
+            encode_response(id, &empty)
+        }
+        FsCall::WatchMissing(p) => {
+            let outbound = connection.outbound.clone();
+            let fired = move |watch_id: u64| {
+                let text = encode_notification(
+                    FS_MISSING_CHANGED,
+                    &FsMissingChangedNotification { watch_id },
+                );
+                tokio::spawn(async move {
+                    let _ = outbound.send(text).await;
+                });
+            };
+            encode_response(id, &connection.watch.watch(p, fired).map_err(to_rpc)?)
+        }
+    };
+    Ok(text)
+}
+
+/// Not found is `-32004`; invalid input and permission problems `-32600`; the rest `-32603`.
+pub(crate) fn to_rpc(error: FsError) -> JsonRpcError {
+    let code = match error.kind {
+        FsErrorKind::NotFound => NOT_FOUND,
+        FsErrorKind::InvalidInput | FsErrorKind::PermissionDenied => INVALID_REQUEST,
+        FsErrorKind::Other => INTERNAL_ERROR,
+    };
+    JsonRpcError::new(code, error.message)
+}

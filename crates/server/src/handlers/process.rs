@@ -1,0 +1,74 @@
+//! `process/*`: thin wrappers over the session's [`tether_engine::ProcessTable`].
+
+use serde_json::Value;
+use tether_protocol::envelope::encode_response;
+use tether_protocol::process::{
+    ExecParams, ReadParams, SignalParams, SignalResponse, TerminateParams, TerminateResponse,
+    WriteParams, WriteResponse,
+};
+use tether_protocol::{JsonRpcError, Method, RequestId};
+
+use super::params_of;
+use crate::rpc_error::{from_process_error, invalid_params};
+use crate::session::Session;
+
+pub(crate) enum ProcessCall {
+    Start(ExecParams),
+    Read(ReadParams),
+    Write(WriteParams),
+    Signal(SignalParams),
+    Terminate(TerminateParams),
+}
+
+impl ProcessCall {
+    /// `None` when `method` is not a process method.
+    pub(crate) fn decode(
+        method: Method,
+        params: Option<Value>,
+    ) -> Result<Option<ProcessCall>, JsonRpcError> {
+        Ok(Some(match method {
+            Method::ProcessStart => ProcessCall::Start(params_of(params)?),
+            Method::ProcessRead => ProcessCall::Read(params_of(params)?),
+            Method::ProcessWrite => {
+                let params: WriteParams = params_of(params)?;
+                if params.write_id.is_empty() {
+                    return Err(invalid_params("writeId must not be empty"));
+                }
+                ProcessCall::Write(params)
+            }
+            Method::ProcessSignal => ProcessCall::Signal(params_of(params)?),
+            Method::ProcessTerminate => ProcessCall::Terminate(params_of(params)?),
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// Runs every process call but a read (which may wait, and is the processor's to schedule).
+pub(crate) fn run(
+    id: &RequestId,
+    call: ProcessCall,
+    session: &Session,
+) -> Result<String, JsonRpcError> {
+    let processes = &session.processes;
+    match call {
+        ProcessCall::Start(params) => {
+            let started = processes.start(params).map_err(from_process_error)?;
+            Ok(encode_response(id, &started))
+        }
+        ProcessCall::Write(params) => {
+            let status = processes
+                .write(&params.process_id, params.chunk, &params.write_id)
+                .map_err(from_process_error)?;
+            Ok(encode_response(id, &WriteResponse { status }))
+        }
+        ProcessCall::Signal(params) => {
+            processes.interrupt(&params.process_id).map_err(from_process_error)?;
+            Ok(encode_response(id, &SignalResponse {}))
+        }
+        ProcessCall::Terminate(params) => {
+            let running = processes.terminate(&params.process_id);
+            Ok(encode_response(id, &TerminateResponse { running }))
+        }
+        ProcessCall::Read(_) => unreachable!("reads are scheduled by the processor"),
+    }
+}
