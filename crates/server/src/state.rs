@@ -30,5 +30,5 @@ impl ServerState {
 /// The optional features this server serves. Each flag gates request fields a client will
 /// send, so only what is really implemented is advertised.
 fn capabilities() -> Capabilities {
-    Capabilities::default()
+    Capabilities { fs_watch_missing: true, ..Capabilities::default() }
 }

@@ -214,6 +214,11 @@ impl RpcClient {
         Ok(events)
     }
 
+    /// The notifications that arrived while waiting for responses and were not consumed yet.
+    pub fn take_notifications(&mut self) -> Vec<Value> {
+        self.notifications.drain(..).collect()
+    }
+
     /// Sends a WebSocket ping and waits for the matching pong.
     pub async fn ping(&mut self, payload: &[u8]) -> anyhow::Result<()> {
         self.socket.send(Message::Ping(payload.to_vec().into())).await?;
