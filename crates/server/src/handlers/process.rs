@@ -13,7 +13,7 @@ use crate::rpc_error::{from_process_error, invalid_params};
 use crate::session::Session;
 
 pub(crate) enum ProcessCall {
-    Start(ExecParams),
+    Start(Box<ExecParams>),
     Read(ReadParams),
     Write(WriteParams),
     Signal(SignalParams),
@@ -27,7 +27,7 @@ impl ProcessCall {
         params: Option<Value>,
     ) -> Result<Option<ProcessCall>, JsonRpcError> {
         Ok(Some(match method {
-            Method::ProcessStart => ProcessCall::Start(params_of(params)?),
+            Method::ProcessStart => ProcessCall::Start(Box::new(params_of(params)?)),
             Method::ProcessRead => ProcessCall::Read(params_of(params)?),
             Method::ProcessWrite => {
                 let params: WriteParams = params_of(params)?;
@@ -52,7 +52,7 @@ pub(crate) fn run(
     let processes = &session.processes;
     match call {
         ProcessCall::Start(params) => {
-            let started = processes.start(params).map_err(from_process_error)?;
+            let started = processes.start(*params).map_err(from_process_error)?;
             Ok(encode_response(id, &started))
         }
         ProcessCall::Write(params) => {
