@@ -1,46 +1,155 @@
-//! The real Codex CLI (0.169.0), pointed at the server with `CODEX_EXEC_SERVER_URL`, runs a
-//! command through it end to end. The model is a local stand-in ([`MockModel`]); everything
-//! else — Codex, its exec-server client, the server, the process — is real.
+//! The real Codex CLI (0.169.0), pointed at the server with `CODEX_EXEC_SERVER_URL`, works
+//! through it end to end: commands, patches, images. The model is a local stand-in
+//! ([`MockModel`]) that scripts the tool calls; everything else — Codex, its exec-server client,
+//! the server, the processes and files — is real.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tether_testkit::server::reference_binary;
-use tether_testkit::{MockModel, ServerProcess, Target, against_both};
+use tether_testkit::{McpEverything, MockModel, ServerProcess, Target, ToolCall, against_both};
 
-against_both!(codex_exec_runs_a_command_on_the_executor);
+against_both!(
+    codex_exec_runs_a_command_on_the_executor,
+    codex_applies_patches_through_the_executor,
+    codex_views_an_image_through_the_executor,
+    codex_reaches_an_mcp_server_through_the_executor,
+);
+
+/// A Codex run's working directory and home, removed when dropped.
+struct Workspace {
+    root: PathBuf,
+}
+
+impl Workspace {
+    fn new(target: Target, name: &str) -> Self {
+        let root = std::env::temp_dir()
+            .join(format!("tether-codex-{name}-{}-{target:?}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("home")).unwrap();
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        Self { root }
+    }
+
+    fn work(&self) -> PathBuf {
+        self.root.join("work")
+    }
+
+    /// Runs `codex exec` against `server` with the model scripted to make `calls`; returns the
+    /// tool outputs Codex reported to the model.
+    async fn run_codex(&self, server: &ServerProcess, calls: Vec<ToolCall>) -> Vec<String> {
+        self.run_codex_with(server, calls, "").await
+    }
+
+    /// As [`Self::run_codex`], with `extra` appended to Codex's `config.toml`.
+    async fn run_codex_with(
+        &self,
+        server: &ServerProcess,
+        calls: Vec<ToolCall>,
+        extra: &str,
+    ) -> Vec<String> {
+        let model = MockModel::scripted(calls.clone()).await.unwrap();
+        std::fs::write(self.root.join("home/config.toml"), model.codex_config_with(extra)).unwrap();
+        let run = tokio::process::Command::new(reference_binary().unwrap())
+            .args(["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "go"])
+            .current_dir(self.work())
+            .env("CODEX_HOME", self.root.join("home"))
+            .env("CODEX_EXEC_SERVER_URL", &server.url)
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(120), run)
+            .await
+            .expect("codex finished")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "codex exec failed: {stderr}");
+        let outputs = model.tool_outputs();
+        assert_eq!(outputs.len(), calls.len(), "one output per call: {outputs:?}\n{stderr}");
+        outputs
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
 
 async fn codex_exec_runs_a_command_on_the_executor(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
-    let scratch =
-        std::env::temp_dir().join(format!("tether-codex-{}-{target:?}", std::process::id()));
-    let (home, work) = (scratch.join("home"), scratch.join("work"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    let marker = work.join("created-on-the-executor");
-    let model =
-        MockModel::start(&format!("echo hello-from-the-executor; pwd; touch {}", marker.display()))
-            .await
-            .unwrap();
-    std::fs::write(home.join("config.toml"), model.codex_config()).unwrap();
-
-    let run = tokio::process::Command::new(reference_binary().unwrap())
-        .args(["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "run it"])
-        .current_dir(&work)
-        .env("CODEX_HOME", &home)
-        .env("CODEX_EXEC_SERVER_URL", &server.url)
-        .kill_on_drop(true)
-        .output();
-    let output =
-        tokio::time::timeout(Duration::from_secs(120), run).await.expect("codex finished").unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "codex exec failed: {stderr}");
-
-    let tool_outputs = model.tool_outputs();
-    assert_eq!(tool_outputs.len(), 1, "{tool_outputs:?}\n{stderr}");
-    let reported = &tool_outputs[0];
+    let workspace = Workspace::new(target, "exec");
+    let marker = workspace.work().join("created-on-the-executor");
+    let cmd = format!("echo hello-from-the-executor; pwd; touch {}", marker.display());
+    let outputs = workspace.run_codex(&server, vec![ToolCall::Exec { cmd }]).await;
+    let reported = &outputs[0];
     assert!(reported.contains("Process exited with code 0"), "{reported}");
     assert!(reported.contains("hello-from-the-executor"), "{reported}");
-    assert!(reported.contains(work.to_str().unwrap()), "ran in the requested cwd: {reported}");
+    assert!(
+        reported.contains(workspace.work().to_str().unwrap()),
+        "ran in the requested cwd: {reported}"
+    );
     assert!(marker.exists(), "the command ran for real");
-    let _ = std::fs::remove_dir_all(scratch);
 }
+
+async fn codex_applies_patches_through_the_executor(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "patch");
+    let work = workspace.work();
+    std::fs::write(work.join("existing.txt"), "keep\nold line\n").unwrap();
+    std::fs::write(work.join("doomed.txt"), "bye\n").unwrap();
+    let patch = "*** Begin Patch\n\
+                 *** Add File: brand/new/dir/added.txt\n+hello patch\n\
+                 *** Update File: existing.txt\n@@\n keep\n-old line\n+new line\n\
+                 *** Delete File: doomed.txt\n\
+                 *** End Patch\n";
+    let outputs =
+        workspace.run_codex(&server, vec![ToolCall::ApplyPatch { patch: patch.into() }]).await;
+    assert!(outputs[0].contains("Success"), "{}", outputs[0]);
+    assert_eq!(read(&work.join("brand/new/dir/added.txt")), "hello patch\n");
+    assert_eq!(read(&work.join("existing.txt")), "keep\nnew line\n");
+    assert!(!work.join("doomed.txt").exists());
+}
+
+async fn codex_views_an_image_through_the_executor(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "image");
+    let image = workspace.work().join("pixel.png");
+    std::fs::write(&image, SMALL_PNG).unwrap();
+    let calls = vec![ToolCall::ViewImage { path: image.to_str().unwrap().into() }];
+    let outputs = workspace.run_codex(&server, calls).await;
+    assert!(
+        outputs[0].contains("data:image/png;base64,"),
+        "the image reached the model: {}",
+        outputs[0]
+    );
+}
+
+async fn codex_reaches_an_mcp_server_through_the_executor(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let mcp = McpEverything::start().await.unwrap();
+    let workspace = Workspace::new(target, "mcp");
+    // `environment_id = "remote"`: the MCP server is reached from the executor's side, over
+    // `http/request` with streamed bodies.
+    let config =
+        format!("[mcp_servers.everything]\nurl = \"{}\"\nenvironment_id = \"remote\"\n", mcp.url);
+    let call = ToolCall::Mcp {
+        namespace: "mcp__everything".into(),
+        name: "echo".into(),
+        arguments: serde_json::json!({"message": "hello-through-the-executor"}),
+    };
+    let outputs = workspace.run_codex_with(&server, vec![call], &config).await;
+    assert!(outputs[0].contains("Echo: hello-through-the-executor"), "{}", outputs[0]);
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A valid 4×4 red PNG.
+const SMALL_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x04, 0x08, 0x02, 0x00, 0x00, 0x00, 0x26, 0x93, 0x09,
+    0x29, 0x00, 0x00, 0x00, 0x10, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0x00,
+    0x47, 0x0c, 0xc4, 0x71, 0x00, 0xae, 0x93, 0x0f, 0xf1, 0xd0, 0x5f, 0x23, 0x9e, 0x00, 0x00, 0x00,
+    0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];

@@ -10,6 +10,8 @@
 //!   the start/terminate races settled in one place.
 //! - [`fs`]: the filesystem surface ([`fs::FileSystem`]) and its local implementation, open
 //!   file handles and the missing-path watch.
+//! - [`http`]: the HTTP surface ([`http::HttpClient`]) and its local implementation: requests
+//!   made from the executor's network position, buffered or with the body streamed.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
 //! - [`sandbox`]: which sandbox intents Tether can honour (it enforces none itself).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
@@ -21,6 +23,7 @@
 pub mod env_policy;
 pub mod environment;
 pub mod fs;
+pub mod http;
 pub mod process;
 pub mod process_table;
 pub mod sandbox;

@@ -150,8 +150,8 @@ pub type FsCreateDirectoryResponse = FsEmptyResponse;
 #[serde(rename_all = "camelCase")]
 pub struct FsGetMetadataParams {
     pub path: PathUri,
-    /// Absent means true. With false, a symlink anywhere in the path (the last component
-    /// included) is refused with `-32600 path contains a symbolic link`.
+    /// Absent means true. With false, a symlink as the last component is refused with
+    /// `-32600 path contains a symbolic link`, one before it with `-32603 Not a directory`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,10 +173,11 @@ pub struct FsGetMetadataResponse {
     pub is_file: bool,
     pub is_symlink: bool,
     pub size: u64,
-    /// Unix milliseconds, 0 when the platform does not report it (the reference on Linux
-    /// always reports 0).
+    /// Unix milliseconds. Following links (the default) the reference reports 0; with
+    /// `followSymlinks: false`, the birth time where the filesystem keeps one, else 0.
     pub created_at_ms: i64,
-    /// Unix milliseconds, 0 when unavailable.
+    /// Unix milliseconds. Following links, times before 1970 are 0; with `followSymlinks:
+    /// false` they are negative.
     pub modified_at_ms: i64,
 }
 
@@ -242,7 +243,8 @@ pub struct FsWalkOptions {
     pub max_depth: usize,
     /// Directories that may be read, the root included.
     pub max_directories: usize,
-    /// Entries that may be returned; reaching it sets `truncated`.
+    /// Entries that may be examined, counting those left out (links to files, FIFOs); one
+    /// more sets `truncated`.
     pub max_entries: usize,
     /// List a symlink to a directory as a directory and descend into it. Symlinks to files are
     /// always left out.

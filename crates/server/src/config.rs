@@ -31,6 +31,14 @@ pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 /// sessions.
 pub const OUTBOUND_QUEUE_MESSAGES: usize = 128;
 
+/// Process output bytes a connection may have queued or being written at once.
+///
+/// Output sent but not yet received is lost when the connection drops; the client gets it back
+/// from the process's retained output. This bound (plus what the kernel's socket buffer holds)
+/// must stay below the retained size, which is why retention defaults to 8 MiB and this to
+/// 1 MiB. It still lets a fast process stream at full speed on any link.
+pub const OUTPUT_IN_FLIGHT_BYTES: usize = 1024 * 1024;
+
 /// Requests per connection that may wait at once (long-poll `process/read`s). Tether answers
 /// other requests while they wait; past this many, the connection stops reading new requests
 /// until one finishes.

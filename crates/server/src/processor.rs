@@ -77,12 +77,13 @@ pub(crate) async fn serve_connection(
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(state.config.concurrent_requests.max(1)));
+    let http = Arc::new(HttpConnection::new(state.http.clone()));
     let mut processor = Processor {
         state,
         connection,
         transport,
         fs: FsConnection::new(outbound.clone()),
-        http: Arc::new(HttpConnection::default()),
+        http,
         outbound,
         phase: Phase::AwaitingInitialize,
         waiting: JoinSet::new(),

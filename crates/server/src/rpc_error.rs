@@ -1,6 +1,7 @@
 //! How the engine's typed errors become JSON-RPC errors.
 
 use tether_engine::ProcessError;
+use tether_engine::http::HttpError;
 use tether_protocol::JsonRpcError;
 use tether_protocol::error::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST};
 
@@ -20,6 +21,15 @@ pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
         | ProcessError::StdinClosed
         | ProcessError::StdinQueueFull(..)
         | ProcessError::Signal(_) => INTERNAL_ERROR,
+    };
+    JsonRpcError::new(code, error.to_string())
+}
+
+/// Refused params are `-32602`; a request that was sent and failed, `-32603`.
+pub(crate) fn from_http_error(error: HttpError) -> JsonRpcError {
+    let code = match &error {
+        HttpError::Invalid(_) => INVALID_PARAMS,
+        HttpError::Failed(_) | HttpError::Body(_) => INTERNAL_ERROR,
     };
     JsonRpcError::new(code, error.to_string())
 }

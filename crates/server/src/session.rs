@@ -93,7 +93,10 @@ async fn forward_events(
         };
         // If the connection died meanwhile, the notification goes nowhere, which is what a
         // detached session does with it anyway.
-        let _ = outbound.send(notification_text(event)).await;
+        let _ = match event {
+            ProcessEvent::Output { .. } => outbound.send_output(notification_text(event)).await,
+            _ => outbound.send(notification_text(event)).await,
+        };
     }
 }
 

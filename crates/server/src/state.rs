@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use tether_engine::fs::LocalFileSystem;
+use tether_engine::http::LocalHttpClient;
 use tether_protocol::session::{Capabilities, EnvironmentInfo};
 
 use crate::config::ServerConfig;
@@ -11,6 +12,8 @@ use crate::registry::SessionRegistry;
 pub(crate) struct ServerState {
     pub config: ServerConfig,
     pub fs: LocalFileSystem,
+    /// One client for every connection, so they share its connection pool.
+    pub http: Arc<LocalHttpClient>,
     pub sessions: Arc<SessionRegistry>,
     /// Computed once at start: the executor does not change under a running server.
     pub environment_info: EnvironmentInfo,
@@ -22,6 +25,7 @@ impl ServerState {
             sessions: SessionRegistry::new(config.detached_session_ttl, config.processes.clone()),
             environment_info: tether_engine::environment::environment_info(capabilities()),
             fs: LocalFileSystem::new(),
+            http: Arc::new(LocalHttpClient::new()),
             config,
         })
     }
@@ -30,5 +34,5 @@ impl ServerState {
 /// The optional features this server serves. Each flag gates request fields a client will
 /// send, so only what is really implemented is advertised.
 fn capabilities() -> Capabilities {
-    Capabilities { fs_watch_missing: true, ..Capabilities::default() }
+    Capabilities { fs_watch_missing: true, http_header_env_vars: true, ..Capabilities::default() }
 }

@@ -5,11 +5,17 @@
 //! protocol as the reference really speaks it, not as we imagine it.
 
 pub mod client;
+pub mod http_peer;
+pub mod mcp_peer;
 pub mod model;
+pub mod proxy;
 pub mod server;
 
 pub use client::{RpcClient, RpcError};
-pub use model::MockModel;
+pub use http_peer::HttpPeer;
+pub use mcp_peer::McpEverything;
+pub use model::{MockModel, ToolCall};
+pub use proxy::FaultProxy;
 pub use server::{ServerProcess, Target};
 
 /// Runs one async scenario against Tether and against the reference, as two tests named

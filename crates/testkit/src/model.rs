@@ -1,9 +1,9 @@
 //! A stand-in for the model API Codex talks to (the Responses API, streamed as server-sent
 //! events), so that the real `codex exec` can be driven against an exec-server without a model.
 //!
-//! The first turn asks Codex to run one command with its `exec_command` tool; once Codex sends
-//! the command's output back, the model answers "done". Every tool output Codex sends is kept,
-//! so a test can check what the command printed on the executor.
+//! The model follows a script: on each turn it makes the next scripted tool call (run a command,
+//! apply a patch, view an image); when the script is done it answers "done". The tool outputs
+//! Codex sends back are kept, so a test can check what happened on the executor.
 
 use std::sync::{Arc, Mutex};
 
@@ -14,24 +14,58 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+/// One tool call the stand-in model makes.
+#[derive(Debug, Clone)]
+pub enum ToolCall {
+    /// Codex's `exec_command`: run a shell command.
+    Exec { cmd: String },
+    /// Codex's `apply_patch`: a patch in Codex's own format.
+    ApplyPatch { patch: String },
+    /// Codex's `view_image`: attach an image file to the conversation.
+    ViewImage { path: String },
+    /// A tool of an MCP server Codex is connected to (`namespace` is `mcp__<server>`).
+    Mcp { namespace: String, name: String, arguments: Value },
+}
+
+impl ToolCall {
+    fn item(&self, call_id: &str) -> Value {
+        match self {
+            ToolCall::Exec { cmd } => json!({"type": "function_call", "name": "exec_command",
+                "call_id": call_id, "arguments": json!({"cmd": cmd, "yield_time_ms": 5000}).to_string()}),
+            ToolCall::ApplyPatch { patch } => json!({"type": "custom_tool_call",
+                "name": "apply_patch", "call_id": call_id, "input": patch}),
+            ToolCall::ViewImage { path } => json!({"type": "function_call", "name": "view_image",
+                "call_id": call_id, "arguments": json!({"path": path}).to_string()}),
+            ToolCall::Mcp { namespace, name, arguments } => json!({"type": "function_call",
+                "namespace": namespace, "name": name, "call_id": call_id,
+                "arguments": arguments.to_string()}),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Script {
-    command: String,
-    outputs: Arc<Mutex<Vec<String>>>,
+    calls: Vec<ToolCall>,
+    outputs: Arc<Mutex<Vec<Value>>>,
 }
 
 /// A running mock model server on `127.0.0.1:0`; stops when dropped.
 pub struct MockModel {
     pub base_url: String,
-    outputs: Arc<Mutex<Vec<String>>>,
+    outputs: Arc<Mutex<Vec<Value>>>,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl MockModel {
     /// Serves a model that runs `command` once through Codex's `exec_command` tool.
     pub async fn start(command: &str) -> anyhow::Result<Self> {
+        Self::scripted(vec![ToolCall::Exec { cmd: command.to_owned() }]).await
+    }
+
+    /// Serves a model that makes `calls` one per turn, in order, then answers "done".
+    pub async fn scripted(calls: Vec<ToolCall>) -> anyhow::Result<Self> {
         let outputs = Arc::new(Mutex::new(Vec::new()));
-        let script = Script { command: command.to_owned(), outputs: outputs.clone() };
+        let script = Script { calls, outputs: outputs.clone() };
         let app = Router::new()
             .route("/v1/responses", post(respond))
             .route(
@@ -49,9 +83,25 @@ impl MockModel {
         Ok(Self { base_url, outputs, server })
     }
 
-    /// The tool outputs Codex sent back, in order.
+    /// The text of each tool output Codex sent back, in order.
     pub fn tool_outputs(&self) -> Vec<String> {
+        self.tool_output_items()
+            .iter()
+            .map(|item| match &item["output"] {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            })
+            .collect()
+    }
+
+    /// The tool output items Codex sent back, as it sent them.
+    pub fn tool_output_items(&self) -> Vec<Value> {
         self.outputs.lock().unwrap().clone()
+    }
+
+    /// A `config.toml` for `CODEX_HOME` that points Codex at this model, plus `extra` TOML.
+    pub fn codex_config_with(&self, extra: &str) -> String {
+        format!("{}\n{extra}", self.codex_config())
     }
 
     /// A `config.toml` for `CODEX_HOME` that points Codex at this model.
@@ -72,29 +122,31 @@ impl Drop for MockModel {
 
 async fn respond(State(script): State<Script>, body: String) -> impl IntoResponse {
     let request: Value = serde_json::from_str(&body).unwrap_or_default();
-    let outputs: Vec<String> = request["input"]
+    let outputs: Vec<Value> = request["input"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|item| item["type"] == "function_call_output")
-        .map(|item| {
-            item["output"].as_str().map(String::from).unwrap_or_else(|| item["output"].to_string())
+        .filter(|item| {
+            matches!(
+                item["type"].as_str(),
+                Some("function_call_output" | "custom_tool_call_output")
+            )
         })
+        .cloned()
         .collect();
-    let item = if outputs.is_empty() {
-        json!({"type": "function_call", "name": "exec_command", "call_id": "call_1",
-               "arguments": json!({"cmd": script.command, "yield_time_ms": 5000}).to_string()})
-    } else {
-        script.outputs.lock().unwrap().extend(outputs);
-        json!({"type": "message", "role": "assistant", "id": "msg_1",
-               "content": [{"type": "output_text", "text": "done"}]})
+    let turn = outputs.len();
+    *script.outputs.lock().unwrap() = outputs;
+    let item = match script.calls.get(turn) {
+        Some(call) => call.item(&format!("call_{turn}")),
+        None => json!({"type": "message", "role": "assistant", "id": "msg_1",
+                       "content": [{"type": "output_text", "text": "done"}]}),
     };
     let usage = json!({"input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
                        "output_tokens_details": null, "total_tokens": 2});
     let events = [
-        json!({"type": "response.created", "response": {"id": "resp_1"}}),
+        json!({"type": "response.created", "response": {"id": format!("resp_{turn}")}}),
         json!({"type": "response.output_item.done", "item": item}),
-        json!({"type": "response.completed", "response": {"id": "resp_1", "usage": usage}}),
+        json!({"type": "response.completed", "response": {"id": format!("resp_{turn}"), "usage": usage}}),
     ];
     let body: String = events
         .iter()

@@ -32,9 +32,20 @@ impl ServerProcess {
 
     /// Starts `target` with extra command-line arguments.
     pub async fn start_with(target: Target, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with_env(target, extra_args, &[]).await
+    }
+
+    /// Starts `target` with extra arguments and extra environment variables (on top of the
+    /// test's own environment): what the executor's processes and `valueEnvVar` headers see.
+    pub async fn start_with_env(
+        target: Target,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let scratch = scratch_dir(target)?;
         let mut command = Self::command(target, &scratch)?;
         command.args(["--listen", "ws://127.0.0.1:0"]).args(extra_args);
+        command.envs(env.iter().copied());
         command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

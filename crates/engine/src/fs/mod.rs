@@ -8,8 +8,17 @@
 //! Connection-scoped state — open file handles ([`FileHandles`]) and the missing-path watch
 //! ([`MissingWatch`]) — is not part of the trait: it lives as long as one connection.
 
+mod blocking;
+mod copy;
+mod directory;
 mod handles;
 mod local;
+mod metadata;
+mod no_follow;
+mod regular_file;
+mod remove;
+mod request;
+mod walk;
 mod watch_missing;
 
 use async_trait::async_trait;

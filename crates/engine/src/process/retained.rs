@@ -6,12 +6,15 @@ use bytes::Bytes;
 use tether_protocol::ByteChunk;
 use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk};
 
-/// Output kept per process for `process/read` replays, by default: the last 1 MiB.
+/// Output kept per process for `process/read` replays, by default: the last 8 MiB.
 ///
-/// A client that lost its connection catches up from here, so this bounds how long an outage
-/// can be survived by a chatty process. It matches the reference (0.169 keeps the last 1 MiB),
-/// and the server can raise it with `--retain-output-bytes`.
-pub const DEFAULT_RETAINED_OUTPUT_BYTES: usize = 1024 * 1024;
+/// A client that lost its connection catches up from here, so this bounds what an outage can
+/// cost a chatty process. It must cover what was in flight when the connection dropped — the
+/// server's output budget per connection (1 MiB) plus the kernel's socket buffer (up to 4 MiB
+/// on Linux) — or a reconnect finds a gap. The reference keeps 1 MiB, which a fast process
+/// overruns on a single drop. Memory is spent only by processes that print that much; the
+/// server can change it with `--retain-output-bytes`.
+pub const DEFAULT_RETAINED_OUTPUT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Most chunks kept per process, whatever their size.
 ///

@@ -7,13 +7,56 @@
 pub(crate) mod stdio;
 pub(crate) mod websocket;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-/// Serialised messages waiting to be written to one connection, bounded by
-/// [`crate::config::OUTBOUND_QUEUE_MESSAGES`].
-pub(crate) type Outbound = mpsc::Sender<String>;
+use crate::config::{OUTBOUND_QUEUE_MESSAGES, OUTPUT_IN_FLIGHT_BYTES};
+
+/// The sending side of one connection's outbound queue: serialised messages, bounded by
+/// [`OUTBOUND_QUEUE_MESSAGES`], and — for process output — by [`OUTPUT_IN_FLIGHT_BYTES`].
+#[derive(Clone)]
+pub(crate) struct Outbound {
+    queue: mpsc::Sender<Outgoing>,
+    output_budget: Arc<Semaphore>,
+}
+
+/// A message on its way out. Its permit, if any, returns its bytes to the output budget once
+/// the message has been written to the socket.
+pub(crate) struct Outgoing {
+    pub text: String,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The connection is gone; the message went nowhere.
+#[derive(Debug)]
+pub(crate) struct Closed;
+
+impl Outbound {
+    /// A new queue and its receiving end (the transport's writer).
+    pub(crate) fn channel() -> (Self, mpsc::Receiver<Outgoing>) {
+        let (queue, receiver) = mpsc::channel(OUTBOUND_QUEUE_MESSAGES);
+        let output_budget = Arc::new(Semaphore::new(OUTPUT_IN_FLIGHT_BYTES));
+        (Self { queue, output_budget }, receiver)
+    }
+
+    /// Queues a response or notification, waiting while the queue is full.
+    pub(crate) async fn send(&self, text: String) -> Result<(), Closed> {
+        self.queue.send(Outgoing { text, _permit: None }).await.map_err(|_| Closed)
+    }
+
+    /// Queues process output (or a streamed HTTP body), waiting also while too many output bytes are written but not yet
+    /// flushed to the socket. Output in flight is what a dropped connection loses, and a
+    /// resuming client can only get it back from what the server retained: keeping it well
+    /// under the retained-output size is what makes a reconnect lossless.
+    pub(crate) async fn send_output(&self, text: String) -> Result<(), Closed> {
+        let bytes = text.len().clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
+        let permit =
+            self.output_budget.clone().acquire_many_owned(bytes).await.map_err(|_| Closed)?;
+        self.queue.send(Outgoing { text, _permit: Some(permit) }).await.map_err(|_| Closed)
+    }
+}
 
 /// Identifies one connection for the life of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -7,8 +7,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 
-use super::{ConnectionId, TransportKind};
-use crate::config::{MAX_MESSAGE_BYTES, OUTBOUND_QUEUE_MESSAGES};
+use super::{ConnectionId, Outbound, TransportKind};
+use crate::config::MAX_MESSAGE_BYTES;
 use crate::processor::serve_connection;
 use crate::state::ServerState;
 
@@ -22,10 +22,11 @@ pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken)
         session_id = tracing::field::Empty
     );
     async move {
-        let (outbound, mut queue) = mpsc::channel::<String>(OUTBOUND_QUEUE_MESSAGES);
+        let (outbound, mut queue) = Outbound::channel();
         let writer = tokio::spawn(async move {
             let mut stdout = tokio::io::stdout();
-            while let Some(mut text) = queue.recv().await {
+            while let Some(outgoing) = queue.recv().await {
+                let mut text = outgoing.text;
                 text.push('\n');
                 if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err()
                 {

@@ -14,12 +14,11 @@ use axum::routing::{any, get};
 use axum::serve::ListenerExt;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
-use super::{ConnectionId, TransportKind};
-use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, OUTBOUND_QUEUE_MESSAGES};
+use super::{ConnectionId, Outbound, TransportKind};
+use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 use crate::processor::serve_connection;
 use crate::state::ServerState;
 
@@ -78,7 +77,7 @@ async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
     async move {
         debug!("websocket connected");
         let (mut sink, stream) = socket.split();
-        let (outbound, mut queue) = mpsc::channel::<String>(OUTBOUND_QUEUE_MESSAGES);
+        let (outbound, mut queue) = Outbound::channel();
         let ping_interval = app.server.config.ping_interval;
         let writer = tokio::spawn(async move {
             let mut ping = tokio::time::interval_at(
@@ -86,25 +85,32 @@ async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
                 ping_interval,
             );
             loop {
-                let first = tokio::select! {
-                    text = queue.recv() => match text {
-                        Some(text) => Message::text(text),
+                // Write what is already queued with the first message and flush once: a burst of
+                // output costs one socket write, not one per notification. Output permits are
+                // held until the flush, so the in-flight budget counts what is really unsent.
+                let mut batch = Vec::with_capacity(WRITE_BATCH_MESSAGES);
+                tokio::select! {
+                    outgoing = queue.recv() => match outgoing {
+                        Some(outgoing) => batch.push(outgoing),
                         None => break,
                     },
-                    _ = ping.tick() => Message::Ping(Default::default()),
-                };
-                // Write what is already queued with the first message and flush once: a burst of
-                // output costs one socket write, not one per notification.
-                let mut batch = vec![first];
+                    _ = ping.tick() => {
+                        if sink.send(Message::Ping(Default::default())).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
                 while batch.len() < WRITE_BATCH_MESSAGES {
                     match queue.try_recv() {
-                        Ok(text) => batch.push(Message::text(text)),
+                        Ok(outgoing) => batch.push(outgoing),
                         Err(_) => break,
                     }
                 }
                 let mut failed = false;
-                for message in batch {
-                    if sink.feed(message).await.is_err() {
+                for outgoing in &mut batch {
+                    let text = std::mem::take(&mut outgoing.text);
+                    if sink.feed(Message::text(text)).await.is_err() {
                         failed = true;
                         break;
                     }

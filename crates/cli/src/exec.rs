@@ -1,0 +1,159 @@
+//! `tether exec`: run one command on an exec-server as if it ran here — its stdout and stderr
+//! stream to ours, our stdin goes to it, and we exit with its exit code. The connection may
+//! drop and come back meanwhile; the output arrives whole, once, in order.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate};
+use tether_engine::ProcessEvent;
+use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams};
+use tether_protocol::{PathUri, ProcessId};
+use tokio::io::AsyncReadExt;
+
+/// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
+const TETHER_FAILURE: i32 = 255;
+
+#[derive(Args)]
+pub struct ExecArgs {
+    /// The exec-server to run on (`ws://HOST:PORT`).
+    #[arg(long, env = "TETHER_URL")]
+    url: String,
+
+    /// Run the command on a pseudo-terminal (one merged output stream).
+    #[arg(long)]
+    tty: bool,
+
+    /// Working directory on the executor; by default, the server's.
+    #[arg(long)]
+    cwd: Option<String>,
+
+    /// Set an environment variable for the command (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+
+    /// Start from an empty environment instead of the executor's own.
+    #[arg(long)]
+    clean_env: bool,
+
+    /// Do not forward stdin.
+    #[arg(long)]
+    no_stdin: bool,
+
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Runs the command; returns the exit code to exit with.
+pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
+    match run(args).await {
+        Ok(code) => Ok(code),
+        Err(error) => {
+            eprintln!("tether exec: {error:#}");
+            Ok(TETHER_FAILURE)
+        }
+    }
+}
+
+async fn run(args: ExecArgs) -> anyhow::Result<i32> {
+    let options = ClientOptions { client_name: "tether-exec".into(), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&args.url, options).await?;
+    let cwd = match &args.cwd {
+        Some(dir) => PathUri::from_path(std::path::Path::new(dir))
+            .with_context(|| format!("--cwd {dir} must be an absolute path on the executor"))?,
+        None => client
+            .environment_info()
+            .and_then(|info| info.cwd.clone())
+            .unwrap_or_else(|| PathUri::parse("file:///").expect("a valid URI")),
+    };
+    let mut env = BTreeMap::new();
+    for pair in &args.env {
+        let Some((name, value)) = pair.split_once('=') else {
+            bail!("--env {pair} must be NAME=VALUE");
+        };
+        env.insert(name.to_owned(), value.to_owned());
+    }
+    let env_policy = (!args.clean_env).then(|| EnvPolicy {
+        inherit: EnvInherit::All,
+        ignore_default_excludes: false,
+        exclude: Vec::new(),
+        set: BTreeMap::new(),
+        include_only: Vec::new(),
+    });
+    let params = ExecParams {
+        process_id: ProcessId(format!("tether-exec-{}-{}", std::process::id(), unique())),
+        argv: args.command.clone(),
+        cwd,
+        env,
+        env_policy,
+        shell_snapshot: None,
+        tty: args.tty,
+        pipe_stdin: !args.no_stdin,
+        arg0: None,
+        sandbox: None,
+        enforce_managed_network: false,
+        managed_network: None,
+        network_proxy: None,
+        metadata: None,
+    };
+    let mut process = client.start(params).await?;
+
+    let mut stdin = tokio::io::stdin();
+    let mut stdin_open = !args.no_stdin;
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut exit_code = None;
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            update = process.next_update() => match update {
+                Some(ProcessUpdate::Event(event)) => match event {
+                    ProcessEvent::Output { stream, chunk, .. } => write_out(stream, &chunk)?,
+                    ProcessEvent::Exited { exit_code: code, .. } => exit_code = Some(code),
+                    ProcessEvent::Closed { .. } => return Ok(exit_code.unwrap_or(TETHER_FAILURE)),
+                },
+                Some(ProcessUpdate::Failed(message)) => bail!("{message}"),
+                None => bail!("the process's stream ended without a close"),
+            },
+            read = stdin.read(&mut buffer), if stdin_open => match read {
+                // The protocol cannot close a process's stdin; stop forwarding.
+                Ok(0) | Err(_) => stdin_open = false,
+                Ok(n) => {
+                    process.write(buffer[..n].to_vec()).await?;
+                }
+            },
+            _ = tokio::signal::ctrl_c() => {
+                if interrupted {
+                    process.terminate().await?;
+                } else {
+                    // First Ctrl-C goes to the command, as it would at a local terminal.
+                    interrupted = true;
+                    process.interrupt().await?;
+                }
+            }
+        }
+    }
+}
+
+fn write_out(stream: ExecOutputStream, bytes: &[u8]) -> anyhow::Result<()> {
+    match stream {
+        ExecOutputStream::Stderr => {
+            let mut stderr = std::io::stderr().lock();
+            stderr.write_all(bytes)?;
+            stderr.flush()?;
+        }
+        ExecOutputStream::Stdout | ExecOutputStream::Pty => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(bytes)?;
+            stdout.flush()?;
+        }
+    }
+    Ok(())
+}
+
+/// A number unlikely to repeat across runs, for process ids.
+fn unique() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}

@@ -1,0 +1,85 @@
+//! `tether exec` as a person uses it: output streams through, the exit code comes back, and a
+//! connection that keeps dropping changes nothing.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tether_testkit::server::tether_binary;
+use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
+use tokio::io::AsyncWriteExt;
+
+against_both!(
+    exec_streams_output_and_returns_the_exit_code,
+    exec_output_is_identical_through_a_connection_cut_every_200ms,
+);
+
+async fn tether_exec(url: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .arg("exec")
+        .arg("--url")
+        .arg(url)
+        .arg("--")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).await.unwrap();
+    drop(input);
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("finished")
+        .unwrap()
+}
+
+async fn exec_streams_output_and_returns_the_exit_code(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let output = tether_exec(
+        &server.url,
+        &["sh", "-c", "head -c 4; echo out; echo err >&2; exit 3"],
+        b"abc\n",
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "abc\nout\n");
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "err\n");
+    assert_eq!(output.status.code(), Some(3));
+
+    let output = tether_exec(&server.url, &["sh", "-c", "kill -TERM $$"], b"").await;
+    assert_eq!(output.status.code(), Some(143), "a signal death is 128 + the signal");
+}
+
+async fn exec_output_is_identical_through_a_connection_cut_every_200ms(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let url = proxy.url.clone();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let cutter = tokio::spawn(async move {
+        let mut cuts = 0;
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return cuts,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    proxy.cut();
+                    cuts += 1;
+                }
+            }
+        }
+    });
+    // `seq 1 200000`, paced so that the cuts land while it runs.
+    let script = "seq 1 200000 | awk '{ print } NR % 20000 == 0 { system(\"sleep 0.1\") }'";
+    let output = tether_exec(&url, &["sh", "-c", script], b"").await;
+    let _ = stop.send(());
+    let cuts = cutter.await.unwrap();
+    let expected: String = (1..=200000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.stdout == expected.as_bytes(),
+        "output differs ({} bytes vs {})",
+        output.stdout.len(),
+        expected.len()
+    );
+    assert!(cuts >= 3, "the connection was cut while the command ran ({cuts} cuts)");
+}

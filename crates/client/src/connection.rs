@@ -1,0 +1,179 @@
+//! One physical connection to an exec-server: a WebSocket, the calls in flight on it, and the
+//! notifications it delivers. A logical client outlives many of these ("generations").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
+use tether_protocol::error::METHOD_NOT_FOUND;
+use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tracing::debug;
+
+use crate::error::ClientError;
+
+/// What a connection reports to its client, in the order it happened.
+#[derive(Debug)]
+pub(crate) enum ConnectionEvent {
+    Notification(Notification),
+    Closed { generation: u64, reason: String },
+}
+
+type Reply = oneshot::Sender<Result<Value, ClientError>>;
+
+struct Calls {
+    waiting: HashMap<i64, Reply>,
+    /// Set once the connection is gone; later calls fail at once with it.
+    closed: Option<String>,
+}
+
+/// One WebSocket connection and its calls in flight.
+pub(crate) struct Connection {
+    pub generation: u64,
+    writer: mpsc::UnboundedSender<Frame>,
+    calls: Arc<Mutex<Calls>>,
+    next_id: AtomicI64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Connection {
+    /// Opens a connection; its notifications and its end go to `events`.
+    pub(crate) async fn open(
+        url: &str,
+        generation: u64,
+        timeout: Duration,
+        events: mpsc::UnboundedSender<ConnectionEvent>,
+    ) -> Result<Arc<Self>, ClientError> {
+        let connect = tokio_tungstenite::connect_async(url);
+        let (socket, _) = tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| ClientError::Connect(format!("no answer within {timeout:?}")))?
+            .map_err(|e| ClientError::Connect(e.to_string()))?;
+        let (mut sink, mut stream) = socket.split();
+        let (writer, mut frames) = mpsc::unbounded_channel::<Frame>();
+        tokio::spawn(async move {
+            while let Some(frame) = frames.recv().await {
+                if sink.send(frame).await.is_err() {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let calls = Arc::new(Mutex::new(Calls { waiting: HashMap::new(), closed: None }));
+        let reader_calls = calls.clone();
+        let reader_writer = writer.clone();
+        let reader = tokio::spawn(async move {
+            let reason = loop {
+                let frame = match stream.next().await {
+                    Some(Ok(frame)) => frame,
+                    Some(Err(error)) => break format!("transport error: {error}"),
+                    None => break "connection closed".to_owned(),
+                };
+                let bytes = match frame {
+                    Frame::Text(text) => Vec::from(text.as_bytes()),
+                    Frame::Binary(bytes) => Vec::from(bytes),
+                    Frame::Close(_) => break "server closed the connection".to_owned(),
+                    _ => continue,
+                };
+                match Message::decode(&bytes) {
+                    Ok(Message::Response(response)) => {
+                        complete(&reader_calls, &response.id, Ok(response.result));
+                    }
+                    Ok(Message::Error(error)) => {
+                        complete(&reader_calls, &error.id, Err(ClientError::from_rpc(error.error)));
+                    }
+                    Ok(Message::Notification(notification)) => {
+                        let _ = events.send(ConnectionEvent::Notification(notification));
+                    }
+                    Ok(Message::Request(request)) => {
+                        // The server asks something of us (network policy decisions); this
+                        // client makes none, and says so.
+                        let error = JsonRpcError::new(
+                            METHOD_NOT_FOUND,
+                            format!(
+                                "exec-server client does not implement `{}` yet",
+                                request.method
+                            ),
+                        );
+                        let _ = reader_writer.send(Frame::text(encode_error(&request.id, &error)));
+                    }
+                    Err(error) => break format!("malformed message from the server: {error}"),
+                }
+            };
+            debug!(generation, %reason, "connection ended");
+            let waiting = {
+                let mut calls = reader_calls.lock().unwrap();
+                calls.closed = Some(reason.clone());
+                std::mem::take(&mut calls.waiting)
+            };
+            for (_, reply) in waiting {
+                let _ = reply.send(Err(ClientError::Disconnected(reason.clone())));
+            }
+            let _ = events.send(ConnectionEvent::Closed { generation, reason });
+        });
+        Ok(Arc::new(Self { generation, writer, calls, next_id: AtomicI64::new(1), reader }))
+    }
+
+    /// Sends a request and waits for its answer.
+    pub(crate) async fn call<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<R, ClientError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut calls = self.calls.lock().unwrap();
+            if let Some(reason) = &calls.closed {
+                return Err(ClientError::Disconnected(reason.clone()));
+            }
+            calls.waiting.insert(id, reply);
+        }
+        let text = encode_request(&RequestId::Integer(id), method, params);
+        if self.writer.send(Frame::text(text)).is_err() {
+            self.calls.lock().unwrap().waiting.remove(&id);
+            return Err(ClientError::Disconnected("connection closed".into()));
+        }
+        let value =
+            answer.await.map_err(|_| ClientError::Disconnected("connection closed".into()))??;
+        serde_json::from_value(value)
+            .map_err(|e| ClientError::Protocol(format!("unexpected `{method}` result: {e}")))
+    }
+
+    /// Sends a notification.
+    pub(crate) fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), ClientError> {
+        self.writer
+            .send(Frame::text(encode_notification(method, params)))
+            .map_err(|_| ClientError::Disconnected("connection closed".into()))
+    }
+
+    /// Whether the connection has ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.calls.lock().unwrap().closed.is_some()
+    }
+
+    /// Ends the connection (its end is reported like any other).
+    pub(crate) fn close(&self) {
+        let _ = self.writer.send(Frame::Close(None));
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+fn complete(calls: &Mutex<Calls>, id: &RequestId, result: Result<Value, ClientError>) {
+    let RequestId::Integer(id) = id else { return };
+    if let Some(reply) = calls.lock().unwrap().waiting.remove(id) {
+        let _ = reply.send(result);
+    }
+}

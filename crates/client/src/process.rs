@@ -1,0 +1,105 @@
+//! [`RemoteProcess`]: a handle to a process on the executor that survives reconnects.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::json;
+use tether_protocol::process::{
+    ReadResponse, SignalResponse, TerminateResponse, WriteResponse, WriteStatus,
+};
+use tether_protocol::{ByteChunk, ProcessId};
+use tokio::sync::mpsc;
+
+use crate::client::{ExecServerClient, Retry};
+use crate::error::ClientError;
+use crate::registration::{Finished, ProcessUpdate, Registration};
+
+/// A process started through an [`ExecServerClient`]. Its updates arrive in sequence order,
+/// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
+/// stops following the process; it does not kill it.
+pub struct RemoteProcess {
+    client: ExecServerClient,
+    registration: Arc<Registration>,
+    updates: mpsc::UnboundedReceiver<ProcessUpdate>,
+}
+
+impl RemoteProcess {
+    pub(crate) fn new(
+        client: ExecServerClient,
+        registration: Arc<Registration>,
+        updates: mpsc::UnboundedReceiver<ProcessUpdate>,
+    ) -> Self {
+        Self { client, registration, updates }
+    }
+
+    pub fn process_id(&self) -> &ProcessId {
+        &self.registration.process_id
+    }
+
+    /// The next update; `None` once the stream has ended (after `Closed` or `Failed`).
+    pub async fn next_update(&mut self) -> Option<ProcessUpdate> {
+        self.updates.recv().await
+    }
+
+    /// Writes to the process's stdin. The write keeps one `writeId` across reconnects, so the
+    /// server applies it exactly once however often it is resent.
+    pub async fn write(&self, bytes: impl Into<Bytes>) -> Result<WriteStatus, ClientError> {
+        let params = json!({
+            "processId": self.registration.process_id,
+            "chunk": ByteChunk::new(bytes),
+            "writeId": self.registration.next_write_id(),
+        });
+        let response: WriteResponse =
+            self.client.call("process/write", &params, Retry::Safe).await?;
+        Ok(response.status)
+    }
+
+    /// Sends SIGINT. Not resent after a drop (a second interrupt is not the same as one).
+    pub async fn interrupt(&self) -> Result<(), ClientError> {
+        let params = json!({"processId": self.registration.process_id, "signal": "interrupt"});
+        let _: SignalResponse = self.client.call("process/signal", &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    /// Kills the process group; returns whether it was running.
+    pub async fn terminate(&self) -> Result<bool, ClientError> {
+        let params = json!({"processId": self.registration.process_id});
+        let response: TerminateResponse =
+            self.client.call("process/terminate", &params, Retry::Safe).await?;
+        Ok(response.running)
+    }
+
+    /// Reads retained output from the server (a re-sync, or for a caller that polls). Once the
+    /// handle has failed, answers without asking, with the failure in `failure`.
+    pub async fn read(
+        &self,
+        after_seq: u64,
+        max_bytes: Option<usize>,
+        wait_ms: Option<u64>,
+    ) -> Result<ReadResponse, ClientError> {
+        if let Some(Finished::Failed(message)) = self.registration.finished() {
+            return Ok(ReadResponse {
+                chunks: Vec::new(),
+                next_seq: self.registration.last_published() + 1,
+                exited: true,
+                exit_code: None,
+                closed: true,
+                failure: Some(message),
+                sandbox_denied: false,
+            });
+        }
+        let params = json!({
+            "processId": self.registration.process_id,
+            "afterSeq": after_seq,
+            "maxBytes": max_bytes,
+            "waitMs": wait_ms,
+        });
+        self.client.call("process/read", &params, Retry::Safe).await
+    }
+}
+
+impl Drop for RemoteProcess {
+    fn drop(&mut self) {
+        self.client.unregister(&self.registration);
+    }
+}

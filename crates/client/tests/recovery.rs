@@ -1,0 +1,197 @@
+//! Process handles ride through network drops: a real server, a real proxy that cuts the
+//! connection, real processes. Every byte arrives once and in order, or the one affected
+//! process fails loudly.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tether_client::{
+    ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate, RemoteProcess,
+};
+use tether_engine::ProcessEvent;
+use tether_protocol::process::{ExecOutputStream, ExecParams};
+use tether_protocol::{PathUri, ProcessId};
+use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
+
+against_both!(
+    output_survives_repeated_cuts_byte_exact,
+    stdin_writes_are_applied_once_across_cuts,
+    an_outage_longer_than_the_recovery_deadline_fails_every_handle,
+);
+
+fn params(id: &str, script: &str) -> ExecParams {
+    ExecParams {
+        process_id: ProcessId::from(id),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        cwd: PathUri::parse("file:///tmp").unwrap(),
+        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+        env_policy: None,
+        shell_snapshot: None,
+        tty: false,
+        pipe_stdin: false,
+        arg0: None,
+        sandbox: None,
+        enforce_managed_network: false,
+        managed_network: None,
+        network_proxy: None,
+        metadata: None,
+    }
+}
+
+/// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences).
+async fn drain(process: &mut RemoteProcess) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), String> {
+    let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
+    loop {
+        let update = tokio::time::timeout(Duration::from_secs(60), process.next_update())
+            .await
+            .map_err(|_| "no update within 60 s".to_string())?
+            .ok_or("stream ended without close")?;
+        let event = match update {
+            ProcessUpdate::Event(event) => event,
+            ProcessUpdate::Failed(message) => return Err(message),
+        };
+        seqs.push(event.seq());
+        match event {
+            ProcessEvent::Output { stream: ExecOutputStream::Stderr, chunk, .. } => {
+                err.extend(&chunk)
+            }
+            ProcessEvent::Output { chunk, .. } => out.extend(&chunk),
+            ProcessEvent::Exited { exit_code, .. } => code = Some(exit_code),
+            ProcessEvent::Closed { .. } => {
+                return Ok((out, err, code.ok_or("closed before exit")?, seqs));
+            }
+        }
+    }
+}
+
+fn expected_lines(count: usize, prefix: &str) -> Vec<u8> {
+    (1..=count).map(|i| format!("{prefix}-{i}\n")).collect::<String>().into_bytes()
+}
+
+async fn output_survives_repeated_cuts_byte_exact(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let script = |name: &str| {
+        format!(
+            "i=1; while [ $i -le 300 ]; do echo {name}-$i; echo err-$i >&2; i=$((i+1)); sleep 0.005; done; exit 5"
+        )
+    };
+    let mut a = client.start(params("a", &script("a"))).await.unwrap();
+    let mut b = client.start(params("b", &script("b"))).await.unwrap();
+    let cutting_client = client.clone();
+    let cutter = tokio::spawn(async move {
+        for round in 0..6 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            // Alternate an abrupt network failure with a clean close of the WebSocket.
+            if round % 2 == 0 { proxy.cut() } else { cutting_client.disconnect() }
+        }
+        proxy
+    });
+    for (process, name) in [(&mut a, "a"), (&mut b, "b")] {
+        let (out, err, code, seqs) = drain(process).await.unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(expected_lines(300, name)).unwrap()
+        );
+        assert_eq!(err, expected_lines(300, "err"));
+        assert_eq!(code, 5);
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as u64).collect::<Vec<_>>(),
+            "every sequence once, in order"
+        );
+    }
+    let _proxy = cutter.await.unwrap();
+    assert_eq!(client.status(), ConnectionStatus::Connected);
+}
+
+async fn stdin_writes_are_applied_once_across_cuts(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let mut cat = params("cat", "head -n 40");
+    cat.pipe_stdin = true;
+    let mut process = client.start(cat).await.unwrap();
+    for i in 1..=40 {
+        if i % 8 == 0 {
+            proxy.cut();
+        }
+        process.write(format!("line-{i}\n").into_bytes()).await.unwrap();
+    }
+    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(expected_lines(40, "line")).unwrap()
+    );
+    assert_eq!(code, 0);
+}
+
+async fn an_outage_longer_than_the_recovery_deadline_fails_every_handle(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options =
+        ClientOptions { recovery_timeout: Duration::from_millis(600), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let mut process = client.start(params("long", "sleep 30")).await.unwrap();
+    proxy.set_down(true);
+    let failure = drain(&mut process).await.unwrap_err();
+    assert!(failure.contains("failed to resume exec-server session"), "{failure}");
+    assert!(matches!(client.status(), ConnectionStatus::Failed(_)));
+    let error = client.start(params("after", "true")).await.err().unwrap();
+    assert!(matches!(error, ClientError::Failed(_)), "{error}");
+    let read = process.read(0, None, None).await.unwrap();
+    assert!(read.failure.is_some() && read.closed, "a failed handle answers reads itself");
+}
+
+/// Tether only (retention is a flag there): output the server could not keep while the client
+/// was away fails that process alone; the others carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_lost_during_an_outage_fails_only_that_process() {
+    let server = ServerProcess::start_with(Target::Tether, &["--retain-output-bytes", "4096"])
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let mut chatty = client
+        .start(params(
+            "chatty",
+            "read _ < /dev/null; sleep 0.5; head -c 200000 /dev/zero | tr '\\0' x; sleep 30",
+        ))
+        .await
+        .unwrap();
+    let mut quiet = client.start(params("quiet", "sleep 1.5; echo still-here")).await.unwrap();
+    proxy.set_down(true);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    proxy.set_down(false);
+    let failure = drain(&mut chatty).await.unwrap_err();
+    assert!(failure.contains("no longer retained"), "{failure}");
+    let (out, _, code, _) = drain(&mut quiet).await.unwrap();
+    assert_eq!((out.as_slice(), code), (&b"still-here\n"[..], 0));
+    assert_eq!(client.status(), ConnectionStatus::Connected);
+}
+
+/// Tether only: a fast producer (no pauses at all) keeps every byte through cuts. The server
+/// bounds the output in flight per connection below what it retains per process, so a drop
+/// never loses more than it can replay. (The reference, with 1 MiB retained and up to 128
+/// notifications queued, loses output here and the client rightly fails the process.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_producer_keeps_every_byte_through_cuts() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let script = "head -c 3000000 /dev/urandom | od -An -tx1 -v";
+    let mut process = client.start(params("fast", script)).await.unwrap();
+    let cutter = tokio::spawn(async move {
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            proxy.cut();
+        }
+        proxy
+    });
+    let drained = drain(&mut process).await;
+    drop(cutter.await.unwrap());
+    let (out, _, code, _) = drained.unwrap();
+    assert_eq!(code, 0);
+    assert_eq!(out.len(), 3000000 / 16 * 49, "every line of od's output arrived");
+}

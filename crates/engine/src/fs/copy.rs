@@ -1,0 +1,93 @@
+//! `fs/copy`: a file, a link or (with `recursive`) a directory tree.
+//!
+//! Links are copied as links, never followed, so a copy cannot reach outside its source. FIFOs,
+//! sockets and devices cannot be copied meaningfully: as the source they are refused, inside a
+//! tree they are skipped. A directory is merged into an existing one at the destination.
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub(crate) fn copy(source: &Path, destination: &Path, recursive: bool) -> io::Result<()> {
+    let file_type = std::fs::symlink_metadata(source)?.file_type();
+    if file_type.is_dir() {
+        if !recursive {
+            return Err(invalid("fs/copy requires recursive: true when sourcePath is a directory"));
+        }
+        let source_root = std::fs::canonicalize(source)?;
+        copy_tree(source, destination, &source_root)
+    } else if file_type.is_symlink() {
+        copy_link(source, destination)
+    } else if file_type.is_file() {
+        copy_file(source, destination)
+    } else {
+        Err(invalid("fs/copy only supports regular files, directories, and symlinks"))
+    }
+}
+
+/// Refuses, at every level, a destination inside the source: the copy would copy itself
+/// forever. The check resolves links in the destination, so an alias is caught too.
+fn copy_tree(source: &Path, destination: &Path, source_root: &Path) -> io::Result<()> {
+    refuse_inside(destination, source_root)?;
+    std::fs::create_dir_all(destination)?;
+    for entry in std::fs::read_dir(source)? {
+        let entry = entry?;
+        let (from, to) = (entry.path(), destination.join(entry.file_name()));
+        let file_type = entry.file_type()?;
+        if file_type.is_dir() {
+            copy_tree(&from, &to, source_root)?;
+        } else if file_type.is_file() {
+            refuse_inside(&to, source_root)?;
+            copy_file(&from, &to)?;
+        } else if file_type.is_symlink() {
+            copy_link(&from, &to)?;
+        }
+    }
+    Ok(())
+}
+
+/// Contents and permissions. A file copied onto itself (by name or through a link) is left as
+/// it is: copying would truncate the destination, which is the source, before reading it.
+fn copy_file(source: &Path, destination: &Path) -> io::Result<()> {
+    if let Ok(existing) = std::fs::metadata(destination) {
+        let original = std::fs::metadata(source)?;
+        if (existing.dev(), existing.ino()) == (original.dev(), original.ino()) {
+            return Ok(());
+        }
+    }
+    std::fs::copy(source, destination).map(drop)
+}
+
+/// A new link with the same target text; an existing destination is `File exists`.
+fn copy_link(source: &Path, destination: &Path) -> io::Result<()> {
+    std::os::unix::fs::symlink(std::fs::read_link(source)?, destination)
+}
+
+fn refuse_inside(destination: &Path, source_root: &Path) -> io::Result<()> {
+    if resolve_existing(destination)?.starts_with(source_root) {
+        return Err(invalid("fs/copy cannot copy a directory to itself or one of its descendants"));
+    }
+    Ok(())
+}
+
+/// Where `path` is, with links resolved in the part that exists.
+fn resolve_existing(path: &Path) -> io::Result<PathBuf> {
+    let mut missing = Vec::new();
+    let mut existing = path;
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                missing.push(name);
+                existing = parent;
+            }
+            _ => break,
+        }
+    }
+    let mut resolved = std::fs::canonicalize(existing)?;
+    resolved.extend(missing.iter().rev());
+    Ok(resolved)
+}
+
+fn invalid(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}

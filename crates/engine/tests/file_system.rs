@@ -1,0 +1,73 @@
+//! The filesystem suite, run on [`LocalFileSystem`] and on a connection's [`FileHandles`].
+//!
+//! The scenarios (`file_system/shared.rs`) take the implementation under test as an argument,
+//! so a remote implementation runs the same suite by adding a runner like this one.
+
+#[path = "file_system/scratch.rs"]
+mod scratch;
+#[path = "file_system/shared.rs"]
+mod shared;
+
+use tether_engine::fs::{FileHandles, LocalFileSystem};
+
+/// One test per scenario that takes a `&dyn FileSystem`.
+macro_rules! on_local_file_system {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                shared::$scenario(&LocalFileSystem::new()).await
+            }
+        )*
+    };
+}
+
+/// One test per scenario that takes a connection's open files.
+macro_rules! on_local_handles {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                shared::$scenario(&mut FileHandles::new()).await
+            }
+        )*
+    };
+}
+
+on_local_file_system!(
+    read_file_returns_whole_regular_files,
+    read_file_refuses_anything_but_a_regular_file_promptly,
+    read_file_is_capped_at_512_mib,
+    read_file_reports_missing_and_foreign_paths,
+    write_file_creates_or_truncates_in_place,
+    write_file_reports_bad_targets_and_bad_base64,
+    follow_symlinks_false_never_goes_through_a_link,
+    create_directory_is_recursive_by_default,
+    get_metadata_follows_links_but_says_it_was_one,
+    get_metadata_times_are_the_references,
+    canonicalize_resolves_every_link,
+    read_directory_lists_in_readdir_order_following_links,
+    read_directory_refuses_more_than_50000_entries,
+    walk_is_breadth_first_and_sorted_per_directory,
+    walk_bounds_set_truncated,
+    walk_limits_are_validated_with_the_references_messages,
+    walk_follows_directory_links_only_when_asked_and_once,
+    walk_roots_that_are_not_directories,
+    walk_reports_non_utf8_names_as_errors,
+    remove_is_recursive_and_forced_by_default,
+    remove_removes_links_not_their_targets,
+    copy_copies_files_and_trees_with_links_as_links,
+    copy_refuses_what_it_cannot_copy,
+    copy_onto_itself_keeps_the_file,
+    restrictive_sandboxes_are_refused_before_anything_is_touched,
+);
+
+on_local_handles!(
+    read_blocks_are_eof_only_when_short,
+    write_blocks_fill_gaps_and_stay_within_signed_offsets,
+    handle_ids_are_bounded_unique_and_limited_per_connection,
+    closed_and_unknown_handles_are_not_found_and_close_is_idempotent,
+    a_handle_keeps_reading_its_file_after_the_path_is_replaced,
+    handles_are_used_only_as_they_were_opened,
+    open_refuses_anything_but_a_regular_file_promptly,
+);

@@ -1,0 +1,215 @@
+//! A real HTTP server for `http/request` tests, on `127.0.0.1:0`: the peer the executor talks
+//! to. It echoes what reached it, and it can misbehave on purpose (slow heads, slow or broken
+//! bodies, redirect chains). It counts the TCP connections it accepts, so a test can prove that
+//! a refused request never left the executor.
+//!
+//! Routes:
+//! - anything not listed below: echo — `{method, path, query, headers: [[name, value]…],
+//!   bodyBase64}` as JSON, headers in the order the server's HTTP library reports them;
+//! - `/status/{code}`: that status, body `status <code>`;
+//! - `/cookies`: two `set-cookie` headers, one header whose value is not ASCII text;
+//! - `/redirect/{n}`: a chain of `n` 302s ending in `/redirect/0` (200, `landed`);
+//! - `/redirect-to?status=S&location=L`: one redirect;
+//! - `/slow-head?ms=N`: the head after `N` ms;
+//! - `/slow-body?ms=N`: `start` at once, `end` after `N` ms;
+//! - `/chunks`: `one\n`, `two\n`, `three\n`, 100 ms apart;
+//! - `/large?bytes=N`: `N` bytes of a known pattern ([`large_body`]);
+//! - `/fail`: `partial`, then the connection is dropped in the middle of the body.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use futures_util::stream;
+use serde_json::json;
+
+use crate::client::b64encode;
+
+/// A running peer; stops when dropped.
+pub struct HttpPeer {
+    /// `http://127.0.0.1:PORT`, no trailing slash.
+    pub base_url: String,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl HttpPeer {
+    pub async fn start() -> anyhow::Result<Self> {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let app = Router::new()
+            .route("/status/{code}", get(status))
+            .route("/cookies", get(cookies))
+            .route("/redirect/{n}", get(redirect_chain))
+            .route("/redirect-to", axum::routing::any(redirect_to))
+            .route("/slow-head", get(slow_head))
+            .route("/slow-body", get(slow_body))
+            .route("/chunks", get(chunks))
+            .route("/large", get(large))
+            .route("/fail", get(fail))
+            .fallback(echo)
+            .layer(middleware::from_fn_with_state(requests.clone(), record));
+        let counter = connections.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base_url = format!("http://{}", listener.local_addr()?);
+        let listener = listener.tap_io(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { base_url, connections, requests, server })
+    }
+
+    /// The absolute URL of `path_and_query` (which starts with `/`).
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("{}{path_and_query}", self.base_url)
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Every request that reached the peer, as `METHOD /path?query`, in arrival order.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for HttpPeer {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// The body `/large?bytes=N` serves.
+pub fn large_body(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+async fn record(
+    State(requests): State<Arc<Mutex<Vec<String>>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let target = request.uri().path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    requests.lock().unwrap().push(format!("{} {target}", request.method()));
+    next.run(request).await
+}
+
+async fn echo(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let headers: Vec<_> = headers
+        .iter()
+        .map(|(name, value)| json!([name.as_str(), String::from_utf8_lossy(value.as_bytes())]))
+        .collect();
+    let echo = json!({
+        "method": method.as_str(),
+        "path": uri.path(),
+        "query": uri.query(),
+        "headers": headers,
+        "bodyBase64": b64encode(&body),
+    });
+    ([(header::CONTENT_TYPE, "application/json")], echo.to_string()).into_response()
+}
+
+async fn status(Path(code): Path<u16>) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, [("x-peer", "status")], format!("status {code}")).into_response()
+}
+
+async fn cookies() -> Response {
+    let mut response = "cookies".into_response();
+    let headers = response.headers_mut();
+    headers.append(header::SET_COOKIE, HeaderValue::from_static("a=1; Path=/"));
+    headers.append("x-plain", HeaderValue::from_static("plain"));
+    headers.append(header::SET_COOKIE, HeaderValue::from_static("b=2; Path=/"));
+    headers.append("x-not-text", HeaderValue::from_bytes("café".as_bytes()).unwrap());
+    response
+}
+
+async fn redirect_chain(Path(n): Path<u32>) -> Response {
+    if n == 0 {
+        return "landed".into_response();
+    }
+    let location = format!("/redirect/{}", n - 1);
+    (StatusCode::FOUND, [(header::LOCATION, location)], "redirecting").into_response()
+}
+
+async fn redirect_to(Query(query): Query<HashMap<String, String>>) -> Response {
+    let status = query.get("status").and_then(|s| s.parse().ok()).unwrap_or(302);
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FOUND);
+    let location = query.get("location").cloned().unwrap_or_default();
+    (status, [(header::LOCATION, location)], "redirecting").into_response()
+}
+
+fn millis(query: &HashMap<String, String>) -> Duration {
+    Duration::from_millis(query.get("ms").and_then(|ms| ms.parse().ok()).unwrap_or(1000))
+}
+
+async fn slow_head(Query(query): Query<HashMap<String, String>>) -> Response {
+    tokio::time::sleep(millis(&query)).await;
+    "slow".into_response()
+}
+
+async fn slow_body(Query(query): Query<HashMap<String, String>>) -> Response {
+    let pause = millis(&query);
+    let parts = stream::unfold(0, move |step| async move {
+        match step {
+            0 => Some((Ok::<_, std::io::Error>(Bytes::from_static(b"start")), 1)),
+            1 => {
+                tokio::time::sleep(pause).await;
+                Some((Ok(Bytes::from_static(b"end")), 2))
+            }
+            _ => None,
+        }
+    });
+    Body::from_stream(parts).into_response()
+}
+
+async fn chunks() -> Response {
+    let parts = stream::unfold(0, |step| async move {
+        let chunk: &'static [u8] = match step {
+            0 => b"one\n",
+            1 => b"two\n",
+            2 => b"three\n",
+            _ => return None,
+        };
+        if step > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Some((Ok::<_, std::io::Error>(Bytes::from_static(chunk)), step + 1))
+    });
+    ([(header::CONTENT_TYPE, "text/plain")], Body::from_stream(parts)).into_response()
+}
+
+async fn large(Query(query): Query<HashMap<String, String>>) -> Response {
+    let len = query.get("bytes").and_then(|n| n.parse().ok()).unwrap_or(3 * 1024 * 1024);
+    large_body(len).into_response()
+}
+
+/// A chunked body that errors after its first chunk: the HTTP library then drops the
+/// connection without ending the body.
+async fn fail() -> Response {
+    let parts = stream::unfold(0, |step| async move {
+        match step {
+            0 => Some((Ok(Bytes::from_static(b"partial")), 1)),
+            1 => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Some((Err(std::io::Error::other("the peer broke off")), 2))
+            }
+            _ => None,
+        }
+    });
+    Body::from_stream(parts).into_response()
+}
