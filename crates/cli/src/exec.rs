@@ -9,8 +9,8 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
+use tether_protocol::PathUri;
 use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams};
-use tether_protocol::{PathUri, ProcessId};
 use tokio::io::AsyncReadExt;
 
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
@@ -83,22 +83,12 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         set: BTreeMap::new(),
         include_only: Vec::new(),
     });
-    let params = ExecParams {
-        process_id: ProcessId(format!("tether-exec-{}-{}", std::process::id(), unique())),
-        argv: args.command.clone(),
-        cwd,
-        env,
-        env_policy,
-        shell_snapshot: None,
-        tty: args.tty,
-        pipe_stdin: !args.no_stdin,
-        arg0: None,
-        sandbox: None,
-        enforce_managed_network: false,
-        managed_network: None,
-        network_proxy: None,
-        metadata: None,
-    };
+    let process_id = format!("tether-exec-{}-{}", std::process::id(), unique());
+    let mut params = ExecParams::new(process_id, args.command.clone(), cwd);
+    params.env = env;
+    params.env_policy = env_policy;
+    params.tty = args.tty;
+    params.pipe_stdin = !args.no_stdin;
     let mut process = client.start(params).await?;
 
     let mut stdin = tokio::io::stdin();

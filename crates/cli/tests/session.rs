@@ -87,61 +87,25 @@ async fn process_ids_belong_to_their_session(target: Target) {
 
 async fn stdio_serves_one_session_that_ends_with_stdin(target: Target) {
     let scratch = tempdir();
-    let mut command = ServerProcess::command(target, &scratch).unwrap();
-    command
-        .args(["--listen", "stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    command.kill_on_drop(true);
-    let mut server = command.spawn().unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap()).lines();
-
+    let mut server = StdioServer::spawn(target, &scratch);
     // CRLF and blank lines are fine.
-    stdin
-        .write_all(
-            b"\r\n{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientName\":\"stdio\"}}\r\n",
-        )
-        .await
-        .unwrap();
-    let reply: Value = serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+    server
+        .send("\r\n{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientName\":\"stdio\"}}\r")
+        .await;
+    let reply = server.next_message().await;
     assert!(reply["result"]["sessionId"].is_string(), "{reply}");
-    stdin.write_all(b"{\"method\":\"initialized\",\"params\":{}}\n{bad\n").await.unwrap();
-    let reply: Value = serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
+    server.send("{\"method\":\"initialized\",\"params\":{}}\n{bad").await;
+    let reply = server.next_message().await;
     assert_eq!(reply["id"], -1);
-    assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("failed to parse JSON-RPC message from exec-server stdio: ")
-    );
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("failed to parse JSON-RPC message from exec-server stdio: "));
 
-    let start =
-        json!({"id": 2, "method": "process/start", "params": exec("p", "echo $$; sleep 60")});
-    stdin.write_all(format!("{start}\n").as_bytes()).await.unwrap();
-    let mut pid = None;
-    while pid.is_none() {
-        let line: Value =
-            serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
-        if line["method"] == "process/output" {
-            pid = Some(
-                String::from_utf8(b64decode(&line["params"]["chunk"]))
-                    .unwrap()
-                    .trim()
-                    .parse::<u32>()
-                    .unwrap(),
-            );
-        }
-    }
-    let pid = pid.unwrap();
+    let pid = server.start_sleeper().await;
     assert!(is_alive(pid));
-
-    drop(stdin);
+    drop(server.stdin.take());
     let status =
-        tokio::time::timeout(Duration::from_secs(10), server.wait()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server.child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "exits 0 at end of input: {status}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(dies_soon(pid).await, "its processes are gone");
     let _ = std::fs::remove_dir_all(scratch);
 }
@@ -212,47 +176,68 @@ fn tempdir() -> std::path::PathBuf {
 #[tokio::test]
 async fn sigterm_stops_a_stdio_server_with_stdin_open() {
     let scratch = tempdir();
-    let mut command = ServerProcess::command(Target::Tether, &scratch).unwrap();
-    command
-        .args(["--listen", "stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    command.kill_on_drop(true);
-    let mut server = command.spawn().unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap()).lines();
-    let init = r#"{"id":1,"method":"initialize","params":{"clientName":"stdio"}}"#;
-    stdin.write_all(format!("{init}\n{{\"method\":\"initialized\"}}\n").as_bytes()).await.unwrap();
-    stdout.next_line().await.unwrap().unwrap();
-    let start =
-        json!({"id": 2, "method": "process/start", "params": exec("p", "echo $$; sleep 60")});
-    stdin.write_all(format!("{start}\n").as_bytes()).await.unwrap();
-    let mut pid = None;
-    while pid.is_none() {
-        let line: Value =
-            serde_json::from_str(&stdout.next_line().await.unwrap().unwrap()).unwrap();
-        if line["method"] == "process/output" {
-            pid = Some(
-                String::from_utf8(b64decode(&line["params"]["chunk"]))
-                    .unwrap()
-                    .trim()
-                    .parse::<u32>()
-                    .unwrap(),
-            );
-        }
-    }
-    let server_pid = rustix_pid(server.id().unwrap());
+    let mut server = StdioServer::spawn(Target::Tether, &scratch);
+    server.send("{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientName\":\"stdio\"}}").await;
+    server.next_message().await;
+    server.send("{\"method\":\"initialized\"}").await;
+    let pid = server.start_sleeper().await;
+    let server_pid = rustix_pid(server.child.id().unwrap());
     rustix::process::kill_process(server_pid, rustix::process::Signal::TERM).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(5), server.wait())
+    let status = tokio::time::timeout(Duration::from_secs(5), server.child.wait())
         .await
         .expect("exits promptly")
         .unwrap();
     assert!(status.success(), "{status}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(dies_soon(pid.unwrap()).await);
-    drop(stdin);
+    assert!(dies_soon(pid).await);
     let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// A server on `--listen stdio`, driven line by line.
+struct StdioServer {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl StdioServer {
+    fn spawn(target: Target, scratch: &std::path::Path) -> Self {
+        let mut command = ServerProcess::command(target, scratch).unwrap();
+        command.args(["--listen", "stdio"]).stdin(Stdio::piped()).stdout(Stdio::piped());
+        command.stderr(Stdio::null()).kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Self { child, stdin, stdout }
+    }
+
+    /// Writes `line` and its newline.
+    async fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+
+    async fn next_message(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(20), self.stdout.next_line())
+            .await
+            .expect("a message within 20 s")
+            .unwrap()
+            .expect("stdout open");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Starts a process that prints its pid and sleeps; returns the pid.
+    async fn start_sleeper(&mut self) -> u32 {
+        let start =
+            json!({"id": 2, "method": "process/start", "params": exec("p", "echo $$; sleep 60")});
+        self.send(&start.to_string()).await;
+        loop {
+            let message = self.next_message().await;
+            if message["method"] == "process/output" {
+                let text = String::from_utf8(b64decode(&message["params"]["chunk"])).unwrap();
+                return text.trim().parse().unwrap();
+            }
+        }
+    }
 }
 
 fn rustix_pid(pid: u32) -> rustix::process::Pid {

@@ -10,7 +10,7 @@ use tether_client::{
 };
 use tether_engine::ProcessEvent;
 use tether_protocol::process::{ExecOutputStream, ExecParams};
-use tether_protocol::{PathUri, ProcessId};
+use tether_protocol::PathUri;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 
 against_both!(
@@ -20,22 +20,13 @@ against_both!(
 );
 
 fn params(id: &str, script: &str) -> ExecParams {
-    ExecParams {
-        process_id: ProcessId::from(id),
-        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        cwd: PathUri::parse("file:///tmp").unwrap(),
-        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
-        env_policy: None,
-        shell_snapshot: None,
-        tty: false,
-        pipe_stdin: false,
-        arg0: None,
-        sandbox: None,
-        enforce_managed_network: false,
-        managed_network: None,
-        network_proxy: None,
-        metadata: None,
-    }
+    let mut params = ExecParams::new(
+        id,
+        vec!["/bin/sh".into(), "-c".into(), script.into()],
+        PathUri::parse("file:///tmp").unwrap(),
+    );
+    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    params
 }
 
 /// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences).

@@ -15,22 +15,13 @@ fn table() -> (Arc<ProcessTable>, mpsc::Receiver<ProcessEvent>) {
 }
 
 fn params(id: &str, script: &str) -> ExecParams {
-    ExecParams {
-        process_id: ProcessId::from(id),
-        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        cwd: PathUri::parse("file:///tmp").unwrap(),
-        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
-        env_policy: None,
-        shell_snapshot: None,
-        tty: false,
-        pipe_stdin: false,
-        arg0: None,
-        sandbox: None,
-        enforce_managed_network: false,
-        managed_network: None,
-        network_proxy: None,
-        metadata: None,
-    }
+    let mut params = ExecParams::new(
+        id,
+        vec!["/bin/sh".into(), "-c".into(), script.into()],
+        PathUri::parse("file:///tmp").unwrap(),
+    );
+    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    params
 }
 
 /// Collects events until the process closes; returns (stdout, stderr, exit code, seqs).

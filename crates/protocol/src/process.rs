@@ -29,6 +29,12 @@ impl std::fmt::Display for ProcessId {
     }
 }
 
+impl From<String> for ProcessId {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
 impl From<&str> for ProcessId {
     fn from(value: &str) -> Self {
         Self(value.to_owned())
@@ -71,6 +77,29 @@ pub struct ExecParams {
     /// Caller bookkeeping (`{threadId, toolCallId}`); carried, never interpreted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+}
+
+impl ExecParams {
+    /// A pipe process with an empty environment, stdin closed and no optional intent: the
+    /// starting point callers adjust.
+    pub fn new(process_id: impl Into<ProcessId>, argv: Vec<String>, cwd: PathUri) -> Self {
+        Self {
+            process_id: process_id.into(),
+            argv,
+            cwd,
+            env: BTreeMap::new(),
+            env_policy: None,
+            shell_snapshot: None,
+            tty: false,
+            pipe_stdin: false,
+            arg0: None,
+            sandbox: None,
+            enforce_managed_network: false,
+            managed_network: None,
+            network_proxy: None,
+            metadata: None,
+        }
+    }
 }
 
 /// How a child's environment is built from the executor's own.
