@@ -25,7 +25,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tether_engine::ProcessEvent;
 use tether_protocol::error::SESSION_ALREADY_ATTACHED;
-use tether_protocol::method::{INITIALIZED, PROCESS_CLOSED, PROCESS_EXITED, PROCESS_OUTPUT};
+use tether_protocol::method::{
+    HTTP_REQUEST_BODY_DELTA, INITIALIZED, PROCESS_CLOSED, PROCESS_EXITED, PROCESS_OUTPUT,
+};
 use tether_protocol::process::{
     ExecParams, ExecResponse, ProcessClosedNotification, ProcessExitedNotification,
     ProcessOutputNotification, ReadResponse,
@@ -40,6 +42,7 @@ use crate::connection::{Connection, ConnectionEvent};
 use crate::error::ClientError;
 use crate::process::RemoteProcess;
 use crate::registration::Registration;
+use crate::remote_http::HttpStreams;
 
 /// How long a connection attempt may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,6 +124,9 @@ pub(crate) struct Inner {
     /// up a half-registered process.
     starts_in_flight: AtomicUsize,
     starts_settled: Notify,
+    /// Streamed `http/request` bodies in progress. They cannot survive their connection, so
+    /// they end with it, recovery or not.
+    pub(crate) http_streams: HttpStreams,
 }
 
 impl ExecServerClient {
@@ -140,6 +146,7 @@ impl ExecServerClient {
             generations: AtomicU64::new(1),
             starts_in_flight: AtomicUsize::new(0),
             starts_settled: Notify::new(),
+            http_streams: HttpStreams::default(),
         });
         tokio::spawn(route_events(Arc::downgrade(&inner), receiver));
         info!(session_id = %inner.session_id, "exec-server session started");
@@ -178,45 +185,30 @@ impl ExecServerClient {
 
     /// Starts a process and returns its handle. If the connection drops before the server
     /// answers, the start is ambiguous: the call fails, and the process — if it did start — is
-    /// terminated once the session is back, never silently adopted.
+    /// terminated once the session is back, never silently adopted. The same happens if the
+    /// caller stops waiting (drops this future) once the request may have been sent.
     pub async fn start(&self, params: ExecParams) -> Result<RemoteProcess, ClientError> {
         let process_id = params.process_id.clone();
         let (registration, updates) = self.register(&process_id)?;
-        let _in_flight = StartInFlight::new(&self.inner);
-        let outcome = match self.connected().await {
-            Ok(connection) => connection.call::<_, ExecResponse>("process/start", &params).await,
-            Err(error) => Err(error),
-        };
-        match outcome {
+        let mut start = PendingStart::new(self, registration.clone());
+        let connection = self.connected().await?;
+        start.sending();
+        match connection.call::<_, ExecResponse>("process/start", &params).await {
             Ok(_) => {
                 registration.mark_started();
+                start.settle();
                 Ok(RemoteProcess::new(self.clone(), registration, updates))
             }
             Err(ClientError::Disconnected(reason)) => {
                 let message = format!(
                     "process/start for {process_id} may or may not have run ({reason}); it is being terminated"
                 );
-                registration.fail(message.clone());
-                let client = self.clone();
-                tokio::spawn(async move {
-                    // Terminate whatever may be running under that id, then let the id go.
-                    let params = json!({"processId": process_id});
-                    while !matches!(client.current_state(), ConnectionState::Failed(_)) {
-                        let terminate = client.call::<_, serde_json::Value>(
-                            "process/terminate",
-                            &params,
-                            Retry::Safe,
-                        );
-                        if terminate.await.is_ok() {
-                            break;
-                        }
-                    }
-                    client.unregister(&registration);
-                });
+                start.abandon(message.clone());
                 Err(ClientError::Disconnected(message))
             }
             Err(error) => {
                 self.unregister(&registration);
+                start.settle();
                 Err(error)
             }
         }
@@ -296,20 +288,85 @@ impl ExecServerClient {
     }
 }
 
-/// Counts a start in flight while alive.
-struct StartInFlight<'a>(&'a Inner);
+/// A `process/start` whose outcome is not known yet.
+///
+/// While its request may be on a connection, it counts as in flight: recovery waits for it to
+/// settle, so a start that succeeded is caught up like any other process. A start still waiting
+/// for a connection does not count — it waits for the recovery, not the other way round.
+///
+/// Dropped unsettled (the caller stopped waiting), it cleans up as an ambiguous start does.
+struct PendingStart<'a> {
+    client: &'a ExecServerClient,
+    registration: Arc<Registration>,
+    stage: StartStage,
+}
 
-impl<'a> StartInFlight<'a> {
-    fn new(inner: &'a Inner) -> Self {
-        inner.starts_in_flight.fetch_add(1, Ordering::AcqRel);
-        Self(inner)
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StartStage {
+    /// Waiting for a connection: nothing was sent.
+    Waiting,
+    /// The request may have reached the server.
+    InFlight,
+    Settled,
+}
+
+impl<'a> PendingStart<'a> {
+    fn new(client: &'a ExecServerClient, registration: Arc<Registration>) -> Self {
+        Self { client, registration, stage: StartStage::Waiting }
+    }
+
+    /// The request is about to go out.
+    fn sending(&mut self) {
+        self.client.inner.starts_in_flight.fetch_add(1, Ordering::AcqRel);
+        self.stage = StartStage::InFlight;
+    }
+
+    /// The outcome is known and acted on.
+    fn settle(&mut self) {
+        if self.stage == StartStage::InFlight {
+            let inner = &self.client.inner;
+            if inner.starts_in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+                inner.starts_settled.notify_waiters();
+            }
+        }
+        self.stage = StartStage::Settled;
+    }
+
+    /// The process may be running and nobody will follow it: fail the registration, terminate
+    /// whatever runs under its id (waiting through a recovery), then release the id.
+    fn abandon(&mut self, message: String) {
+        self.registration.fail(message);
+        let client = self.client.clone();
+        let registration = self.registration.clone();
+        let terminate = async move {
+            let params = json!({"processId": registration.process_id});
+            // Idempotent, so it rides through recoveries; it fails only with the session.
+            let _ = client
+                .call::<_, serde_json::Value>("process/terminate", &params, Retry::Safe)
+                .await;
+            client.unregister(&registration);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(terminate)),
+            // No runtime left to ask the server with: the session ends with it anyway.
+            Err(_) => self.client.unregister(&self.registration),
+        }
+        self.settle();
     }
 }
 
-impl Drop for StartInFlight<'_> {
+impl Drop for PendingStart<'_> {
     fn drop(&mut self) {
-        if self.0.starts_in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.starts_settled.notify_waiters();
+        match self.stage {
+            StartStage::Waiting => self.client.unregister(&self.registration),
+            StartStage::InFlight => {
+                let message = format!(
+                    "the caller stopped waiting for process/start for {}; it is being terminated",
+                    self.registration.process_id
+                );
+                self.abandon(message);
+            }
+            StartStage::Settled => {}
         }
     }
 }
@@ -349,22 +406,47 @@ async fn route_events(inner: Weak<Inner>, mut events: mpsc::UnboundedReceiver<Co
         match event {
             ConnectionEvent::Notification(notification) => route_notification(&inner, notification),
             ConnectionEvent::Closed { generation, reason } => {
-                let current = matches!(
-                    &*inner.state.borrow(),
-                    ConnectionState::Connected(c) if c.generation == generation
-                );
-                if current {
-                    warn!(generation, %reason, "exec-server connection lost; recovering the session");
-                    inner.state.send_replace(ConnectionState::Recovering);
-                    tokio::spawn(recover(inner.clone(), reason));
-                }
+                inner.http_streams.connection_closed(generation, &reason);
+                connection_lost(&inner, generation, reason);
             }
         }
     }
 }
 
+/// Starts a recovery if `generation` is the current connection's; a drop reported for any other
+/// connection (an older one, or a resume attempt not installed yet) changes nothing. The check
+/// and the change are one step, so two reports of one drop start one recovery.
+fn connection_lost(inner: &Arc<Inner>, generation: u64, reason: String) {
+    let current = inner.state.send_if_modified(|state| {
+        let current = matches!(state, ConnectionState::Connected(c) if c.generation == generation);
+        if current {
+            *state = ConnectionState::Recovering;
+        }
+        current
+    });
+    if current {
+        warn!(generation, %reason, "exec-server connection lost; recovering the session");
+        tokio::spawn(recover(inner.clone(), reason));
+    }
+}
+
+/// Makes a resumed connection the current one. Its drop may already have been reported — and
+/// ignored, as it was not current yet — so a connection that is closed by now goes straight
+/// back to recovery instead of leaving every call waiting on a dead connection.
+fn install(inner: &Arc<Inner>, connection: Arc<Connection>) {
+    let generation = connection.generation;
+    inner.state.send_replace(ConnectionState::Connected(connection.clone()));
+    if connection.is_closed() {
+        connection_lost(inner, generation, "the connection closed as it was resumed".into());
+    }
+}
+
 fn route_notification(inner: &Arc<Inner>, notification: Notification) {
     let params = notification.params.unwrap_or_default();
+    if notification.method == HTTP_REQUEST_BODY_DELTA {
+        inner.http_streams.deliver(params);
+        return;
+    }
     let event = match notification.method.as_str() {
         PROCESS_OUTPUT => serde_json::from_value::<ProcessOutputNotification>(params).map(|n| {
             ProcessEvent::Output {
@@ -419,14 +501,20 @@ async fn recover(inner: Arc<Inner>, reason: String) {
             );
             return give_up(&inner, message);
         }
-        match resume(&inner).await {
+        // The deadline bounds an attempt too: one that hangs (a network that swallows packets
+        // after the connect, a catch-up read never answered) must not outlive it.
+        let Ok(attempt) = tokio::time::timeout_at(deadline, resume(&inner)).await else {
+            last_error = "the last attempt was still unanswered".into();
+            continue;
+        };
+        match attempt {
             Ok(connection) => {
                 info!(
                     generation = connection.generation,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "exec-server session resumed"
                 );
-                inner.state.send_replace(ConnectionState::Connected(connection));
+                install(&inner, connection);
                 return;
             }
             Err(error) if is_retryable(&error) => {
@@ -513,5 +601,120 @@ fn give_up(inner: &Arc<Inner>, message: String) {
         inner.registrations.lock().unwrap().drain().map(|(_, r)| r).collect();
     for registration in registrations {
         registration.fail(format!("process {}: {message}", registration.process_id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The route and install steps of recovery, driven with events constructed by hand: the
+    //! races they guard against are too narrow to provoke over the wire on demand. The client,
+    //! the server and the connections are real.
+
+    use tether_protocol::ByteChunk;
+    use tether_protocol::PathUri;
+    use tether_protocol::process::{ExecOutputStream, ProcessOutputNotification};
+    use tether_testkit::{ServerProcess, Target};
+
+    use super::*;
+    use crate::ProcessUpdate;
+
+    fn generation(client: &ExecServerClient) -> Option<u64> {
+        match &*client.inner.state.borrow() {
+            ConnectionState::Connected(connection) => Some(connection.generation),
+            _ => None,
+        }
+    }
+
+    async fn wait_for_generation_after(client: &ExecServerClient, after: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(generation) = generation(client).filter(|g| *g > after) {
+                return generation;
+            }
+            assert!(Instant::now() < deadline, "no connection after generation {after}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A close reported for an older connection after a newer one is installed (a late report,
+    /// or one from a resume attempt that was abandoned) starts no recovery.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_close_reported_for_an_older_connection_changes_nothing() {
+        // Setup: a real recovery, so that generation 1 is an old connection.
+        let server = ServerProcess::start(Target::Tether).await.unwrap();
+        let client =
+            ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+        client.disconnect();
+        let current = wait_for_generation_after(&client, 1).await;
+        let sleeper = ExecParams::new(
+            "quiet",
+            vec!["/bin/sleep".into(), "30".into()],
+            PathUri::parse("file:///tmp").unwrap(),
+        );
+        let mut process = client.start(sleeper).await.unwrap();
+
+        // Exercise: generation 1's close, then a marker the route handles after it.
+        let events = &client.inner.events;
+        events.send(ConnectionEvent::Closed { generation: 1, reason: "late".into() }).unwrap();
+        let marker = ProcessOutputNotification {
+            process_id: "quiet".into(),
+            seq: 1,
+            stream: ExecOutputStream::Stdout,
+            chunk: ByteChunk::from(b"marker".to_vec()),
+        };
+        let marker = Notification {
+            method: PROCESS_OUTPUT.into(),
+            params: Some(serde_json::to_value(marker).unwrap()),
+        };
+        events.send(ConnectionEvent::Notification(marker)).unwrap();
+
+        // Assert: once the marker is through, the session is still on the same connection.
+        let update = tokio::time::timeout(Duration::from_secs(10), process.next_update()).await;
+        assert!(
+            matches!(&update, Ok(Some(ProcessUpdate::Event(ProcessEvent::Output { chunk, .. })))
+                if &chunk[..] == b"marker"),
+            "{update:?}"
+        );
+        assert_eq!(client.status(), ConnectionStatus::Connected);
+        assert_eq!(generation(&client), Some(current));
+    }
+
+    /// A resumed connection can drop between the end of the resume and its installation; its
+    /// close, reported while it was not yet current, was ignored. Installing it must start a
+    /// new recovery rather than leave every call waiting on a dead connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_that_closed_before_it_was_installed_is_recovered() {
+        // Setup: the session's connection is gone and the client is recovering.
+        let server = ServerProcess::start(Target::Tether).await.unwrap();
+        let client =
+            ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+        let inner = &client.inner;
+        let first = client.connected().await.unwrap();
+        inner.state.send_replace(ConnectionState::Recovering);
+        first.close();
+
+        // A new connection that closes before it is installed; its close goes nowhere (as when
+        // the route saw it during the recovery and ignored it).
+        let resumed_generation = inner.generations.fetch_add(1, Ordering::AcqRel) + 1;
+        let (unheard, _) = mpsc::unbounded_channel();
+        let timeout = inner.options.connect_timeout;
+        let resumed =
+            Connection::open(&server.url, resumed_generation, timeout, unheard).await.unwrap();
+        resumed.close();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !resumed.is_closed() {
+            assert!(Instant::now() < deadline, "the connection did not close");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        // Exercise.
+        install(inner, resumed);
+
+        // Assert: a recovery ran and installed a live connection.
+        tokio::time::timeout(Duration::from_secs(20), client.wait_connected())
+            .await
+            .expect("the client never recovered")
+            .unwrap();
+        assert!(generation(&client).is_some_and(|g| g > resumed_generation));
     }
 }

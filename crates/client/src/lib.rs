@@ -16,6 +16,10 @@
 //! - `client`: [`ExecServerClient`], the session's state machine
 //!   (`Connected → Recovering → Connected | Failed`) and the recovery itself.
 //! - `process`: [`RemoteProcess`], the handle a caller holds.
+//! - `remote_exec`, `remote_fs`, `remote_http`: the engine's three surfaces over a session —
+//!   [`ExecServerClient`] is an `ExecBackend`, a `FileSystem` and an `HttpClient`, and
+//!   [`RemoteProcess`] an `ExecProcess` — so one test suite runs on the engine and on a server.
+//! - `environment`: [`Environment`], the three surfaces as one value, local or remote.
 //!
 //! `reorder` and `reconcile` are pure (no I/O, no clocks), so every reorder, duplicate and gap
 //! case is tested deterministically.
@@ -25,14 +29,20 @@ pub mod reorder;
 
 mod client;
 mod connection;
+mod environment;
 mod error;
 mod process;
 mod registration;
+mod remote_exec;
+mod remote_fs;
+mod remote_http;
 
 pub use client::{
     ClientOptions, ConnectionStatus, DEFAULT_CONNECT_TIMEOUT, DEFAULT_INITIALIZE_TIMEOUT,
     DEFAULT_RECOVERY_RETRY_INTERVAL, DEFAULT_RECOVERY_TIMEOUT, ExecServerClient,
 };
+pub use environment::Environment;
 pub use error::ClientError;
 pub use process::RemoteProcess;
-pub use registration::ProcessUpdate;
+pub use remote_http::{MAX_QUEUED_BODY_DELTAS, MAX_QUEUED_HTTP_BODY_BYTES};
+pub use tether_engine::ProcessUpdate;

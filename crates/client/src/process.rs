@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::json;
+use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::process::{
     ReadResponse, SignalResponse, TerminateResponse, WriteResponse, WriteStatus,
 };
@@ -12,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::client::{ExecServerClient, Retry};
 use crate::error::ClientError;
-use crate::registration::{Finished, ProcessUpdate, Registration};
+use crate::registration::{Finished, Registration};
 
 /// A process started through an [`ExecServerClient`]. Its updates arrive in sequence order,
 /// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
@@ -21,6 +22,9 @@ pub struct RemoteProcess {
     client: ExecServerClient,
     registration: Arc<Registration>,
     updates: mpsc::UnboundedReceiver<ProcessUpdate>,
+    /// The last update (`Closed` or `Failed`) was handed out. The registration keeps its end
+    /// of the channel, so the channel alone would never say so.
+    ended: bool,
 }
 
 impl RemoteProcess {
@@ -29,7 +33,7 @@ impl RemoteProcess {
         registration: Arc<Registration>,
         updates: mpsc::UnboundedReceiver<ProcessUpdate>,
     ) -> Self {
-        Self { client, registration, updates }
+        Self { client, registration, updates, ended: false }
     }
 
     pub fn process_id(&self) -> &ProcessId {
@@ -38,7 +42,17 @@ impl RemoteProcess {
 
     /// The next update; `None` once the stream has ended (after `Closed` or `Failed`).
     pub async fn next_update(&mut self) -> Option<ProcessUpdate> {
-        self.updates.recv().await
+        if self.ended {
+            return None;
+        }
+        let update = self.updates.recv().await;
+        self.ended = matches!(
+            update,
+            None | Some(
+                ProcessUpdate::Failed(_) | ProcessUpdate::Event(ProcessEvent::Closed { .. })
+            )
+        );
+        update
     }
 
     /// Writes to the process's stdin. The write keeps one `writeId` across reconnects, so the

@@ -3,21 +3,12 @@
 
 use std::sync::Mutex;
 
-use tether_engine::ProcessEvent;
+use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::ProcessId;
 use tokio::sync::mpsc;
 
 use crate::reconcile::{Known, ReconcileError, reconcile};
 use crate::reorder::ReorderBuffer;
-
-/// What a process handle receives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProcessUpdate {
-    /// The next event, in sequence order.
-    Event(ProcessEvent),
-    /// The process can no longer be followed; no more updates come. The message says why.
-    Failed(String),
-}
 
 pub(crate) struct Registration {
     pub process_id: ProcessId,
@@ -31,7 +22,8 @@ struct State {
     started: bool,
     /// Closed or failed: nothing more is published.
     finished: Option<Finished>,
-    updates: mpsc::UnboundedSender<ProcessUpdate>,
+    /// Where the handle listens; let go after the last update, which ends the handle's stream.
+    updates: Option<mpsc::UnboundedSender<ProcessUpdate>>,
     next_write_id: u64,
     /// Set while a reconnect catches this process up: live events that arrive meanwhile are
     /// held here, unbounded, instead of the reorder buffer — the gap they wait on is the one
@@ -54,7 +46,7 @@ impl Registration {
             exit_published: false,
             started: false,
             finished: None,
-            updates,
+            updates: Some(updates),
             next_write_id: 1,
             catching_up: false,
             held: Vec::new(),
@@ -180,11 +172,100 @@ fn publish(state: &mut State, event: ProcessEvent) {
         ProcessEvent::Closed { .. } => state.finished = Some(Finished::Closed),
         ProcessEvent::Output { .. } => {}
     }
-    // A handle that was dropped no longer listens; the stream still advances.
-    let _ = state.updates.send(ProcessUpdate::Event(event));
+    send(state, ProcessUpdate::Event(event));
 }
 
 fn fail(state: &mut State, message: String) {
     state.finished = Some(Finished::Failed(message.clone()));
-    let _ = state.updates.send(ProcessUpdate::Failed(message));
+    send(state, ProcessUpdate::Failed(message));
+}
+
+fn send(state: &mut State, update: ProcessUpdate) {
+    let Some(updates) = &state.updates else { return };
+    // A handle that was dropped no longer listens; the stream still advances.
+    let _ = updates.send(update);
+    if state.finished.is_some() {
+        state.updates = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tether_protocol::ByteChunk;
+    use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk, ReadResponse};
+
+    use super::*;
+
+    fn out(seq: u64) -> ProcessEvent {
+        ProcessEvent::Output {
+            process_id: "p".into(),
+            seq,
+            stream: ExecOutputStream::Stdout,
+            chunk: Bytes::from(format!("c{seq}")),
+        }
+    }
+
+    fn closed(seq: u64) -> ProcessEvent {
+        ProcessEvent::Closed { process_id: "p".into(), seq }
+    }
+
+    /// The sequences published so far, and whether the stream has ended.
+    fn published(updates: &mut mpsc::UnboundedReceiver<ProcessUpdate>) -> (Vec<u64>, bool) {
+        let mut seqs = Vec::new();
+        loop {
+            match updates.try_recv() {
+                Ok(ProcessUpdate::Event(event)) => seqs.push(event.seq()),
+                Ok(ProcessUpdate::Failed(message)) => panic!("failed: {message}"),
+                Err(mpsc::error::TryRecvError::Empty) => return (seqs, false),
+                Err(mpsc::error::TryRecvError::Disconnected) => return (seqs, true),
+            }
+        }
+    }
+
+    #[test]
+    fn events_held_during_a_catch_up_are_published_once_in_order() {
+        let (registration, mut updates) = Registration::new("p".into());
+        registration.push(out(1));
+        registration.begin_catch_up();
+        // Live events from the new connection, ahead of the catch-up read's answer: one the
+        // read also returns, one past it, and a duplicate.
+        registration.push(out(4));
+        registration.push(out(3));
+        registration.push(out(4));
+        assert_eq!(published(&mut updates), (vec![1], false), "held while catching up");
+        let read = ReadResponse {
+            chunks: [2, 3]
+                .map(|seq| ProcessOutputChunk {
+                    seq,
+                    stream: ExecOutputStream::Stdout,
+                    chunk: ByteChunk::from(format!("c{seq}").into_bytes()),
+                })
+                .to_vec(),
+            next_seq: 4,
+            exited: false,
+            exit_code: None,
+            closed: false,
+            failure: None,
+            sandbox_denied: false,
+        };
+        registration.catch_up(&read).unwrap();
+        assert_eq!(published(&mut updates), (vec![2, 3, 4], false));
+        // Live again: a late duplicate is dropped, the close ends the stream.
+        registration.push(out(4));
+        registration.push(closed(5));
+        assert_eq!(published(&mut updates), (vec![5], true));
+    }
+
+    #[test]
+    fn the_update_stream_ends_after_a_failure() {
+        let (registration, mut updates) = Registration::new("p".into());
+        registration.push(out(1));
+        registration.fail("gone".into());
+        registration.fail("again".into());
+        registration.push(out(2));
+        assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Event(out(1))));
+        assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Failed("gone".into())));
+        assert_eq!(updates.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
+    }
 }

@@ -9,8 +9,8 @@ use tether_client::{
     ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate, RemoteProcess,
 };
 use tether_engine::ProcessEvent;
-use tether_protocol::process::{ExecOutputStream, ExecParams};
 use tether_protocol::PathUri;
+use tether_protocol::process::{ExecOutputStream, ExecParams};
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 
 against_both!(

@@ -8,6 +8,9 @@
 //!   stdin writes, signals.
 //! - [`process_table`]: the processes of one session, keyed by the client's process ids, with
 //!   the start/terminate races settled in one place.
+//! - [`exec`]: the process surface a harness uses ([`exec::ExecBackend`] starts,
+//!   [`exec::ExecProcess`] follows one process's updates in order) and its local
+//!   implementation over a process table.
 //! - [`fs`]: the filesystem surface ([`fs::FileSystem`]) and its local implementation, open
 //!   file handles and the missing-path watch.
 //! - [`http`]: the HTTP surface ([`http::HttpClient`]) and its local implementation: requests
@@ -22,11 +25,13 @@
 
 pub mod env_policy;
 pub mod environment;
+pub mod exec;
 pub mod fs;
 pub mod http;
 pub mod process;
 pub mod process_table;
 pub mod sandbox;
 
+pub use exec::ProcessUpdate;
 pub use process::{ProcessError, ProcessEvent};
 pub use process_table::{ProcessTable, ProcessTableConfig};

@@ -60,6 +60,10 @@ on_local_file_system!(
     copy_refuses_what_it_cannot_copy,
     copy_onto_itself_keeps_the_file,
     restrictive_sandboxes_are_refused_before_anything_is_touched,
+    read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
+    read_file_stream_refuses_what_is_not_a_regular_file_promptly,
+    read_file_stream_keeps_reading_the_file_it_opened,
+    finished_streams_give_their_handles_back,
 );
 
 on_local_handles!(

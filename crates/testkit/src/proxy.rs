@@ -1,9 +1,27 @@
-//! A TCP proxy that cuts connections on demand: the network failure a recovering client must
+//! A TCP proxy that breaks connections on demand: the network failures a recovering client must
 //! ride through, made real and repeatable.
+//!
+//! Every fault acts on the connections open when it is called (later ones are forwarded
+//! normally) unless it says otherwise:
+//!
+//! - [`cut`](FaultProxy::cut): both sides dropped at once, as a network failure would.
+//! - [`freeze_downstream`](FaultProxy::freeze_downstream): requests still reach the server,
+//!   its answers never reach the client. A request sent then has taken effect, but its caller
+//!   cannot know: the ambiguous case, made deterministic.
+//! - [`cut_client_side`](FaultProxy::cut_client_side): the client sees its connection end while
+//!   the server's side stays open for a while, so the server still holds the session attached.
+//! - [`set_down`](FaultProxy::set_down) and [`set_unresponsive`](FaultProxy::set_unresponsive)
+//!   (new connections): refused at once, or accepted and then never answered.
+//! - [`set_upstream`](FaultProxy::set_upstream) (new connections): another server answers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use anyhow::bail;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 /// Forwards `127.0.0.1:<port>` to an upstream address until dropped.
@@ -14,42 +32,81 @@ pub struct FaultProxy {
     acceptor: tokio::task::JoinHandle<()>,
 }
 
-#[derive(Default)]
 struct Control {
-    links: Mutex<Vec<AbortHandle>>,
+    upstream: Mutex<String>,
+    links: Mutex<Vec<Link>>,
     down: Mutex<bool>,
+    unresponsive: Mutex<bool>,
+    /// Connections accepted and forwarded (or held, while unresponsive).
+    accepted: AtomicUsize,
+    /// Server→client bytes held back since the last `freeze_downstream`.
+    held: Arc<AtomicUsize>,
 }
+
+/// One client connection and its way to the server.
+struct Link {
+    mode: watch::Sender<LinkMode>,
+    task: AbortHandle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkMode {
+    Open,
+    /// Client→server bytes flow; server→client bytes are read and held back.
+    DownstreamFrozen,
+    /// The client's side is closed; the server's is held open (unread) for this long.
+    ClientSideCut {
+        hold_server_for: Duration,
+    },
+}
+
+/// Largest read forwarded at once.
+const BUFFER_BYTES: usize = 64 * 1024;
 
 impl FaultProxy {
     /// Starts a proxy to `upstream` (`host:port`).
     pub async fn start(upstream: &str) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("ws://{}", listener.local_addr()?);
-        let control = Arc::new(Control::default());
-        let upstream = upstream.to_owned();
+        let control = Arc::new(Control {
+            upstream: Mutex::new(upstream.to_owned()),
+            links: Mutex::new(Vec::new()),
+            down: Mutex::new(false),
+            unresponsive: Mutex::new(false),
+            accepted: AtomicUsize::new(0),
+            held: Arc::new(AtomicUsize::new(0)),
+        });
         let acceptor_control = control.clone();
         let acceptor = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                if *acceptor_control.down.lock().unwrap() {
+                let control = &acceptor_control;
+                if *control.down.lock().unwrap() {
                     drop(client);
                     continue;
                 }
-                let upstream = upstream.clone();
-                let link = tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&upstream).await else { return };
-                    let mut client = client;
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                });
-                acceptor_control.links.lock().unwrap().push(link.abort_handle());
+                control.accepted.fetch_add(1, Ordering::Relaxed);
+                let (mode, mode_changes) = watch::channel(LinkMode::Open);
+                let task = if *control.unresponsive.lock().unwrap() {
+                    // Hold the connection without reading it, until cut.
+                    tokio::spawn(async move {
+                        let _client = client;
+                        std::future::pending::<()>().await
+                    })
+                } else {
+                    let upstream = control.upstream.lock().unwrap().clone();
+                    tokio::spawn(relay(client, upstream, mode_changes, control.held.clone()))
+                };
+                control.links.lock().unwrap().push(Link { mode, task: task.abort_handle() });
             }
         });
         Ok(Self { url, control, acceptor })
     }
 
-    /// Drops every open connection abruptly, both ways, as a network failure would.
+    /// Drops every open connection abruptly, both sides, as a network failure would (this also
+    /// ends the hold of a [`cut_client_side`](Self::cut_client_side)).
     pub fn cut(&self) {
         for link in self.control.links.lock().unwrap().drain(..) {
-            link.abort();
+            link.task.abort();
         }
     }
 
@@ -61,11 +118,108 @@ impl FaultProxy {
             self.cut();
         }
     }
+
+    /// While unresponsive, new connections are accepted and then never answered nor closed: a
+    /// network that swallows packets. Only the client's own timeouts end such a connection.
+    pub fn set_unresponsive(&self, unresponsive: bool) {
+        *self.control.unresponsive.lock().unwrap() = unresponsive;
+    }
+
+    /// New connections go to `upstream` (`host:port`) from now on.
+    pub fn set_upstream(&self, upstream: &str) {
+        *self.control.upstream.lock().unwrap() = upstream.to_owned();
+    }
+
+    /// From now on, the open connections still carry client→server bytes, but server→client
+    /// bytes are read and held back (and dropped by a later [`cut`](Self::cut)): requests reach
+    /// the server and take effect, their answers never arrive. Resets
+    /// [`held_bytes`](Self::held_bytes).
+    pub fn freeze_downstream(&self) {
+        self.control.held.store(0, Ordering::SeqCst);
+        for link in self.control.links.lock().unwrap().iter() {
+            link.mode.send_replace(LinkMode::DownstreamFrozen);
+        }
+    }
+
+    /// Server→client bytes held back since [`freeze_downstream`](Self::freeze_downstream).
+    pub fn held_bytes(&self) -> usize {
+        self.control.held.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the server has sent at least `bytes` bytes that were held back: proof that
+    /// it received and answered what the client sent after the freeze.
+    pub async fn wait_held_bytes(&self, bytes: usize) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while self.held_bytes() < bytes {
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the server sent {} of {bytes} bytes within 20 s", self.held_bytes());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Closes the client's side of every open connection at once, but keeps the server's side
+    /// open, unread, for `hold_server_for` before closing it too: the server still believes
+    /// the client attached (a resume meanwhile is refused with `-32010`) until it is released.
+    pub fn cut_client_side(&self, hold_server_for: Duration) {
+        for link in self.control.links.lock().unwrap().iter() {
+            link.mode.send_replace(LinkMode::ClientSideCut { hold_server_for });
+        }
+    }
+
+    /// Connections accepted so far (each reconnect attempt is one).
+    pub fn connections(&self) -> usize {
+        self.control.accepted.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.acceptor.abort();
         self.cut();
+    }
+}
+
+/// Forwards one client connection to `upstream` as `mode` says, until either side ends it.
+async fn relay(
+    client: TcpStream,
+    upstream: String,
+    mut mode: watch::Receiver<LinkMode>,
+    held: Arc<AtomicUsize>,
+) {
+    let Ok(server) = TcpStream::connect(&upstream).await else { return };
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let mut up = vec![0; BUFFER_BYTES];
+    let mut down = vec![0; BUFFER_BYTES];
+    loop {
+        let current = *mode.borrow_and_update();
+        if let LinkMode::ClientSideCut { hold_server_for } = current {
+            drop((client_read, client_write));
+            tokio::time::sleep(hold_server_for).await;
+            return;
+        }
+        tokio::select! {
+            changed = mode.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            read = client_read.read(&mut up) => {
+                let Ok(n @ 1..) = read else { return };
+                if server_write.write_all(&up[..n]).await.is_err() {
+                    return;
+                }
+            }
+            read = server_read.read(&mut down) => {
+                let Ok(n @ 1..) = read else { return };
+                if *mode.borrow() == LinkMode::DownstreamFrozen {
+                    held.fetch_add(n, Ordering::SeqCst);
+                } else if client_write.write_all(&down[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
     }
 }

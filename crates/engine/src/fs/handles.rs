@@ -136,7 +136,7 @@ impl FileHandles {
 }
 
 /// Up to `len` bytes at `offset`, fewer only at the end of the file.
-fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+pub(super) fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buffer = vec![0; len];
     let mut filled = 0;
     while filled < len {

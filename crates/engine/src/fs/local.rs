@@ -6,6 +6,7 @@
 //! [`remove`], [`copy`].
 
 use async_trait::async_trait;
+use serde_json::Value;
 use tether_protocol::fs::{
     FS_READ_DIRECTORY_MAX_ENTRIES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams,
     FsCreateDirectoryParams, FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams,
@@ -16,7 +17,10 @@ use tether_protocol::{ByteChunk, PathUri};
 
 use super::blocking::blocking;
 use super::request::{admit, native_path};
-use super::{FileSystem, FsError, copy, directory, metadata, regular_file, remove, walk};
+use super::{
+    FileReadStream, FileSystem, FsError, copy, directory, metadata, regular_file, remove, stream,
+    walk,
+};
 
 /// The executor's own filesystem.
 #[derive(Debug, Clone, Default)]
@@ -120,5 +124,14 @@ impl FileSystem for LocalFileSystem {
         let destination = native_path(&params.destination_path)?;
         let recursive = params.recursive;
         blocking(move || copy::copy(&source, &destination, recursive)).await
+    }
+
+    async fn read_file_stream(
+        &self,
+        path: PathUri,
+        sandbox: Option<Value>,
+    ) -> Result<FileReadStream, FsError> {
+        admit(sandbox.as_ref())?;
+        stream::open_local(native_path(&path)?).await
     }
 }

@@ -5,6 +5,9 @@
 //! the same way, so one test suite covers both. Its methods take and return the protocol's own
 //! params and results: the trait *is* the protocol's filesystem, minus the envelope.
 //!
+//! A file too big to hold at once is read with [`FileSystem::read_file_stream`], block by
+//! block ([`FileReadStream`]).
+//!
 //! Connection-scoped state — open file handles ([`FileHandles`]) and the missing-path watch
 //! ([`MissingWatch`]) — is not part of the trait: it lives as long as one connection.
 
@@ -18,10 +21,13 @@ mod no_follow;
 mod regular_file;
 mod remove;
 mod request;
+mod stream;
 mod walk;
 mod watch_missing;
 
 use async_trait::async_trait;
+use serde_json::Value;
+use tether_protocol::PathUri;
 use tether_protocol::fs::{
     FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams, FsCreateDirectoryParams,
     FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams, FsReadDirectoryResponse,
@@ -31,6 +37,7 @@ use tether_protocol::fs::{
 
 pub use handles::FileHandles;
 pub use local::LocalFileSystem;
+pub use stream::FileReadStream;
 pub use watch_missing::MissingWatch;
 
 /// Filesystem operations on the executor. Paths are `file:` URIs naming executor paths.
@@ -54,6 +61,16 @@ pub trait FileSystem: Send + Sync {
     async fn walk(&self, params: FsWalkParams) -> Result<FsWalkResponse, FsError>;
     async fn remove(&self, params: FsRemoveParams) -> Result<(), FsError>;
     async fn copy(&self, params: FsCopyParams) -> Result<(), FsError>;
+
+    /// Opens a regular file (following links, refused like `fs/readFile` refuses what is not a
+    /// regular file) and reads it as blocks of at most
+    /// [`FS_BLOCK_MAX_BYTES`](tether_protocol::fs::FS_BLOCK_MAX_BYTES): no size limit, and no
+    /// more than one block held at a time. `sandbox` is the intent, as on every method.
+    async fn read_file_stream(
+        &self,
+        path: PathUri,
+        sandbox: Option<Value>,
+    ) -> Result<FileReadStream, FsError>;
 }
 
 /// Why a filesystem operation failed: a kind that decides the JSON-RPC code, and a message that

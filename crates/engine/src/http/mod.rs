@@ -85,6 +85,9 @@ pub enum InvalidHttpRequest {
         "http/request header {header} requires a non-empty executor environment variable {var}"
     )]
     EmptyEnvVar { header: String, var: String },
+    /// A remote executor refused the params: its message, one of the above as it worded it.
+    #[error("{0}")]
+    Remote(String),
 }
 
 /// Why no response arrived.

@@ -11,8 +11,9 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, UNIX_EPOCH};
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tether_engine::fs::{FileHandles, FileSystem, FsError, FsErrorKind};
+use tether_engine::fs::{FileHandles, FileReadStream, FileSystem, FsError, FsErrorKind};
 use tether_engine::sandbox::CANNOT_ENFORCE;
 use tether_protocol::PathUri;
 use tether_protocol::fs::*;
@@ -812,6 +813,86 @@ pub async fn restrictive_sandboxes_are_refused_before_anything_is_touched(fs: &d
     for sandbox in [disabled, Value::Null] {
         let read = json!({"path": file, "sandbox": sandbox});
         assert_eq!(fs.read_file(params!(read)).await.unwrap().data_base64.0, "x");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streamed reads (remotely: fs/open, fs/readBlock, fs/close)
+
+/// Every block of a stream, or the error it ended with.
+async fn blocks(mut stream: FileReadStream) -> Result<Vec<Vec<u8>>, FsError> {
+    let mut blocks = Vec::new();
+    while let Some(block) = stream.next().await {
+        blocks.push(block?.to_vec());
+    }
+    Ok(blocks)
+}
+
+fn lengths(blocks: &[Vec<u8>]) -> Vec<usize> {
+    blocks.iter().map(Vec::len).collect()
+}
+
+pub async fn read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("stream");
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(2 * FS_BLOCK_MAX_BYTES + 5).collect();
+    scratch.file("data.bin", &bytes);
+    scratch.file("exact.bin", &bytes[..2 * FS_BLOCK_MAX_BYTES]);
+    scratch.file("empty", b"");
+    scratch.symlink("data.bin", "link");
+
+    for name in ["data.bin", "link"] {
+        let read = blocks(fs.read_file_stream(scratch.uri(name), None).await.unwrap()).await;
+        let read = read.unwrap();
+        assert_eq!(lengths(&read), [FS_BLOCK_MAX_BYTES, FS_BLOCK_MAX_BYTES, 5], "{name}");
+        assert_eq!(read.concat(), bytes, "{name}");
+    }
+    // A file that ends exactly at a block boundary ends there: no empty block after it.
+    let exact = blocks(fs.read_file_stream(scratch.uri("exact.bin"), None).await.unwrap()).await;
+    assert_eq!(lengths(&exact.unwrap()), [FS_BLOCK_MAX_BYTES, FS_BLOCK_MAX_BYTES]);
+    let empty = blocks(fs.read_file_stream(scratch.uri("empty"), None).await.unwrap()).await;
+    assert!(empty.unwrap().is_empty());
+}
+
+pub async fn read_file_stream_refuses_what_is_not_a_regular_file_promptly(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("stream-refused");
+    let dir = scratch.dir("dir");
+    let fifo = scratch.fifo("fifo");
+    scratch.file("file.txt", b"x");
+
+    // A FIFO with no writer would block an open for reading: refused, never opened.
+    let opened = fs.read_file_stream(scratch.uri("fifo"), None);
+    let refused = tokio::time::timeout(Duration::from_secs(5), opened).await.expect("promptly");
+    assert_fails(refused, InvalidInput, &format!("path `{}` is not a file", fifo.display()));
+    let refused = fs.read_file_stream(scratch.uri("dir"), None).await;
+    assert_fails(refused, InvalidInput, &format!("path `{}` is not a file", dir.display()));
+    assert_fails(fs.read_file_stream(scratch.uri("missing"), None).await, NotFound, &os(ENOENT));
+    let sandboxed = fs.read_file_stream(scratch.uri("file.txt"), Some(read_only_sandbox())).await;
+    let error = sandboxed.unwrap_err();
+    assert_eq!(error.kind, InvalidInput);
+    assert!(error.message.starts_with(CANNOT_ENFORCE), "{}", error.message);
+}
+
+pub async fn read_file_stream_keeps_reading_the_file_it_opened(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("stream-replaced");
+    let first: Vec<u8> = vec![b'1'; FS_BLOCK_MAX_BYTES + 10];
+    scratch.file("file.bin", &first);
+    let mut stream = fs.read_file_stream(scratch.uri("file.bin"), None).await.unwrap();
+    let head = stream.next().await.unwrap().unwrap();
+
+    scratch.file("next.bin", b"second version");
+    std::fs::rename(scratch.path("next.bin"), scratch.path("file.bin")).unwrap();
+    let rest = blocks(stream).await.unwrap().concat();
+    assert_eq!([head.to_vec(), rest].concat(), first);
+}
+
+/// A connection may hold only so many open files: a stream read to its end gives its own back.
+pub async fn finished_streams_give_their_handles_back(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("stream-handles");
+    scratch.file("small.txt", b"small");
+
+    for _ in 0..FS_MAX_OPEN_HANDLES + 20 {
+        let read = blocks(fs.read_file_stream(scratch.uri("small.txt"), None).await.unwrap());
+        assert_eq!(read.await.unwrap(), [b"small".to_vec()]);
     }
 }
 

@@ -1,0 +1,63 @@
+//! What this machine can do with no server at all: the ceilings each workload is judged by.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use tokio::io::AsyncReadExt;
+
+use crate::report::median;
+
+/// Median milliseconds to fork, exec and wait for `/bin/true`.
+pub fn fork_exec_wait(runs: usize) -> anyhow::Result<f64> {
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        Command::new("/bin/true").status()?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(median(&mut samples))
+}
+
+/// MB/s of `head -c BYTES /dev/zero` read straight from its pipe.
+pub fn pipe_throughput(bytes: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut child = Command::new("/usr/bin/head")
+        .args(["-c", &bytes.to_string(), "/dev/zero"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = stdout.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    child.wait()?;
+    anyhow::ensure!(total == bytes, "read {total} of {bytes}");
+    Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
+}
+
+/// MB/s of `head -c BYTES /dev/zero` read straight from a PTY.
+pub async fn pty_throughput(bytes: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let (pty, pts) = pty_process::open()?;
+    let mut child = pty_process::Command::new("/usr/bin/head")
+        .args(["-c", &bytes.to_string(), "/dev/zero"])
+        .spawn(pts)?;
+    let (mut reader, _writer) = pty.into_split();
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        match reader.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n as u64,
+        }
+    }
+    child.wait().await?;
+    anyhow::ensure!(total >= bytes, "read {total} of {bytes}");
+    Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
+}

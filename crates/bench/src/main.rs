@@ -1,0 +1,158 @@
+//! `tether-bench`: Tether and the reference exec-server, side by side, in one run.
+//!
+//! Both servers are driven by the same Rust client (`tether-client`) with the same workloads,
+//! alternating run by run, so every figure is a ratio measured on the same machine at the same
+//! time — absolute times on a shared machine are noise. Each workload also reports the
+//! machine's ceiling for it (no server at all), to show how close each server gets.
+//!
+//! Run with `cargo run --release -p tether-bench` (see `--help`).
+
+mod ceilings;
+mod report;
+mod servers;
+mod workloads;
+
+use clap::Parser;
+
+use report::{Row, Table};
+use servers::{Kind, Server};
+
+#[derive(Parser)]
+#[command(about = "Benchmark Tether against the reference exec-server")]
+struct Args {
+    /// Rounds per workload; servers alternate within each round.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Runs of the latency workload per round.
+    #[arg(long, default_value_t = 200)]
+    latency_runs: usize,
+    /// Bytes of output in the throughput workloads.
+    #[arg(long, default_value_t = 200_000_000)]
+    bytes: u64,
+    /// Workloads to run (comma-separated): latency, pipe, pty, many, sessions, memory, recovery.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "latency,pipe,pty,many,sessions,memory,recovery"
+    )]
+    only: Vec<String>,
+    /// Skip the reference (for profiling Tether alone).
+    #[arg(long)]
+    tether_only: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let kinds: Vec<Kind> =
+        if args.tether_only { vec![Kind::Tether] } else { vec![Kind::Tether, Kind::Reference] };
+    let wants = |name: &str| args.only.iter().any(|w| w == name);
+    let mut table = Table::default();
+
+    if wants("latency") {
+        let ceiling = ceilings::fork_exec_wait(args.latency_runs)?;
+        let mut row = Row::new("start → closed, /bin/true (median ms)", report::Better::Lower);
+        row.ceiling = Some(ceiling);
+        for_each_round(&args, &kinds, &mut row, |server| {
+            let runs = args.latency_runs;
+            async move { workloads::latency(&server.url, runs).await }
+        })
+        .await?;
+        table.push(row);
+    }
+    for (name, tty) in [("pipe", false), ("pty", true)] {
+        if !wants(name) {
+            continue;
+        }
+        let ceiling = if tty {
+            ceilings::pty_throughput(args.bytes).await?
+        } else {
+            ceilings::pipe_throughput(args.bytes)?
+        };
+        let label = format!("{} output, {} MB (MB/s)", name, args.bytes / 1_000_000);
+        let mut row = Row::new(&label, report::Better::Higher);
+        row.ceiling = Some(ceiling);
+        let bytes = args.bytes;
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            workloads::throughput(&server.url, bytes, tty).await
+        })
+        .await?;
+        table.push(row);
+    }
+    if wants("many") {
+        let mut row =
+            Row::new("1,000 concurrent /bin/true, one session (s)", report::Better::Lower);
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            workloads::many_processes(&server.url, 1000).await
+        })
+        .await?;
+        table.push(row);
+    }
+    if wants("sessions") {
+        let mut row = Row::new("50 sessions × 4 MB streaming (MB/s total)", report::Better::Higher);
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            workloads::many_sessions(&server.url, 50, 4_000_000).await
+        })
+        .await?;
+        table.push(row);
+    }
+    if wants("memory") {
+        for (label, sleepers) in [
+            ("server RSS idle after initialize (MB)", 0),
+            ("server RSS per sleeping process, 100 (KB)", 100),
+            ("server RSS per sleeping process, 1,000 (KB)", 1000),
+        ] {
+            let mut row = Row::new(label, report::Better::Lower);
+            for_each_round(&args, &kinds, &mut row, |server| async move {
+                workloads::memory(server, sleepers).await
+            })
+            .await?;
+            table.push(row);
+        }
+    }
+    if wants("recovery") {
+        let mut row = Row::new(
+            "recovery after the network returns, 10 streaming (ms)",
+            report::Better::Lower,
+        );
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            workloads::recovery(server, 10).await
+        })
+        .await?;
+        table.push(row);
+    }
+    table.print(&kinds);
+    Ok(())
+}
+
+/// Runs `workload` once per server per round, each time on a fresh server, alternating.
+async fn for_each_round<F, Fut>(
+    args: &Args,
+    kinds: &[Kind],
+    row: &mut Row,
+    mut workload: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut(&'static Server) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+{
+    for round in 0..args.rounds {
+        // Alternate which server goes first, so neither always runs on a warmer machine.
+        let order: Vec<Kind> =
+            if round % 2 == 0 { kinds.to_vec() } else { kinds.iter().rev().copied().collect() };
+        for kind in order {
+            let server: &'static Server = Box::leak(Box::new(Server::start(kind).await?));
+            let value = workload(server).await;
+            server.stop();
+            let value = value.map_err(|e| anyhow::anyhow!("{} on {kind:?}: {e:#}", row.label))?;
+            eprintln!(
+                "  {:<58} {:<9} round {} → {value:.3}",
+                row.label,
+                format!("{kind:?}"),
+                round + 1
+            );
+            row.values.entry(kind).or_default().push(value);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! The servers under test, each started fresh on `127.0.0.1:0`.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, bail};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Tether,
+    Reference,
+}
+
+pub struct Server {
+    pub url: String,
+    pub pid: u32,
+    child: std::sync::Mutex<Child>,
+    scratch: PathBuf,
+}
+
+impl Server {
+    pub async fn start(kind: Kind) -> anyhow::Result<Self> {
+        let scratch = std::env::temp_dir().join(format!(
+            "tether-bench-{}-{kind:?}-{}",
+            std::process::id(),
+            unique()
+        ));
+        std::fs::create_dir_all(&scratch)?;
+        let mut command = match kind {
+            Kind::Tether => {
+                let mut command = Command::new(tether_binary()?);
+                command.arg("serve");
+                command
+            }
+            Kind::Reference => {
+                let mut command = Command::new(tether_testkit::server::reference_binary()?);
+                command.arg("exec-server").env("CODEX_HOME", &scratch);
+                command
+            }
+        };
+        command.args(["--listen", "ws://127.0.0.1:0"]).stdin(Stdio::null()).stderr(Stdio::null());
+        command.stdout(Stdio::piped()).env("TETHER_LOG", "warn");
+        let mut child = command.spawn().with_context(|| format!("cannot start {kind:?}"))?;
+        let mut stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut url = String::new();
+        stdout.read_line(&mut url)?;
+        if !url.starts_with("ws://") {
+            bail!("{kind:?} printed {url:?} instead of its URL");
+        }
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        let pid = child.id();
+        Ok(Self { url: url.trim().to_owned(), pid, child: std::sync::Mutex::new(child), scratch })
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("ws://")
+    }
+
+    /// Resident memory of the server process, in bytes.
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .context("no VmRSS")?
+            .parse()?;
+        Ok(kb * 1024)
+    }
+
+    /// SIGTERM (the server ends its processes), then SIGKILL if it lingers.
+    pub fn stop(&self) {
+        let mut child = self.child.lock().unwrap();
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+        for _ in 0..100 {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// The release `tether` next to this benchmark binary.
+fn tether_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let binary = exe.parent().context("no parent")?.join("tether");
+    if !binary.is_file() {
+        bail!("{} not found: build it with `cargo build --release --bin tether`", binary.display());
+    }
+    Ok(binary)
+}
+
+fn unique() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}

@@ -1,0 +1,155 @@
+//! The workloads, each returning one figure for one fresh server.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate, RemoteProcess};
+use tether_engine::ProcessEvent;
+use tether_protocol::PathUri;
+use tether_protocol::process::ExecParams;
+
+use crate::report::median;
+use crate::servers::Server;
+
+fn params(id: &str, argv: &[&str]) -> ExecParams {
+    let mut params = ExecParams::new(
+        id,
+        argv.iter().map(|s| s.to_string()).collect(),
+        PathUri::parse("file:///tmp").expect("a valid URI"),
+    );
+    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    params
+}
+
+async fn connect(url: &str) -> anyhow::Result<ExecServerClient> {
+    Ok(ExecServerClient::connect(url, ClientOptions::default()).await?)
+}
+
+/// Follows a process to its close; returns (output bytes, exit code).
+async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(u64, i32)> {
+    let (mut bytes, mut code) = (0u64, None);
+    loop {
+        match process.next_update().await.context("stream ended without close")? {
+            ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => bytes += chunk.len() as u64,
+            ProcessUpdate::Event(ProcessEvent::Exited { exit_code, .. }) => code = Some(exit_code),
+            ProcessUpdate::Event(ProcessEvent::Closed { .. }) => {
+                return Ok((bytes, code.context("closed before exit")?));
+            }
+            ProcessUpdate::Failed(message) => bail!("process failed: {message}"),
+        }
+    }
+}
+
+/// Median milliseconds from `process/start` of `/bin/true` to its close, sequentially.
+pub async fn latency(url: &str, runs: usize) -> anyhow::Result<f64> {
+    let client = connect(url).await?;
+    let mut samples = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let started = Instant::now();
+        let mut process = client.start(params(&format!("true-{run}"), &["/bin/true"])).await?;
+        finish(&mut process).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(median(&mut samples))
+}
+
+/// MB/s of decoded output received by the client from `head -c BYTES /dev/zero`.
+pub async fn throughput(url: &str, bytes: u64, tty: bool) -> anyhow::Result<f64> {
+    let client = connect(url).await?;
+    let mut start = params("head", &["/usr/bin/head", "-c", &bytes.to_string(), "/dev/zero"]);
+    start.tty = tty;
+    let started = Instant::now();
+    let mut process = client.start(start).await?;
+    let (received, code) = finish(&mut process).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if code != 0 || received < bytes {
+        bail!("received {received} of {bytes} bytes, exit {code}");
+    }
+    Ok(bytes as f64 / elapsed / 1e6)
+}
+
+/// Seconds to start `count` short processes at once in one session and see them all closed.
+pub async fn many_processes(url: &str, count: usize) -> anyhow::Result<f64> {
+    let client = connect(url).await?;
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(count);
+    for n in 0..count {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut process = client.start(params(&format!("p{n}"), &["/bin/true"])).await?;
+            let (_, code) = finish(&mut process).await?;
+            anyhow::ensure!(code == 0, "exit {code}");
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Total MB/s of `sessions` sessions streaming `bytes` each at once; every byte is counted.
+pub async fn many_sessions(url: &str, sessions: usize, bytes: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(sessions);
+    for n in 0..sessions {
+        let url = url.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&url).await?;
+            let argv = ["/usr/bin/head", "-c", &bytes.to_string(), "/dev/zero"];
+            let mut process = client.start(params(&format!("s{n}"), &argv)).await?;
+            let (received, _) = finish(&mut process).await?;
+            anyhow::ensure!(received == bytes, "session {n} received {received} of {bytes} bytes");
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((sessions as u64 * bytes) as f64 / started.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Idle RSS after initialize (MB), or with `sleepers` sleeping processes, the RSS each adds
+/// (KB).
+pub async fn memory(server: &Server, sleepers: usize) -> anyhow::Result<f64> {
+    let client = connect(&server.url).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle = server.rss_bytes()?;
+    if sleepers == 0 {
+        return Ok(idle as f64 / 1e6);
+    }
+    let mut handles = Vec::with_capacity(sleepers);
+    for n in 0..sleepers {
+        handles.push(client.start(params(&format!("sleep{n}"), &["/bin/sleep", "600"])).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = server.rss_bytes()?;
+    for handle in &handles {
+        handle.terminate().await?;
+    }
+    Ok(loaded.saturating_sub(idle) as f64 / sleepers as f64 / 1e3)
+}
+
+/// Milliseconds from the network coming back until the session is resumed and every one of
+/// `streams` processes streaming output is caught up.
+pub async fn recovery(server: &Server, streams: usize) -> anyhow::Result<f64> {
+    let proxy = tether_testkit::FaultProxy::start(server.addr()).await?;
+    let client = connect(&proxy.url).await?;
+    let script = "while :; do echo streaming; sleep 0.01; done";
+    let mut handles = Vec::new();
+    for n in 0..streams {
+        handles.push(client.start(params(&format!("r{n}"), &["/bin/sh", "-c", script])).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_down(true);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let back = Instant::now();
+    proxy.set_down(false);
+    client.wait_connected().await?;
+    let elapsed = back.elapsed().as_secs_f64() * 1000.0;
+    for handle in &handles {
+        handle.terminate().await?;
+    }
+    Ok(elapsed)
+}

@@ -1,0 +1,217 @@
+//! The executor's filesystem over a session: [`ExecServerClient`] is a [`FileSystem`].
+//!
+//! Each method is one `fs/*` call. Calls that only read ride through a recovery (resent on the
+//! resumed session if the connection dropped under them); calls that change the filesystem are
+//! not resent blindly — a `fs/remove` or `fs/copy` that reached the server before the drop
+//! would run twice, after whatever happened in between — so a drop fails them with a message
+//! that says they may or may not have taken effect. Errors come back as the engine's: the
+//! server's message, word for word, with the kind its code stands for.
+//!
+//! A streamed read (`read_file_stream`) opens a handle with `fs/open`, reads it with
+//! `fs/readBlock` at increasing offsets and ends with `fs/close`. Handles belong to one
+//! connection, so the stream does too: it fails when that connection drops, rather than
+//! asking the next connection for a handle it never had.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream;
+use serde::Serialize;
+use serde_json::Value;
+use tether_engine::fs::{FileReadStream, FileSystem, FsError};
+use tether_protocol::PathUri;
+use tether_protocol::error::{INVALID_REQUEST, NOT_FOUND};
+use tether_protocol::fs::{
+    FS_BLOCK_MAX_BYTES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCloseParams, FsCopyParams,
+    FsCreateDirectoryParams, FsEmptyResponse, FsGetMetadataParams, FsGetMetadataResponse,
+    FsOpenParams, FsOpenResponse, FsReadBlockParams, FsReadBlockResponse, FsReadDirectoryParams,
+    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsRemoveParams, FsWalkParams,
+    FsWalkResponse, FsWriteFileParams,
+};
+use tether_protocol::method::Method;
+
+use crate::client::{ExecServerClient, Retry};
+use crate::connection::Connection;
+use crate::error::ClientError;
+
+#[async_trait]
+impl FileSystem for ExecServerClient {
+    async fn read_file(&self, params: FsReadFileParams) -> Result<FsReadFileResponse, FsError> {
+        self.fs_call(Method::FsReadFile, &params, Retry::Safe).await
+    }
+
+    async fn write_file(&self, params: FsWriteFileParams) -> Result<(), FsError> {
+        let FsEmptyResponse {} = self.fs_call(Method::FsWriteFile, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    async fn create_directory(&self, params: FsCreateDirectoryParams) -> Result<(), FsError> {
+        let FsEmptyResponse {} =
+            self.fs_call(Method::FsCreateDirectory, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    async fn get_metadata(
+        &self,
+        params: FsGetMetadataParams,
+    ) -> Result<FsGetMetadataResponse, FsError> {
+        self.fs_call(Method::FsGetMetadata, &params, Retry::Safe).await
+    }
+
+    async fn canonicalize(
+        &self,
+        params: FsCanonicalizeParams,
+    ) -> Result<FsCanonicalizeResponse, FsError> {
+        self.fs_call(Method::FsCanonicalize, &params, Retry::Safe).await
+    }
+
+    async fn read_directory(
+        &self,
+        params: FsReadDirectoryParams,
+    ) -> Result<FsReadDirectoryResponse, FsError> {
+        self.fs_call(Method::FsReadDirectory, &params, Retry::Safe).await
+    }
+
+    async fn walk(&self, params: FsWalkParams) -> Result<FsWalkResponse, FsError> {
+        self.fs_call(Method::FsWalk, &params, Retry::Safe).await
+    }
+
+    async fn remove(&self, params: FsRemoveParams) -> Result<(), FsError> {
+        let FsEmptyResponse {} = self.fs_call(Method::FsRemove, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    async fn copy(&self, params: FsCopyParams) -> Result<(), FsError> {
+        let FsEmptyResponse {} = self.fs_call(Method::FsCopy, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    async fn read_file_stream(
+        &self,
+        path: PathUri,
+        sandbox: Option<Value>,
+    ) -> Result<FileReadStream, FsError> {
+        let connection = self.connected().await.map_err(fs_error)?;
+        let handle_id = next_handle_id();
+        let open = FsOpenParams { handle_id: handle_id.clone(), path, mode: None, sandbox };
+        let FsOpenResponse { .. } =
+            connection.call(Method::FsOpen.name(), &open).await.map_err(stream_error)?;
+        let blocks = RemoteBlocks { connection, handle_id, offset: 0, open: true };
+        Ok(FileReadStream::new(stream::unfold(blocks, |mut blocks| async move {
+            blocks.next().await.map(|block| (block, blocks))
+        })))
+    }
+}
+
+impl ExecServerClient {
+    async fn fs_call<P: Serialize + Sync, R: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        params: &P,
+        retry: Retry,
+    ) -> Result<R, FsError> {
+        self.call(method.name(), params, retry).await.map_err(fs_error)
+    }
+}
+
+/// The server's message with the kind its code stands for (`-32004` not found, `-32600`
+/// invalid input — which is also what a permission refusal comes back as — anything else
+/// other); what the client itself reports (a drop, a lost session) is other, in its words.
+pub(crate) fn fs_error(error: ClientError) -> FsError {
+    match error {
+        ClientError::Server { code: NOT_FOUND, message } => FsError::not_found(message),
+        ClientError::Server { code: INVALID_REQUEST, message } => FsError::invalid_input(message),
+        ClientError::Server { message, .. } => FsError::other(message),
+        error => FsError::other(error.to_string()),
+    }
+}
+
+/// As [`fs_error`], saying why a dropped connection ends the stream for good.
+fn stream_error(error: ClientError) -> FsError {
+    match error {
+        ClientError::Disconnected(reason) => FsError::other(format!(
+            "exec-server connection dropped during a streamed file read ({reason}); its file handle went with the connection, so the read cannot be resumed"
+        )),
+        error => fs_error(error),
+    }
+}
+
+/// A handle id no other stream of this process uses: ids are per connection, and every stream
+/// of every client of this process drawing from one counter keeps them apart. `read-<n>` stays
+/// within the 32-byte limit for any `u64`.
+fn next_handle_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("read-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The blocks of one open handle, on the connection that opened it.
+struct RemoteBlocks {
+    connection: Arc<Connection>,
+    handle_id: String,
+    /// Where the next block starts.
+    offset: u64,
+    /// Until the end of the file, an error, or the close: dropping the reader while open
+    /// closes the handle in the background.
+    open: bool,
+}
+
+impl RemoteBlocks {
+    async fn next(&mut self) -> Option<Result<Bytes, FsError>> {
+        if !self.open {
+            return None;
+        }
+        let params = FsReadBlockParams {
+            handle_id: self.handle_id.clone(),
+            offset: self.offset,
+            len: FS_BLOCK_MAX_BYTES,
+            sandbox: None,
+        };
+        let read =
+            self.connection.call::<_, FsReadBlockResponse>(Method::FsReadBlock.name(), &params);
+        let block = match read.await {
+            Ok(block) => block,
+            Err(error) => {
+                self.close_in_background();
+                return Some(Err(stream_error(error)));
+            }
+        };
+        let len = block.chunk.len();
+        if len > FS_BLOCK_MAX_BYTES || (len == 0 && !block.eof) {
+            self.close_in_background();
+            return Some(Err(FsError::other(format!(
+                "exec-server protocol error: fs/readBlock answered {len} bytes (eof: {}) for a {FS_BLOCK_MAX_BYTES}-byte block",
+                block.eof
+            ))));
+        }
+        self.offset += len as u64;
+        if block.eof {
+            // Closed before the last block is handed over, so a caller that read a stream to
+            // its end has its handle back (a connection may hold only so many).
+            self.open = false;
+            let close = FsCloseParams { handle_id: self.handle_id.clone(), sandbox: None };
+            let _ =
+                self.connection.call::<_, FsEmptyResponse>(Method::FsClose.name(), &close).await;
+        }
+        (len > 0).then(|| Ok(block.chunk.into_bytes()))
+    }
+
+    fn close_in_background(&mut self) {
+        if !std::mem::replace(&mut self.open, false) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let connection = self.connection.clone();
+        let close = FsCloseParams { handle_id: self.handle_id.clone(), sandbox: None };
+        runtime.spawn(async move {
+            let _ = connection.call::<_, FsEmptyResponse>(Method::FsClose.name(), &close).await;
+        });
+    }
+}
+
+impl Drop for RemoteBlocks {
+    fn drop(&mut self) {
+        self.close_in_background();
+    }
+}

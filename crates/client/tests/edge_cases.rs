@@ -1,0 +1,537 @@
+//! Recovery's edge cases, made deterministic over real sockets: the proxy decides exactly which
+//! bytes get through (a request that reaches the server while its answer is lost, a server that
+//! still holds the old connection, a network that swallows everything), so each case happens
+//! the same way on every run, against Tether and against the reference.
+//!
+//! The cases: an ambiguous start is terminated and reported, never adopted; recovery waits for
+//! starts in flight but never for starts waiting on it; `-32010` is retried until the server
+//! lets the old connection go; a mutating request whose answer is lost is resent only if the
+//! server applies it once (a write, by its `writeId`) and otherwise reported (an interrupt);
+//! calls made while recovering complete after the resume; and when the session is lost, every
+//! waiting and later call gets the same error and every handle a terminal failure, within the
+//! recovery deadline.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tether_client::{
+    ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate, RemoteProcess,
+};
+use tether_engine::ProcessEvent;
+use tether_protocol::PathUri;
+use tether_protocol::error::SESSION_ALREADY_ATTACHED;
+use tether_protocol::process::{ExecOutputStream, ExecParams, WriteStatus};
+use tether_testkit::{FaultProxy, RpcClient, ServerProcess, Target, against_both};
+use tokio::time::{Instant, sleep, timeout};
+
+against_both!(
+    a_start_whose_answer_is_lost_fails_and_its_process_is_terminated,
+    a_start_its_caller_abandons_is_terminated_and_its_id_released,
+    recovery_waits_for_starts_in_flight_but_not_for_starts_waiting_on_it,
+    resume_is_retried_while_the_server_still_holds_the_old_connection,
+    a_write_whose_answer_is_lost_is_applied_exactly_once,
+    an_interrupt_whose_answer_is_lost_is_reported_not_resent,
+    calls_made_while_recovering_complete_after_the_resume,
+    a_refused_resume_fails_every_waiting_and_later_call_alike,
+    the_recovery_deadline_bounds_an_attempt_that_hangs,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Ambiguous starts
+
+/// The start reaches the server, which runs the process and answers, but the answer is lost
+/// with the connection. The caller learns the start may or may not have run; the process,
+/// which did run, is terminated once the session is back.
+async fn a_start_whose_answer_is_lost_fails_and_its_process_is_terminated(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let scratch = Scratch::new();
+
+    // Exercise: the server answers into a frozen connection, which is then cut.
+    proxy.freeze_downstream();
+    let start = tokio::spawn({
+        let client = client.clone();
+        let params = params("ambiguous", &records_pid_then_sleeps(&scratch.path("pid")));
+        async move { client.start(params).await.map(|_| ()) }
+    });
+    let pid = scratch.wait_for_pid("pid").await;
+    proxy.wait_held_bytes(1).await.unwrap();
+    proxy.cut();
+
+    // Assert: the caller gets the ambiguity, the process does not survive the recovery.
+    let error = start.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&error, ClientError::Disconnected(message)
+            if message.contains("may or may not have run") && message.contains("it is being terminated")),
+        "{error}"
+    );
+    client.wait_connected().await.unwrap();
+    wait_until_dead(pid).await;
+    assert_eq!(client.status(), ConnectionStatus::Connected);
+}
+
+/// A caller that stops waiting for a start (a timeout drops the future) leaves a process that
+/// may be running with no handle to follow it. The client terminates it, and releases the id
+/// once the server has confirmed.
+async fn a_start_its_caller_abandons_is_terminated_and_its_id_released(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let scratch = Scratch::new();
+
+    // Exercise: the process runs, its start's answer is held back, and the caller gives up.
+    proxy.freeze_downstream();
+    let pid = {
+        let start =
+            client.start(params("abandoned", &records_pid_then_sleeps(&scratch.path("pid"))));
+        tokio::pin!(start);
+        tokio::select! {
+            outcome = &mut start => panic!("the answer cannot arrive: {:?}", outcome.err()),
+            pid = scratch.wait_for_pid("pid") => pid,
+        }
+        // The start future is dropped here.
+    };
+
+    // Assert: the terminate goes out at once (its answer is held back too, so it is resent
+    // after the cut: terminating is idempotent) ...
+    wait_until_dead(pid).await;
+    proxy.cut();
+    client.wait_connected().await.unwrap();
+    // ... and once it is answered, the id is the server's to judge again, not refused by the
+    // client as still open.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.start(params("abandoned", "true")).await {
+            Err(ClientError::Protocol(message)) if message.contains("already open") => {
+                assert!(Instant::now() < deadline, "the id was never released: {message}");
+                sleep(Duration::from_millis(20)).await;
+            }
+            // The server may still hold the closed process under that id; either way the
+            // client no longer does.
+            Ok(_) | Err(ClientError::Server { .. }) => break,
+            Err(error) => panic!("unexpected: {error}"),
+        }
+    }
+}
+
+/// A start in flight when the connection drops settles before recovery catches processes up,
+/// so a start that succeeded is never half-registered. A start made during the recovery waits
+/// for it; it must not in turn hold the recovery up (which would then run out of time).
+async fn recovery_waits_for_starts_in_flight_but_not_for_starts_waiting_on_it(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options =
+        ClientOptions { recovery_timeout: Duration::from_secs(8), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let scratch = Scratch::new();
+
+    // Exercise: start A runs on the server, its answer is held back, and the connection is
+    // cut. A's caller has not looked at the outcome yet, so A is still in flight.
+    proxy.freeze_downstream();
+    let a = client.start(params("a", &records_pid_then_sleeps(&scratch.path("pid"))));
+    tokio::pin!(a);
+    tokio::select! {
+        outcome = &mut a => panic!("the answer cannot arrive: {:?}", outcome.err()),
+        held = proxy.wait_held_bytes(1) => held.unwrap(),
+    }
+    let pid = scratch.wait_for_pid("pid").await;
+    proxy.cut();
+
+    // Assert: recovery holds back while A is unsettled (not even a reconnect attempt).
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(client.status(), ConnectionStatus::Recovering);
+    assert_eq!(proxy.connections(), 1, "no reconnect while a start is unsettled");
+
+    // Exercise: B is made during the recovery; then A's caller looks.
+    let b = tokio::spawn({
+        let client = client.clone();
+        async move { client.start(params("b", "echo b")).await }
+    });
+    sleep(Duration::from_millis(200)).await;
+    let error = a.await.err().unwrap();
+    assert!(
+        matches!(&error, ClientError::Disconnected(m) if m.contains("may or may not have run"))
+    );
+
+    // Assert: recovery goes on, B starts on the new connection, A's process is terminated.
+    let mut b = b.await.unwrap().unwrap();
+    let (out, _, code, _) = drain(&mut b).await.unwrap();
+    assert_eq!((out.as_slice(), code), (&b"b\n"[..], 0));
+    wait_until_dead(pid).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resuming
+
+/// The client's side of the connection ends while the server's stays open: the server still
+/// holds the session attached and refuses a resume with `-32010`. The client keeps trying,
+/// resumes as soon as the server lets the old connection go, and loses or repeats nothing.
+async fn resume_is_retried_while_the_server_still_holds_the_old_connection(target: Target) {
+    // Setup: a process printing through the outage.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let script = "i=1; while [ $i -le 40 ]; do echo line-$i; i=$((i+1)); sleep 0.05; done";
+    let mut process = client.start(params("counter", script)).await.unwrap();
+
+    // Exercise.
+    sleep(Duration::from_millis(300)).await;
+    proxy.cut_client_side(Duration::from_millis(1500));
+
+    // Assert: meanwhile the server refuses the session to anyone (checked directly) ...
+    sleep(Duration::from_millis(300)).await;
+    let mut other = RpcClient::connect(&server.url).await.unwrap();
+    let refused = other.initialize(Some(client.session_id())).await.unwrap().unwrap_err();
+    assert_eq!(refused.code, SESSION_ALREADY_ATTACHED, "{refused}");
+    drop(other);
+    assert_eq!(client.status(), ConnectionStatus::Recovering);
+    // ... and the client comes back once it is released, with every line once, in order.
+    let (out, _, code, seqs) = drain(&mut process).await.unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), lines(40, "line"));
+    assert_eq!(code, 0);
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert!(proxy.connections() >= 3, "refused resumes were retried: {}", proxy.connections());
+    assert_eq!(client.status(), ConnectionStatus::Connected);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutating requests in flight
+
+/// A write reaches the server and is applied; its answer is lost. The client resends it after
+/// the resume with the same `writeId`, and the server does not apply it again.
+async fn a_write_whose_answer_is_lost_is_applied_exactly_once(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let mut head = params("head", "head -n 2");
+    head.pipe_stdin = true;
+    let mut process = client.start(head).await.unwrap();
+
+    // Exercise: the write is answered into a frozen connection, which is then cut.
+    proxy.freeze_downstream();
+    {
+        let write = process.write(&b"first\n"[..]);
+        tokio::pin!(write);
+        tokio::select! {
+            outcome = &mut write => panic!("the answer cannot arrive: {outcome:?}"),
+            held = proxy.wait_held_bytes(1) => held.unwrap(),
+        }
+        proxy.cut();
+        // Assert: the write completes through the recovery.
+        assert_eq!(write.await.unwrap(), WriteStatus::Accepted);
+    }
+    process.write(&b"second\n"[..]).await.unwrap();
+
+    // Assert: each line once.
+    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "first\nsecond\n");
+    assert_eq!(code, 0);
+}
+
+/// An interrupt reaches the server and is delivered; its answer is lost. A second interrupt is
+/// not the same as one, so the client reports the ambiguity instead of resending it.
+async fn an_interrupt_whose_answer_is_lost_is_reported_not_resent(target: Target) {
+    // Setup: a process that reports each SIGINT and carries on.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let script = "trap 'echo interrupted' INT; echo ready; while :; do sleep 0.05; done";
+    let mut process = client.start(params("trapper", script)).await.unwrap();
+    let mut out = String::new();
+    read_until(&mut process, &mut out, "ready\n").await;
+
+    // Exercise: the interrupt is answered into a frozen connection, which is then cut.
+    proxy.freeze_downstream();
+    let error = {
+        let interrupt = process.interrupt();
+        tokio::pin!(interrupt);
+        tokio::select! {
+            outcome = &mut interrupt => panic!("the answer cannot arrive: {outcome:?}"),
+            held = proxy.wait_held_bytes(1) => held.unwrap(),
+        }
+        proxy.cut();
+        interrupt.await.unwrap_err()
+    };
+
+    // Assert: the caller learns it may have taken effect; it did, exactly once.
+    assert!(
+        matches!(&error, ClientError::Disconnected(m) if m.contains("may or may not have taken effect")),
+        "{error}"
+    );
+    client.wait_connected().await.unwrap();
+    read_until(&mut process, &mut out, "interrupted\n").await;
+    // Give a resent interrupt every chance to show, then end the process.
+    sleep(Duration::from_millis(300)).await;
+    assert!(process.terminate().await.unwrap());
+    let (rest, _, _, _) = drain(&mut process).await.unwrap();
+    out.push_str(std::str::from_utf8(&rest).unwrap());
+    assert_eq!(out, "ready\ninterrupted\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting calls, and the end of a session
+
+/// Calls made while the client is recovering wait for it, then complete on the new
+/// connection; a handle's stream ends after its close.
+async fn calls_made_while_recovering_complete_after_the_resume(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let mut head = params("head", "head -n 1");
+    head.pipe_stdin = true;
+    let mut process = client.start(head).await.unwrap();
+
+    // Exercise: the network goes down; calls are made; it comes back.
+    proxy.set_down(true);
+    wait_for_status(&client, ConnectionStatus::Recovering).await;
+    let (write, read, late, connected, ()) = tokio::join!(
+        process.write(&b"during\n"[..]),
+        process.read(0, None, None),
+        client.start(params("late", "echo late")),
+        client.wait_connected(),
+        async {
+            sleep(Duration::from_millis(300)).await;
+            assert_eq!(client.status(), ConnectionStatus::Recovering);
+            proxy.set_down(false);
+        },
+    );
+
+    // Assert: every call went through once the session was back.
+    assert_eq!(write.unwrap(), WriteStatus::Accepted);
+    assert!(read.unwrap().failure.is_none());
+    connected.unwrap();
+    let (out, _, code, _) = drain(&mut late.unwrap()).await.unwrap();
+    assert_eq!((out.as_slice(), code), (&b"late\n"[..], 0));
+    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    assert_eq!((out.as_slice(), code), (&b"during\n"[..], 0));
+    let after_close = timeout(Duration::from_secs(5), process.next_update()).await;
+    assert_eq!(after_close, Ok(None), "the stream ends after the close");
+}
+
+/// The server no longer knows the session (here: another server answers), so the resume is
+/// refused for good. The client gives up at once, not at its deadline; every call waiting
+/// gets the same error, so does every later call, and the handle a terminal failure.
+async fn a_refused_resume_fails_every_waiting_and_later_call_alike(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let other_server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options =
+        ClientOptions { recovery_timeout: Duration::from_secs(60), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let mut process = client.start(params("sleeper", "sleep 30")).await.unwrap();
+
+    // Exercise: calls wait through an outage, after which the wrong server answers.
+    proxy.set_down(true);
+    wait_for_status(&client, ConnectionStatus::Recovering).await;
+    let began = Instant::now();
+    let (write, interrupt, terminate, start, connected, ()) = tokio::join!(
+        process.write(&b"x"[..]),
+        process.interrupt(),
+        process.terminate(),
+        client.start(params("late", "true")),
+        client.wait_connected(),
+        async {
+            sleep(Duration::from_millis(200)).await;
+            proxy.set_upstream(other_server.addr());
+            proxy.set_down(false);
+        },
+    );
+
+    // Assert: one error for all, given at once.
+    assert!(began.elapsed() < Duration::from_secs(20), "gave up at the refusal, not the deadline");
+    let ConnectionStatus::Failed(message) = client.status() else { panic!("not failed") };
+    assert!(message.contains("unknown session id"), "{message}");
+    let lost = ClientError::Failed(message.clone());
+    assert_eq!(write.unwrap_err(), lost);
+    assert_eq!(interrupt.unwrap_err(), lost);
+    assert_eq!(terminate.unwrap_err(), lost);
+    assert_eq!(start.err().unwrap(), lost);
+    assert_eq!(connected.unwrap_err(), lost);
+    // Later calls too.
+    assert_eq!(client.start(params("later", "true")).await.err().unwrap(), lost);
+    assert_eq!(process.write(&b"y"[..]).await.unwrap_err(), lost);
+    // The handle: one terminal failure, then the end of its stream.
+    assert_terminal_failure(&mut process, &message).await;
+}
+
+/// The network swallows everything, so a reconnect attempt hangs rather than fails. The
+/// recovery deadline still holds: the session is given up on time (not after the connect and
+/// initialize timeouts, or never), with the same error for everything that waited — a read in
+/// flight at the drop included.
+async fn the_recovery_deadline_bounds_an_attempt_that_hangs(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options =
+        ClientOptions { recovery_timeout: Duration::from_secs(1), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let mut process = client.start(params("sleeper", "sleep 30")).await.unwrap();
+
+    // Exercise: a long-poll read is in flight when the network starts swallowing packets.
+    let began = Instant::now();
+    let (read, connected) = {
+        let read = process.read(0, None, Some(20_000));
+        tokio::pin!(read);
+        tokio::select! {
+            outcome = &mut read => panic!("nothing to read yet: {outcome:?}"),
+            () = sleep(Duration::from_millis(200)) => {}
+        }
+        proxy.set_unresponsive(true);
+        proxy.cut();
+        wait_for_status(&client, ConnectionStatus::Recovering).await;
+        tokio::join!(read, client.wait_connected())
+    };
+
+    // Assert: given up within the deadline (plus scheduling slack), one error for all.
+    assert!(began.elapsed() < Duration::from_secs(5), "took {:?}", began.elapsed());
+    let ConnectionStatus::Failed(message) = client.status() else { panic!("not failed") };
+    let lost = ClientError::Failed(message.clone());
+    assert_eq!(read.unwrap_err(), lost);
+    assert_eq!(connected.unwrap_err(), lost);
+    assert_terminal_failure(&mut process, &message).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn params(id: &str, script: &str) -> ExecParams {
+    let mut params = ExecParams::new(
+        id,
+        vec!["/bin/sh".into(), "-c".into(), script.into()],
+        PathUri::parse("file:///tmp").unwrap(),
+    );
+    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+    params
+}
+
+/// A script that leaves its pid in `pid_file` (atomically) and becomes a long `sleep`.
+fn records_pid_then_sleeps(pid_file: &Path) -> String {
+    let file = pid_file.display();
+    format!("echo $$ > {file}.tmp && mv {file}.tmp {file} && exec sleep 60")
+}
+
+/// A directory of its own for each test, removed afterwards.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tether-edge-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The pid a process left in `name`.
+    async fn wait_for_pid(&self, name: &str) -> u32 {
+        let path = self.path(name);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return text.trim().parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "{} never appeared", path.display());
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether `pid` is a live process (a zombie, killed and not yet reaped, is not).
+fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+async fn wait_until_dead(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while is_alive(pid) {
+        assert!(Instant::now() < deadline, "process {pid} is still running");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_for_status(client: &ExecServerClient, status: ConnectionStatus) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.status() != status {
+        assert!(Instant::now() < deadline, "still {:?}, not {status:?}", client.status());
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Reads stdout into `out` until it ends with `suffix`.
+async fn read_until(process: &mut RemoteProcess, out: &mut String, suffix: &str) {
+    while !out.ends_with(suffix) {
+        let update = timeout(Duration::from_secs(20), process.next_update()).await;
+        match update {
+            Ok(Some(ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }))) => {
+                out.push_str(std::str::from_utf8(&chunk).unwrap())
+            }
+            other => panic!("waiting for {suffix:?} after {out:?}, got {other:?}"),
+        }
+    }
+}
+
+/// One `Failed` update carrying the session's message, then the end of the stream; reads are
+/// answered by the handle itself.
+async fn assert_terminal_failure(process: &mut RemoteProcess, message: &str) {
+    let update = timeout(Duration::from_secs(5), process.next_update()).await.unwrap();
+    assert!(matches!(&update, Some(ProcessUpdate::Failed(m)) if m.contains(message)), "{update:?}");
+    let after = timeout(Duration::from_secs(5), process.next_update()).await;
+    assert_eq!(after, Ok(None), "nothing follows a failure");
+    let read = process.read(0, None, None).await.unwrap();
+    assert!(read.closed && read.failure.is_some_and(|f| f.contains(message)));
+}
+
+/// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences).
+async fn drain(process: &mut RemoteProcess) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), String> {
+    let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
+    loop {
+        let update = timeout(Duration::from_secs(60), process.next_update())
+            .await
+            .map_err(|_| "no update within 60 s".to_string())?
+            .ok_or("stream ended without close")?;
+        let event = match update {
+            ProcessUpdate::Event(event) => event,
+            ProcessUpdate::Failed(message) => return Err(message),
+        };
+        seqs.push(event.seq());
+        match event {
+            ProcessEvent::Output { stream: ExecOutputStream::Stderr, chunk, .. } => {
+                err.extend(&chunk)
+            }
+            ProcessEvent::Output { chunk, .. } => out.extend(&chunk),
+            ProcessEvent::Exited { exit_code, .. } => code = Some(exit_code),
+            ProcessEvent::Closed { .. } => {
+                return Ok((out, err, code.ok_or("closed before exit")?, seqs));
+            }
+        }
+    }
+}
+
+fn lines(count: usize, prefix: &str) -> String {
+    (1..=count).map(|i| format!("{prefix}-{i}\n")).collect()
+}

@@ -1,0 +1,39 @@
+//! The process suite, run through the client on a real Tether server: the same scenarios the
+//! engine runs in-process (`crates/engine/tests/exec_process/shared.rs`), so a remote
+//! `ExecProcess` is held to the local one's order, bytes, exits and refusals.
+
+#[path = "../../engine/tests/exec_process/shared.rs"]
+mod shared;
+
+use tether_client::{ClientOptions, ExecServerClient};
+use tether_testkit::{ServerProcess, Target};
+
+/// One test per scenario, each with a server and a session of its own.
+macro_rules! on_remote_backend {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let server = ServerProcess::start(Target::Tether).await.unwrap();
+                let client =
+                    ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+                shared::$scenario(&client).await
+            }
+        )*
+    };
+}
+
+on_remote_backend!(
+    a_process_runs_to_its_exit_and_close,
+    output_after_the_exit_comes_before_the_close,
+    each_handle_follows_its_own_process,
+    writes_reach_a_process_with_piped_stdin_in_order,
+    a_pty_process_reads_what_is_typed,
+    without_piped_stdin_writes_report_stdin_closed,
+    interrupt_reaches_the_process_like_ctrl_c,
+    terminate_kills_a_running_process_and_says_whether_it_ran,
+    reads_return_what_was_retained_after_a_sequence,
+    a_read_can_wait_for_output,
+    invalid_starts_are_refused_with_the_executors_words,
+    a_process_id_is_not_reused,
+);

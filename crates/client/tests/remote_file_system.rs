@@ -1,0 +1,114 @@
+//! The filesystem suite, run through the client on a real Tether server: the same scenarios
+//! the engine runs in-process (`crates/engine/tests/file_system/shared.rs`), so the remote
+//! `FileSystem` is held to the local one's behaviour, messages and error kinds included.
+
+#[path = "../../engine/tests/file_system/scratch.rs"]
+mod scratch;
+// The handle scenarios take a connection's `FileHandles`, which only the engine has; over the
+// wire they are the conformance suite's (`crates/cli/tests/fs.rs`).
+#[allow(dead_code)]
+#[path = "../../engine/tests/file_system/shared.rs"]
+mod shared;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tether_client::{ClientOptions, ExecServerClient};
+use tether_engine::fs::{FileSystem, FsErrorKind};
+use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
+use tether_testkit::{FaultProxy, ServerProcess, Target};
+
+use scratch::Scratch;
+
+async fn connected(url: &str) -> ExecServerClient {
+    ExecServerClient::connect(url, ClientOptions::default()).await.unwrap()
+}
+
+/// One test per scenario, each with a server and a session of its own.
+macro_rules! on_remote_file_system {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let server = ServerProcess::start(Target::Tether).await.unwrap();
+                shared::$scenario(&connected(&server.url).await).await
+            }
+        )*
+    };
+}
+
+on_remote_file_system!(
+    read_file_returns_whole_regular_files,
+    read_file_refuses_anything_but_a_regular_file_promptly,
+    read_file_is_capped_at_512_mib,
+    read_file_reports_missing_and_foreign_paths,
+    write_file_creates_or_truncates_in_place,
+    write_file_reports_bad_targets_and_bad_base64,
+    follow_symlinks_false_never_goes_through_a_link,
+    create_directory_is_recursive_by_default,
+    get_metadata_follows_links_but_says_it_was_one,
+    get_metadata_times_are_the_references,
+    canonicalize_resolves_every_link,
+    read_directory_lists_in_readdir_order_following_links,
+    read_directory_refuses_more_than_50000_entries,
+    walk_is_breadth_first_and_sorted_per_directory,
+    walk_bounds_set_truncated,
+    walk_limits_are_validated_with_the_references_messages,
+    walk_follows_directory_links_only_when_asked_and_once,
+    walk_roots_that_are_not_directories,
+    walk_reports_non_utf8_names_as_errors,
+    remove_is_recursive_and_forced_by_default,
+    remove_removes_links_not_their_targets,
+    copy_copies_files_and_trees_with_links_as_links,
+    copy_refuses_what_it_cannot_copy,
+    copy_onto_itself_keeps_the_file,
+    restrictive_sandboxes_are_refused_before_anything_is_touched,
+    read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
+    read_file_stream_refuses_what_is_not_a_regular_file_promptly,
+    read_file_stream_keeps_reading_the_file_it_opened,
+    finished_streams_give_their_handles_back,
+);
+
+/// Remote only: a call that only reads waits through a reconnect and is answered on the
+/// resumed session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_ride_through_a_reconnect() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = connected(&proxy.url).await;
+    let scratch = Scratch::new("remote-reconnect");
+    scratch.file("file.txt", b"still here");
+
+    proxy.cut();
+    let read = client.read_file(
+        serde_json::from_value(serde_json::json!({"path": scratch.uri("file.txt")})).unwrap(),
+    );
+    let read = tokio::time::timeout(Duration::from_secs(20), read).await.expect("answered");
+    assert_eq!(read.unwrap().data_base64.0, "still here");
+}
+
+/// Remote only: a streamed read's file handle belongs to its connection, so a drop fails the
+/// stream — it never ends as if the file were shorter, nor asks the next connection for a
+/// handle it never had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_read_fails_when_its_connection_drops() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = connected(&proxy.url).await;
+    let scratch = Scratch::new("remote-stream-cut");
+    scratch.file("big.bin", &vec![7u8; 3 * FS_BLOCK_MAX_BYTES]);
+    let mut stream = client.read_file_stream(scratch.uri("big.bin"), None).await.unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap().len(), FS_BLOCK_MAX_BYTES);
+
+    proxy.cut();
+    let error = stream.next().await.unwrap().unwrap_err();
+    assert_eq!(error.kind, FsErrorKind::Other);
+    assert!(error.message.contains("cannot be resumed"), "{}", error.message);
+    assert!(stream.next().await.is_none());
+    // The session itself recovers: a new stream reads the whole file.
+    client.wait_connected().await.unwrap();
+    let stream = client.read_file_stream(scratch.uri("big.bin"), None).await.unwrap();
+    let blocks: Vec<_> = stream.collect().await;
+    assert_eq!(blocks.len(), 3);
+    assert!(blocks.iter().all(|block| block.as_ref().is_ok_and(|b| b.len() == FS_BLOCK_MAX_BYTES)));
+}

@@ -1,0 +1,102 @@
+//! The HTTP suite, run through the client on a real Tether server: the same scenarios the
+//! engine runs in-process (`crates/engine/tests/http_client/shared.rs`), with the same peer.
+//! Then what only a remote client has to get right: a dropped connection.
+
+#[path = "../../engine/tests/http_client/shared.rs"]
+mod shared;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use tether_client::{ClientOptions, ConnectionStatus, ExecServerClient};
+use tether_engine::http::{HttpClient, HttpError};
+use tether_protocol::http::HttpRequestParams;
+use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target};
+
+/// One test per scenario, each with a server, a session and a peer of its own.
+macro_rules! on_remote_client {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let server = ServerProcess::start(Target::Tether).await.unwrap();
+                let client =
+                    ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+                let peer = HttpPeer::start().await.unwrap();
+                shared::$scenario(&client, &peer).await
+            }
+        )*
+    };
+}
+
+on_remote_client!(
+    buffered_requests_send_what_was_asked_and_return_everything,
+    statuses_and_headers_come_back_as_sent,
+    redirects_are_followed_or_returned,
+    invalid_requests_are_refused_before_anything_is_sent,
+    timeouts_fail_the_request,
+    a_body_that_breaks_off_fails_the_request_or_the_stream,
+    streamed_bodies_follow_their_head_in_order,
+    large_streamed_bodies_come_whole_in_bounded_chunks,
+    concurrent_streams_keep_their_bodies_apart,
+    a_stream_dropped_early_leaves_the_client_usable,
+);
+
+fn get(url: &str) -> HttpRequestParams {
+    serde_json::from_value(json!({"method": "GET", "url": url, "requestId": "r"})).unwrap()
+}
+
+async fn through_a_proxy() -> (ServerProcess, FaultProxy, ExecServerClient, HttpPeer) {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let peer = HttpPeer::start().await.unwrap();
+    (server, proxy, client, peer)
+}
+
+/// The server's stream ends with its connection, and nothing can resume it: when the
+/// connection drops, the body fails at once — never a clean end that would pass a truncated
+/// body off as whole — while the session recovers for what comes next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_fails_when_the_connection_drops() {
+    let (_server, proxy, client, peer) = through_a_proxy().await;
+    let slow = get(&peer.url("/slow-body?ms=30000"));
+    let (head, mut body) = client.request_streamed(slow).await.unwrap();
+    assert_eq!(head.status, 200);
+    assert_eq!(body.next().await.unwrap().unwrap(), "start");
+
+    proxy.cut();
+    let next = tokio::time::timeout(Duration::from_secs(10), body.next());
+    let error = next.await.expect("at once, not after the peer's 30 s").unwrap().unwrap_err();
+    assert!(error.to_string().contains("cannot be resumed"), "{error}");
+    assert!(body.next().await.is_none(), "nothing after the failure");
+
+    client.wait_connected().await.unwrap();
+    assert_eq!(client.status(), ConnectionStatus::Connected);
+    let (_, body) = client.request_streamed(get(&peer.url("/chunks"))).await.unwrap();
+    let chunks: Vec<_> = body.map(Result::unwrap).collect().await;
+    assert_eq!(chunks.concat(), b"one\ntwo\nthree\n");
+}
+
+/// A request may have reached its peer before the connection dropped: it is not sent again on
+/// the resumed session, and the caller is told it may or may not have happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_request_is_not_resent_after_a_drop() {
+    let (_server, proxy, client, peer) = through_a_proxy().await;
+    let slow = client.request(get(&peer.url("/slow-head?ms=1000")));
+    let cut = async {
+        while peer.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        proxy.cut();
+    };
+
+    let (error, ()) = tokio::join!(slow, cut);
+    let error = error.unwrap_err();
+    assert!(matches!(error, HttpError::Failed(_)), "{error:?}");
+    assert!(error.to_string().contains("may or may not have taken effect"), "{error}");
+    client.wait_connected().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(peer.requests(), ["GET /slow-head?ms=1000"], "sent once");
+}

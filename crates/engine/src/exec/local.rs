@@ -1,0 +1,217 @@
+//! [`LocalExecBackend`]: processes started on this machine, through a [`ProcessTable`] of the
+//! backend's own.
+//!
+//! The table publishes every process's events into one channel, each process's in sequence
+//! order (one pump per process numbers and sends them). A router task hands each event to the
+//! handle of its process; nothing needs reordering, so a handle's updates are the pump's events
+//! as they come.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tether_protocol::ProcessId;
+use tether_protocol::process::{ExecParams, ReadResponse, WriteStatus};
+use tokio::sync::mpsc;
+
+use super::{ExecBackend, ExecError, ExecProcess, ProcessUpdate};
+use crate::process::{LocalProcess, ProcessError, ProcessEvent};
+use crate::process_table::{ProcessTable, ProcessTableConfig};
+
+/// Events queued between the table's pumps and the router. The router never waits (a handle's
+/// queue is unbounded, as a remote handle's is), so this only absorbs scheduling jitter; a pump
+/// that finds it full waits, which slows that process, never memory.
+const EVENT_QUEUE: usize = 256;
+
+/// Starts processes in this process's own process table.
+///
+/// Processes live as long as the backend or any handle to them: when the last of those goes,
+/// the table ends and kills every process group it started, as a server does when a session
+/// ends.
+pub struct LocalExecBackend {
+    table: Arc<ProcessTable>,
+    routes: Arc<Routes>,
+    /// The table's event channel, until the first start spawns the router that drains it:
+    /// spawning needs a runtime, and building a backend should not.
+    unrouted: Mutex<Option<mpsc::Receiver<ProcessEvent>>>,
+}
+
+impl LocalExecBackend {
+    pub fn new(config: ProcessTableConfig) -> Self {
+        let (events, receiver) = mpsc::channel(EVENT_QUEUE);
+        Self {
+            table: ProcessTable::new(config, events),
+            routes: Arc::new(Routes::default()),
+            unrouted: Mutex::new(Some(receiver)),
+        }
+    }
+
+    fn spawn_router(&self) {
+        let receiver = lock(&self.unrouted).take();
+        if let Some(mut events) = receiver {
+            let routes = self.routes.clone();
+            // Ends when every sender is gone: the table's, and each running pump's.
+            tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    routes.deliver(event);
+                }
+            });
+        }
+    }
+}
+
+impl Default for LocalExecBackend {
+    fn default() -> Self {
+        Self::new(ProcessTableConfig::default())
+    }
+}
+
+impl std::fmt::Debug for LocalExecBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalExecBackend").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ExecBackend for LocalExecBackend {
+    async fn start(&self, params: ExecParams) -> Result<Box<dyn ExecProcess>, ExecError> {
+        self.spawn_router();
+        let process_id = params.process_id.clone();
+        // The route exists before the process does, so its first event finds its handle.
+        let Some((token, updates)) = self.routes.open(&process_id) else {
+            return Err(ProcessError::AlreadyExists(process_id).into());
+        };
+        let started = self.table.start(params).and_then(|_| {
+            self.table
+                .get(&process_id)
+                .ok_or_else(|| ProcessError::UnknownProcess(process_id.clone()))
+        });
+        match started {
+            Ok(process) => Ok(Box::new(LocalExecProcess {
+                process,
+                updates,
+                _table: self.table.clone(),
+                routes: self.routes.clone(),
+                token,
+                next_write_id: AtomicU64::new(1),
+            })),
+            Err(error) => {
+                self.routes.close(&process_id, token);
+                Err(error.into())
+            }
+        }
+    }
+}
+
+/// The handle to a process of a [`LocalExecBackend`].
+pub(crate) struct LocalExecProcess {
+    process: Arc<LocalProcess>,
+    updates: mpsc::UnboundedReceiver<ProcessUpdate>,
+    /// Keeps the table, and so the process, alive while the handle is.
+    _table: Arc<ProcessTable>,
+    routes: Arc<Routes>,
+    /// Which route is this handle's, so dropping it never removes a later one.
+    token: u64,
+    /// Every write gets a fresh id; the process applies each id once.
+    next_write_id: AtomicU64,
+}
+
+#[async_trait]
+impl ExecProcess for LocalExecProcess {
+    fn process_id(&self) -> &ProcessId {
+        self.process.id()
+    }
+
+    async fn next_update(&mut self) -> Option<ProcessUpdate> {
+        self.updates.recv().await
+    }
+
+    async fn write(&self, bytes: Bytes) -> Result<WriteStatus, ExecError> {
+        let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed).to_string();
+        Ok(self.process.write(bytes, &write_id)?)
+    }
+
+    async fn interrupt(&self) -> Result<(), ExecError> {
+        Ok(self.process.interrupt()?)
+    }
+
+    async fn terminate(&self) -> Result<bool, ExecError> {
+        Ok(self.process.terminate())
+    }
+
+    async fn read(
+        &self,
+        after_seq: u64,
+        max_bytes: Option<usize>,
+        wait_ms: Option<u64>,
+    ) -> Result<ReadResponse, ExecError> {
+        Ok(self.process.read(after_seq, max_bytes, wait_ms.map(Duration::from_millis)).await)
+    }
+}
+
+impl Drop for LocalExecProcess {
+    fn drop(&mut self) {
+        self.routes.close(self.process.id(), self.token);
+    }
+}
+
+impl std::fmt::Debug for LocalExecProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalExecProcess").field("process", &self.process).finish_non_exhaustive()
+    }
+}
+
+/// Where each followed process's events go.
+#[derive(Default)]
+struct Routes {
+    next_token: AtomicU64,
+    by_process: Mutex<HashMap<ProcessId, Route>>,
+}
+
+struct Route {
+    token: u64,
+    updates: mpsc::UnboundedSender<ProcessUpdate>,
+}
+
+impl Routes {
+    /// A route for a new handle, or `None` if a handle already follows that id.
+    fn open(&self, id: &ProcessId) -> Option<(u64, mpsc::UnboundedReceiver<ProcessUpdate>)> {
+        let mut routes = lock(&self.by_process);
+        if routes.contains_key(id) {
+            return None;
+        }
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let (updates, receiver) = mpsc::unbounded_channel();
+        routes.insert(id.clone(), Route { token, updates });
+        Some((token, receiver))
+    }
+
+    fn close(&self, id: &ProcessId, token: u64) {
+        let mut routes = lock(&self.by_process);
+        if routes.get(id).is_some_and(|route| route.token == token) {
+            routes.remove(id);
+        }
+    }
+
+    /// Hands an event to its process's handle. The close is the last event: the route goes
+    /// with it, which ends the handle's stream. Events of a process nobody follows are dropped
+    /// (its output stays retained for reads).
+    fn deliver(&self, event: ProcessEvent) {
+        let mut routes = lock(&self.by_process);
+        let id = event.process_id().clone();
+        let Some(route) = routes.get(&id) else { return };
+        let last = matches!(event, ProcessEvent::Closed { .. });
+        if route.updates.send(ProcessUpdate::Event(event)).is_err() || last {
+            routes.remove(&id);
+        }
+    }
+}
+
+/// Every critical section here is a map update that cannot panic halfway, so a poisoned lock
+/// still guards consistent data.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

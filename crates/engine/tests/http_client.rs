@@ -1,0 +1,36 @@
+//! The HTTP suite, run on [`LocalHttpClient`]: requests made from this process.
+//!
+//! The scenarios (`http_client/shared.rs`) take the client under test as an argument; the
+//! client crate's tests run the same ones through a server.
+
+#[path = "http_client/shared.rs"]
+mod shared;
+
+use tether_engine::http::LocalHttpClient;
+use tether_testkit::HttpPeer;
+
+/// One test per scenario, each with its own client and peer.
+macro_rules! on_local_client {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let peer = HttpPeer::start().await.unwrap();
+                shared::$scenario(&LocalHttpClient::new(), &peer).await
+            }
+        )*
+    };
+}
+
+on_local_client!(
+    buffered_requests_send_what_was_asked_and_return_everything,
+    statuses_and_headers_come_back_as_sent,
+    redirects_are_followed_or_returned,
+    invalid_requests_are_refused_before_anything_is_sent,
+    timeouts_fail_the_request,
+    a_body_that_breaks_off_fails_the_request_or_the_stream,
+    streamed_bodies_follow_their_head_in_order,
+    large_streamed_bodies_come_whole_in_bounded_chunks,
+    concurrent_streams_keep_their_bodies_apart,
+    a_stream_dropped_early_leaves_the_client_usable,
+);
