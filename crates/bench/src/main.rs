@@ -39,6 +39,12 @@ struct Args {
     /// Skip the reference (for profiling Tether alone).
     #[arg(long)]
     tether_only: bool,
+    /// Concurrent processes in the "many" workload.
+    #[arg(long, default_value_t = 1000)]
+    many: usize,
+    /// Seconds one run of a workload may take before it counts as failed.
+    #[arg(long, default_value_t = 120)]
+    timeout_secs: u64,
 }
 
 #[tokio::main]
@@ -80,10 +86,11 @@ async fn main() -> anyhow::Result<()> {
         table.push(row);
     }
     if wants("many") {
-        let mut row =
-            Row::new("1,000 concurrent /bin/true, one session (s)", report::Better::Lower);
+        let label = format!("{} concurrent /bin/true, one session (s)", args.many);
+        let mut row = Row::new(&label, report::Better::Lower);
+        let many = args.many;
         for_each_round(&args, &kinds, &mut row, |server| async move {
-            workloads::many_processes(&server.url, 1000).await
+            workloads::many_processes(&server.url, many).await
         })
         .await?;
         table.push(row);
@@ -142,16 +149,28 @@ where
             if round % 2 == 0 { kinds.to_vec() } else { kinds.iter().rev().copied().collect() };
         for kind in order {
             let server: &'static Server = Box::leak(Box::new(Server::start(kind).await?));
-            let value = workload(server).await;
+            let limit = std::time::Duration::from_secs(args.timeout_secs);
+            let value = match tokio::time::timeout(limit, workload(server)).await {
+                Ok(value) => value,
+                Err(_) => Err(anyhow::anyhow!("did not finish within {limit:?}")),
+            };
             server.stop();
-            let value = value.map_err(|e| anyhow::anyhow!("{} on {kind:?}: {e:#}", row.label))?;
-            eprintln!(
-                "  {:<58} {:<9} round {} → {value:.3}",
-                row.label,
-                format!("{kind:?}"),
-                round + 1
-            );
-            row.values.entry(kind).or_default().push(value);
+            let name = format!("{kind:?}");
+            match value {
+                Ok(value) => {
+                    eprintln!("  {:<58} {name:<9} round {} → {value:.3}", row.label, round + 1);
+                    row.values.entry(kind).or_default().push(value);
+                }
+                // A server that fails a workload is reported; the run goes on.
+                Err(error) => {
+                    eprintln!(
+                        "  {:<58} {name:<9} round {} → FAILED: {error:#}",
+                        row.label,
+                        round + 1
+                    );
+                    row.failures.entry(kind).or_default().push(format!("{error:#}"));
+                }
+            }
         }
     }
     Ok(())

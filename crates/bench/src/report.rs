@@ -18,11 +18,19 @@ pub struct Row {
     pub values: BTreeMap<Kind, Vec<f64>>,
     /// The same workload with no server at all.
     pub ceiling: Option<f64>,
+    /// Runs that failed, per server, with why.
+    pub failures: BTreeMap<Kind, Vec<String>>,
 }
 
 impl Row {
     pub fn new(label: &str, better: Better) -> Self {
-        Self { label: label.to_owned(), better, values: BTreeMap::new(), ceiling: None }
+        Self {
+            label: label.to_owned(),
+            better,
+            values: BTreeMap::new(),
+            ceiling: None,
+            failures: BTreeMap::new(),
+        }
     }
 
     fn median_of(&self, kind: Kind) -> Option<f64> {
@@ -54,11 +62,15 @@ impl Table {
         println!("| workload | Tether | reference | Tether vs reference | ceiling (no server) |");
         println!("|---|---|---|---|---|");
         for row in &self.rows {
-            let cell = |kind: Kind| match (row.median_of(kind), row.spread_of(kind)) {
-                (Some(median), Some((min, max))) => {
-                    format!("{} ({}–{})", fmt(median), fmt(min), fmt(max))
-                }
-                _ => "–".to_owned(),
+            let cell = |kind: Kind| {
+                let failed = row.failures.get(&kind).map_or(0, Vec::len);
+                let figure = match (row.median_of(kind), row.spread_of(kind)) {
+                    (Some(median), Some((min, max))) => {
+                        format!("{} ({}–{})", fmt(median), fmt(min), fmt(max))
+                    }
+                    _ => "–".to_owned(),
+                };
+                if failed > 0 { format!("{figure}; {failed} run(s) failed") } else { figure }
             };
             let ratio = match (row.median_of(Kind::Tether), row.median_of(Kind::Reference)) {
                 (Some(t), Some(r)) if t > 0.0 && r > 0.0 => match row.better {

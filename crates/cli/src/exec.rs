@@ -42,8 +42,22 @@ pub struct ExecArgs {
     #[arg(long)]
     no_stdin: bool,
 
+    /// Print `session=<id> process=<id>` to stderr first, for a later `--resume`.
+    #[arg(long)]
+    print_ids: bool,
+
+    /// Reattach to a process started earlier in this session (by a `tether exec` that died,
+    /// say) instead of starting a command: its retained output is replayed, then it is followed
+    /// to its exit.
+    #[arg(long, value_name = "SESSION", requires = "process", conflicts_with = "command")]
+    resume: Option<String>,
+
+    /// The process to reattach to, with `--resume`.
+    #[arg(long, value_name = "ID", requires = "resume")]
+    process: Option<String>,
+
     /// The command and its arguments.
-    #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
+    #[arg(trailing_var_arg = true, required_unless_present = "resume", value_name = "COMMAND")]
     command: Vec<String>,
 }
 
@@ -60,36 +74,30 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
 
 async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let options = ClientOptions { client_name: "tether-exec".into(), ..ClientOptions::default() };
-    let client = ExecServerClient::connect(&args.url, options).await?;
-    let cwd = match &args.cwd {
-        Some(dir) => PathUri::from_path(std::path::Path::new(dir))
-            .with_context(|| format!("--cwd {dir} must be an absolute path on the executor"))?,
-        None => client
-            .environment_info()
-            .and_then(|info| info.cwd.clone())
-            .unwrap_or_else(|| PathUri::parse("file:///").expect("a valid URI")),
+    let mut process = match (&args.resume, &args.process) {
+        (Some(session), Some(process_id)) => {
+            let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}; if the client that held the session is gone, the server notices within seconds: try again"
+                )
+            })?;
+            let (process, truncated) = client.attach(process_id.as_str()).await?;
+            if truncated {
+                eprintln!(
+                    "tether exec: earlier output of {process_id} is no longer retained; showing the rest"
+                );
+            }
+            process
+        }
+        _ => {
+            let client = ExecServerClient::connect(&args.url, options).await?;
+            let process = client.start(start_params(&args, &client)?).await?;
+            if args.print_ids {
+                eprintln!("session={} process={}", client.session_id(), process.process_id());
+            }
+            process
+        }
     };
-    let mut env = BTreeMap::new();
-    for pair in &args.env {
-        let Some((name, value)) = pair.split_once('=') else {
-            bail!("--env {pair} must be NAME=VALUE");
-        };
-        env.insert(name.to_owned(), value.to_owned());
-    }
-    let env_policy = (!args.clean_env).then(|| EnvPolicy {
-        inherit: EnvInherit::All,
-        ignore_default_excludes: false,
-        exclude: Vec::new(),
-        set: BTreeMap::new(),
-        include_only: Vec::new(),
-    });
-    let process_id = format!("tether-exec-{}-{}", std::process::id(), unique());
-    let mut params = ExecParams::new(process_id, args.command.clone(), cwd);
-    params.env = env;
-    params.env_policy = env_policy;
-    params.tty = args.tty;
-    params.pipe_stdin = !args.no_stdin;
-    let mut process = client.start(params).await?;
 
     let mut stdin = tokio::io::stdin();
     let mut stdin_open = !args.no_stdin;
@@ -125,6 +133,40 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             }
         }
     }
+}
+
+/// What to start for `args`: the command, in `--cwd` (or the server's directory), with the
+/// executor's environment plus `--env` (or only `--env` with `--clean-env`).
+fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<ExecParams> {
+    let cwd = match &args.cwd {
+        Some(dir) => PathUri::from_path(std::path::Path::new(dir))
+            .with_context(|| format!("--cwd {dir} must be an absolute path on the executor"))?,
+        None => client
+            .environment_info()
+            .and_then(|info| info.cwd.clone())
+            .unwrap_or_else(|| PathUri::parse("file:///").expect("a valid URI")),
+    };
+    let mut env = BTreeMap::new();
+    for pair in &args.env {
+        let Some((name, value)) = pair.split_once('=') else {
+            bail!("--env {pair} must be NAME=VALUE");
+        };
+        env.insert(name.to_owned(), value.to_owned());
+    }
+    let env_policy = (!args.clean_env).then(|| EnvPolicy {
+        inherit: EnvInherit::All,
+        ignore_default_excludes: false,
+        exclude: Vec::new(),
+        set: BTreeMap::new(),
+        include_only: Vec::new(),
+    });
+    let process_id = format!("tether-exec-{}-{}", std::process::id(), unique());
+    let mut params = ExecParams::new(process_id, args.command.clone(), cwd);
+    params.env = env;
+    params.env_policy = env_policy;
+    params.tty = args.tty;
+    params.pipe_stdin = !args.no_stdin;
+    Ok(params)
 }
 
 fn write_out(stream: ExecOutputStream, bytes: &[u8]) -> anyhow::Result<()> {

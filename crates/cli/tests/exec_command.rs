@@ -11,14 +11,21 @@ use tokio::io::AsyncWriteExt;
 against_both!(
     exec_streams_output_and_returns_the_exit_code,
     exec_output_is_identical_through_a_connection_cut_every_200ms,
+    exec_resume_reattaches_after_the_first_client_died,
 );
 
 async fn tether_exec(url: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut command = vec!["--"];
+    command.extend_from_slice(args);
+    tether_exec_with(url, &command, stdin).await
+}
+
+/// Runs `tether exec --url URL ARGS…` (ARGS include the `--` before a command).
+async fn tether_exec_with(url: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
     let mut child = tokio::process::Command::new(tether_binary().unwrap())
         .arg("exec")
         .arg("--url")
         .arg(url)
-        .arg("--")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -82,4 +89,33 @@ async fn exec_output_is_identical_through_a_connection_cut_every_200ms(target: T
         expected.len()
     );
     assert!(cuts >= 3, "the connection was cut while the command ran ({cuts} cuts)");
+}
+
+async fn exec_resume_reattaches_after_the_first_client_died(target: Target) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let server = ServerProcess::start(target).await.unwrap();
+    let mut first = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--print-ids", "--no-stdin", "--url", &server.url, "--"])
+        .args(["sh", "-c", "echo one; sleep 1; echo two; exit 4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ids = BufReader::new(first.stderr.take().unwrap()).lines();
+    let ids = ids.next_line().await.unwrap().expect("ids on stderr");
+    let (session, process) = ids
+        .strip_prefix("session=")
+        .and_then(|rest| rest.split_once(" process="))
+        .unwrap_or_else(|| panic!("unexpected first stderr line: {ids}"));
+    let mut output = BufReader::new(first.stdout.take().unwrap()).lines();
+    assert_eq!(output.next_line().await.unwrap().as_deref(), Some("one"));
+    first.kill().await.unwrap();
+    // Give the server a moment to see the first connection go.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let resumed =
+        tether_exec_with(&server.url, &["--resume", session, "--process", process], b"").await;
+    assert_eq!(String::from_utf8_lossy(&resumed.stdout), "one\ntwo\n", "replayed, then followed");
+    assert_eq!(resumed.status.code(), Some(4), "{}", String::from_utf8_lossy(&resumed.stderr));
 }

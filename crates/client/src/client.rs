@@ -132,9 +132,27 @@ pub(crate) struct Inner {
 impl ExecServerClient {
     /// Connects to `url` (`ws://…`) and starts a new session.
     pub async fn connect(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        Self::open(url, options, None).await
+    }
+
+    /// Reattaches to an existing session — one this program started before it restarted, say.
+    /// The server refuses (`-32010`) while another connection still holds the session.
+    pub async fn resume(
+        url: &str,
+        session_id: &str,
+        options: ClientOptions,
+    ) -> Result<Self, ClientError> {
+        Self::open(url, options, Some(session_id)).await
+    }
+
+    async fn open(
+        url: &str,
+        options: ClientOptions,
+        resume: Option<&str>,
+    ) -> Result<Self, ClientError> {
         let (events, receiver) = mpsc::unbounded_channel();
         let connection = Connection::open(url, 1, options.connect_timeout, events.clone()).await?;
-        let response = initialize(&connection, &options, None).await?;
+        let response = initialize(&connection, &options, resume).await?;
         let inner = Arc::new(Inner {
             url: url.to_owned(),
             session_id: response.session_id,
@@ -212,6 +230,38 @@ impl ExecServerClient {
                 Err(error)
             }
         }
+    }
+
+    /// Follows a process already running (or finished) in this session, from the oldest output
+    /// the server still holds. Also says whether earlier output was no longer retained.
+    pub async fn attach(
+        &self,
+        process_id: impl Into<ProcessId>,
+    ) -> Result<(RemoteProcess, bool), ClientError> {
+        let process_id = process_id.into();
+        let (registration, updates) = self.register(&process_id)?;
+        registration.mark_started();
+        // Live events arriving before the read is answered wait for it.
+        registration.begin_catch_up();
+        let params = json!({"processId": process_id, "afterSeq": 0, "maxBytes": null, "waitMs": 0});
+        let read: ReadResponse = match self.call("process/read", &params, Retry::Safe).await {
+            Ok(read) => read,
+            Err(error) => {
+                self.unregister(&registration);
+                return Err(error);
+            }
+        };
+        let oldest = read.chunks.first().map_or(1, |chunk| chunk.seq);
+        if oldest > 1 {
+            registration.skip_to(oldest - 1);
+        }
+        if let Err(error) = registration.catch_up(&read) {
+            self.unregister(&registration);
+            return Err(ClientError::Protocol(format!(
+                "cannot follow process {process_id}: {error}"
+            )));
+        }
+        Ok((RemoteProcess::new(self.clone(), registration, updates), oldest > 1))
     }
 
     fn register(

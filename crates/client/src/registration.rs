@@ -83,6 +83,15 @@ impl Registration {
         id.to_string()
     }
 
+    /// Treats everything up to `seq` as seen: for a handle attached after that output was
+    /// dropped by the server.
+    pub(crate) fn skip_to(&self, seq: u64) {
+        let mut state = self.state();
+        if state.reorder.last_published() < seq {
+            state.reorder = ReorderBuffer::new(seq);
+        }
+    }
+
     /// A reconnect is about to catch this process up: hold live events until it has.
     pub(crate) fn begin_catch_up(&self) {
         self.state().catching_up = true;
