@@ -262,6 +262,31 @@ pub struct ProcessOutputNotification {
     pub chunk: ByteChunk,
 }
 
+impl ProcessOutputNotification {
+    /// The whole `process/output` notification as JSON text, built directly: the chunk is
+    /// base64-encoded straight into the message, with no intermediate string and no escape scan
+    /// (base64 needs no escaping). Output is the bulk of what a server sends, so this is its hot
+    /// path; the result is byte for byte what serde would produce (see the tests).
+    pub fn to_notification_text(&self) -> String {
+        use std::fmt::Write as _;
+
+        use base64::Engine as _;
+        let stream = match self.stream {
+            ExecOutputStream::Stdout => "stdout",
+            ExecOutputStream::Stderr => "stderr",
+            ExecOutputStream::Pty => "pty",
+        };
+        let process_id = serde_json::to_string(&self.process_id).expect("a string serialises");
+        let mut text = String::with_capacity(96 + process_id.len() + self.chunk.len().div_ceil(3) * 4);
+        text.push_str(r#"{"method":"process/output","params":{"processId":"#);
+        text.push_str(&process_id);
+        let _ = write!(text, r#","seq":{},"stream":"{stream}","chunk":""#, self.seq);
+        base64::engine::general_purpose::STANDARD.encode_string(&self.chunk.0, &mut text);
+        text.push_str("\"}}");
+        text
+    }
+}
+
 /// `process/exited` notification. Output with higher sequence numbers may still follow (a
 /// grandchild can hold the pipes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -335,6 +360,25 @@ mod tests {
         assert_eq!(notifications.last().unwrap()["method"], "process/closed");
         check_notifications(fixture!("process_start_tty"));
         check_notifications(fixture!("process_write"));
+    }
+
+    #[test]
+    fn the_direct_output_encoding_is_what_serde_writes() {
+        for (id, bytes, stream) in [
+            ("p1", &b"hello\n"[..], ExecOutputStream::Stdout),
+            ("quote\"and\\slash", &[0u8, 255, 10, 13][..], ExecOutputStream::Stderr),
+            ("", &b""[..], ExecOutputStream::Pty),
+        ] {
+            let notification = ProcessOutputNotification {
+                process_id: id.into(),
+                seq: 42,
+                stream,
+                chunk: ByteChunk::from(bytes),
+            };
+            let by_serde =
+                crate::envelope::encode_notification(crate::method::PROCESS_OUTPUT, &notification);
+            assert_eq!(notification.to_notification_text(), by_serde);
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tether_engine::{ProcessEvent, ProcessTable, ProcessTableConfig};
 use tether_protocol::ByteChunk;
 use tether_protocol::envelope::encode_notification;
-use tether_protocol::method::{PROCESS_CLOSED, PROCESS_EXITED, PROCESS_OUTPUT};
+use tether_protocol::method::{PROCESS_CLOSED, PROCESS_EXITED};
 use tether_protocol::process::{
     ProcessClosedNotification, ProcessExitedNotification, ProcessOutputNotification,
 };
@@ -102,10 +102,10 @@ async fn forward_events(
 
 fn notification_text(event: ProcessEvent) -> String {
     match event {
-        ProcessEvent::Output { process_id, seq, stream, chunk } => encode_notification(
-            PROCESS_OUTPUT,
-            &ProcessOutputNotification { process_id, seq, stream, chunk: ByteChunk(chunk) },
-        ),
+        ProcessEvent::Output { process_id, seq, stream, chunk } => {
+            ProcessOutputNotification { process_id, seq, stream, chunk: ByteChunk(chunk) }
+                .to_notification_text()
+        }
         ProcessEvent::Exited { process_id, seq, exit_code } => encode_notification(
             PROCESS_EXITED,
             &ProcessExitedNotification { process_id, seq, exit_code, sandbox_denied: false },
