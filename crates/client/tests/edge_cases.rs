@@ -11,7 +11,6 @@
 //! waiting and later call gets the same error and every handle a terminal failure, within the
 //! recovery deadline.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,11 +18,14 @@ use tether_client::{
     ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate, RemoteProcess,
 };
 use tether_engine::ProcessEvent;
-use tether_protocol::PathUri;
 use tether_protocol::error::SESSION_ALREADY_ATTACHED;
-use tether_protocol::process::{ExecOutputStream, ExecParams, WriteStatus};
+use tether_protocol::process::WriteStatus;
+use tether_testkit::shell_params as params;
 use tether_testkit::{FaultProxy, RpcClient, ServerProcess, Target, against_both};
 use tokio::time::{Instant, sleep, timeout};
+
+mod common;
+use common::drain;
 
 against_both!(
     a_start_whose_answer_is_lost_fails_and_its_process_is_terminated,
@@ -402,16 +404,6 @@ async fn the_recovery_deadline_bounds_an_attempt_that_hangs(target: Target) {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn params(id: &str, script: &str) -> ExecParams {
-    let mut params = ExecParams::new(
-        id,
-        vec!["/bin/sh".into(), "-c".into(), script.into()],
-        PathUri::parse("file:///tmp").unwrap(),
-    );
-    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-    params
-}
-
 /// A script that leaves its pid in `pid_file` (atomically) and becomes a long `sleep`.
 fn records_pid_then_sleeps(pid_file: &Path) -> String {
     let file = pid_file.display();
@@ -504,32 +496,6 @@ async fn assert_terminal_failure(process: &mut RemoteProcess, message: &str) {
     assert_eq!(after, Ok(None), "nothing follows a failure");
     let read = process.read(0, None, None).await.unwrap();
     assert!(read.closed && read.failure.is_some_and(|f| f.contains(message)));
-}
-
-/// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences).
-async fn drain(process: &mut RemoteProcess) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), String> {
-    let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
-    loop {
-        let update = timeout(Duration::from_secs(60), process.next_update())
-            .await
-            .map_err(|_| "no update within 60 s".to_string())?
-            .ok_or("stream ended without close")?;
-        let event = match update {
-            ProcessUpdate::Event(event) => event,
-            ProcessUpdate::Failed(message) => return Err(message),
-        };
-        seqs.push(event.seq());
-        match event {
-            ProcessEvent::Output { stream: ExecOutputStream::Stderr, chunk, .. } => {
-                err.extend(&chunk)
-            }
-            ProcessEvent::Output { chunk, .. } => out.extend(&chunk),
-            ProcessEvent::Exited { exit_code, .. } => code = Some(exit_code),
-            ProcessEvent::Closed { .. } => {
-                return Ok((out, err, code.ok_or("closed before exit")?, seqs));
-            }
-        }
-    }
 }
 
 fn lines(count: usize, prefix: &str) -> String {

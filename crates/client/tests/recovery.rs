@@ -2,62 +2,20 @@
 //! connection, real processes. Every byte arrives once and in order, or the one affected
 //! process fails loudly.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tether_client::{
-    ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate, RemoteProcess,
-};
-use tether_engine::ProcessEvent;
-use tether_protocol::PathUri;
-use tether_protocol::process::{ExecOutputStream, ExecParams};
+use tether_client::{ClientError, ClientOptions, ConnectionStatus, ExecServerClient};
+use tether_testkit::shell_params as params;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
+
+mod common;
+use common::{drain, expected_lines};
 
 against_both!(
     output_survives_repeated_cuts_byte_exact,
     stdin_writes_are_applied_once_across_cuts,
     an_outage_longer_than_the_recovery_deadline_fails_every_handle,
 );
-
-fn params(id: &str, script: &str) -> ExecParams {
-    let mut params = ExecParams::new(
-        id,
-        vec!["/bin/sh".into(), "-c".into(), script.into()],
-        PathUri::parse("file:///tmp").unwrap(),
-    );
-    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-    params
-}
-
-/// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences).
-async fn drain(process: &mut RemoteProcess) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), String> {
-    let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
-    loop {
-        let update = tokio::time::timeout(Duration::from_secs(60), process.next_update())
-            .await
-            .map_err(|_| "no update within 60 s".to_string())?
-            .ok_or("stream ended without close")?;
-        let event = match update {
-            ProcessUpdate::Event(event) => event,
-            ProcessUpdate::Failed(message) => return Err(message),
-        };
-        seqs.push(event.seq());
-        match event {
-            ProcessEvent::Output { stream: ExecOutputStream::Stderr, chunk, .. } => {
-                err.extend(&chunk)
-            }
-            ProcessEvent::Output { chunk, .. } => out.extend(&chunk),
-            ProcessEvent::Exited { exit_code, .. } => code = Some(exit_code),
-            ProcessEvent::Closed { .. } => {
-                return Ok((out, err, code.ok_or("closed before exit")?, seqs));
-            }
-        }
-    }
-}
-
-fn expected_lines(count: usize, prefix: &str) -> Vec<u8> {
-    (1..=count).map(|i| format!("{prefix}-{i}\n")).collect::<String>().into_bytes()
-}
 
 async fn output_survives_repeated_cuts_byte_exact(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();

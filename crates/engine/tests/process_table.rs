@@ -1,27 +1,17 @@
 //! The process engine in-process, without any server: real children, real pipes and PTYs.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tether_engine::{ProcessEvent, ProcessTable, ProcessTableConfig};
-use tether_protocol::process::{ExecOutputStream, ExecParams, ReadParams, WriteStatus};
-use tether_protocol::{ByteChunk, PathUri, ProcessId};
+use tether_protocol::process::{ExecOutputStream, ReadParams, WriteStatus};
+use tether_protocol::{ByteChunk, ProcessId};
+use tether_testkit::shell_params as params;
 use tokio::sync::mpsc;
 
 fn table() -> (Arc<ProcessTable>, mpsc::Receiver<ProcessEvent>) {
     let (tx, rx) = mpsc::channel(128);
     (ProcessTable::new(ProcessTableConfig::default(), tx), rx)
-}
-
-fn params(id: &str, script: &str) -> ExecParams {
-    let mut params = ExecParams::new(
-        id,
-        vec!["/bin/sh".into(), "-c".into(), script.into()],
-        PathUri::parse("file:///tmp").unwrap(),
-    );
-    params.env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-    params
 }
 
 /// Collects events until the process closes; returns (stdout, stderr, exit code, seqs).

@@ -277,7 +277,8 @@ impl ProcessOutputNotification {
             ExecOutputStream::Pty => "pty",
         };
         let process_id = serde_json::to_string(&self.process_id).expect("a string serialises");
-        let mut text = String::with_capacity(96 + process_id.len() + self.chunk.len().div_ceil(3) * 4);
+        let mut text =
+            String::with_capacity(96 + process_id.len() + self.chunk.len().div_ceil(3) * 4);
         text.push_str(r#"{"method":"process/output","params":{"processId":"#);
         text.push_str(&process_id);
         let _ = write!(text, r#","seq":{},"stream":"{stream}","chunk":""#, self.seq);

@@ -8,6 +8,7 @@ pub mod client;
 pub mod http_peer;
 pub mod mcp_peer;
 pub mod model;
+pub mod params;
 pub mod proxy;
 pub mod server;
 
@@ -15,6 +16,7 @@ pub use client::{RpcClient, RpcError};
 pub use http_peer::HttpPeer;
 pub use mcp_peer::McpEverything;
 pub use model::{MockModel, ToolCall};
+pub use params::shell_params;
 pub use proxy::FaultProxy;
 pub use server::{ServerProcess, Target};
 

@@ -4,36 +4,16 @@
 //! Each scenario starts real processes (setup), drives them as a harness would (exercise), and
 //! checks what the handle reported: the bytes, the order, the exit and the close (assert).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tether_engine::exec::{ExecBackend, ExecErrorKind, ExecProcess};
 use tether_engine::{ProcessEvent, ProcessUpdate};
-use tether_protocol::process::{ExecOutputStream, ExecParams, WriteStatus};
-use tether_protocol::{PathUri, ProcessId};
+use tether_protocol::process::{ExecOutputStream, WriteStatus};
+pub use tether_testkit::shell_params as params;
 
 /// A handle that says nothing for this long is broken.
 const QUIET_LIMIT: Duration = Duration::from_secs(20);
-
-pub fn params(id: &str, script: &str) -> ExecParams {
-    ExecParams {
-        process_id: ProcessId::from(id),
-        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        cwd: PathUri::parse("file:///tmp").unwrap(),
-        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
-        env_policy: None,
-        shell_snapshot: None,
-        tty: false,
-        pipe_stdin: false,
-        arg0: None,
-        sandbox: None,
-        enforce_managed_network: false,
-        managed_network: None,
-        network_proxy: None,
-        metadata: None,
-    }
-}
 
 /// What a handle published until it closed.
 #[derive(Debug, Default)]
