@@ -41,7 +41,7 @@ use tracing::{debug, info, warn};
 use crate::connection::{Connection, ConnectionEvent};
 use crate::error::ClientError;
 use crate::process::RemoteProcess;
-use crate::registration::Registration;
+use crate::registration::{Finished, Registration};
 use crate::remote_http::HttpStreams;
 
 /// How long a connection attempt may take.
@@ -273,7 +273,9 @@ impl ExecServerClient {
             return Err(ClientError::Failed(message));
         }
         let mut registrations = self.inner.registrations.lock().unwrap();
-        if registrations.contains_key(process_id) {
+        // A process that closed is done: its registration is on its way out and no longer holds
+        // the id. A failed one may still be being terminated (an ambiguous start), so it does.
+        if registrations.get(process_id).is_some_and(|r| r.finished() != Some(Finished::Closed)) {
             return Err(ClientError::Protocol(format!(
                 "a handle for process {process_id} is already open in this client"
             )));

@@ -14,17 +14,32 @@ use tether_engine::http::{HttpClient, HttpError};
 use tether_protocol::http::HttpRequestParams;
 use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target};
 
-/// One test per scenario, each with a server, a session and a peer of its own.
+/// Two tests per scenario — on Tether and on the reference — each with a server, a session and
+/// a peer of its own.
 macro_rules! on_remote_client {
     ($($scenario:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let server = ServerProcess::start(Target::Tether).await.unwrap();
-                let client =
-                    ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
-                let peer = HttpPeer::start().await.unwrap();
-                shared::$scenario(&client, &peer).await
+            mod $scenario {
+                use super::*;
+
+                async fn run(target: Target) {
+                    let server = ServerProcess::start(target).await.unwrap();
+                    let client = ExecServerClient::connect(&server.url, ClientOptions::default())
+                        .await
+                        .unwrap();
+                    let peer = HttpPeer::start().await.unwrap();
+                    shared::$scenario(&client, &peer).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn tether() {
+                    run(Target::Tether).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn reference() {
+                    run(Target::Reference).await
+                }
             }
         )*
     };
