@@ -99,6 +99,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         }
     };
 
+    // On a PTY the remote terminal echoes and interprets keys; ours must pass them through.
+    let _raw = if args.tty { RawTerminal::enable() } else { None };
     let mut stdin = tokio::io::stdin();
     let mut stdin_open = !args.no_stdin;
     let mut buffer = vec![0u8; 64 * 1024];
@@ -183,6 +185,38 @@ fn write_out(stream: ExecOutputStream, bytes: &[u8]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The local terminal in raw mode for as long as this lives: keys (Ctrl-C included) go to the
+/// remote terminal as typed, and only the remote side echoes. Restored when dropped.
+struct RawTerminal {
+    original: rustix::termios::Termios,
+}
+
+impl RawTerminal {
+    /// `None` when stdin is not a terminal (nothing to do) or cannot be switched.
+    fn enable() -> Option<Self> {
+        let stdin = std::io::stdin();
+        if !rustix::termios::isatty(&stdin) {
+            return None;
+        }
+        let original = rustix::termios::tcgetattr(&stdin).ok()?;
+        let mut raw = original.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &raw).ok()?;
+        Some(Self { original })
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        let stdin = std::io::stdin();
+        let _ = rustix::termios::tcsetattr(
+            &stdin,
+            rustix::termios::OptionalActions::Now,
+            &self.original,
+        );
+    }
 }
 
 /// A number unlikely to repeat across runs, for process ids.
