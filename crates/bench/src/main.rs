@@ -29,11 +29,12 @@ struct Args {
     /// Bytes of output in the throughput workloads.
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
-    /// Workloads to run (comma-separated): latency, pipe, pty, many, sessions, memory, recovery.
+    /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
+    /// recovery.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "latency,pipe,pty,many,sessions,memory,recovery"
+        default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery"
     )]
     only: Vec<String>,
     /// Skip the reference (for profiling Tether alone).
@@ -81,6 +82,15 @@ async fn main() -> anyhow::Result<()> {
         let bytes = args.bytes;
         for_each_round(&args, &kinds, &mut row, |server| async move {
             workloads::throughput(&server.url, bytes, tty).await
+        })
+        .await?;
+        table.push(row);
+    }
+    if wants("cpu") {
+        let mut row = Row::new("server CPU per GB of pipe output (s)", report::Better::Lower);
+        let bytes = args.bytes;
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            workloads::server_cpu_per_gb(server, bytes).await
         })
         .await?;
         table.push(row);

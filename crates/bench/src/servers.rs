@@ -70,6 +70,16 @@ impl Server {
         Ok(kb * 1024)
     }
 
+    /// CPU time the server process has used so far (user + system), in seconds.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        // Fields after the command name (which may contain spaces) start after the last ')'.
+        let fields: Vec<&str> =
+            stat.rsplit(')').next().context("no stat")?.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        Ok(ticks as f64 / clock_ticks_per_second())
+    }
+
     /// SIGTERM (the server ends its processes), then SIGKILL if it lingers.
     pub fn stop(&self) {
         let mut child = self.child.lock().unwrap();
@@ -98,4 +108,15 @@ fn tether_binary() -> anyhow::Result<PathBuf> {
 
 fn unique() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+/// The kernel's clock tick rate for `/proc/*/stat` times (`getconf CLK_TCK`; 100 on Linux).
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(100.0)
 }

@@ -69,6 +69,18 @@ pub async fn throughput(url: &str, bytes: u64, tty: bool) -> anyhow::Result<f64>
     Ok(bytes as f64 / elapsed / 1e6)
 }
 
+/// Server CPU seconds per GB of pipe output streamed to the client: what the server itself
+/// spends per byte, apart from the client's share of the machine.
+pub async fn server_cpu_per_gb(server: &Server, bytes: u64) -> anyhow::Result<f64> {
+    let client = connect(&server.url).await?;
+    let before = server.cpu_seconds()?;
+    let argv = ["/usr/bin/head", "-c", &bytes.to_string(), "/dev/zero"];
+    let mut process = client.start(params("head", &argv)).await?;
+    let (received, _) = finish(&mut process).await?;
+    anyhow::ensure!(received == bytes, "received {received} of {bytes} bytes");
+    Ok((server.cpu_seconds()? - before) / (bytes as f64 / 1e9))
+}
+
 /// Seconds to start `count` short processes at once in one session and see them all closed.
 pub async fn many_processes(url: &str, count: usize) -> anyhow::Result<f64> {
     let client = connect(url).await?;
