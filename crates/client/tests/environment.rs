@@ -2,15 +2,12 @@
 //! an HTTP request through an [`Environment`], built locally or over a session, and gets the
 //! same answers.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use serde_json::json;
 use tether_client::{ClientOptions, Environment, ExecServerClient};
 use tether_engine::{ProcessEvent, ProcessUpdate};
-use tether_protocol::process::ExecParams;
-use tether_protocol::{PathUri, ProcessId};
-use tether_testkit::{HttpPeer, ServerProcess, Target};
+use tether_protocol::PathUri;
+use tether_testkit::{HttpPeer, ServerProcess, Target, shell_params};
 
 /// What the harness saw: the command's exit code, the file it wrote, the peer's status.
 type Seen = (i32, Vec<u8>, u16, Vec<u8>);
@@ -19,26 +16,10 @@ type Seen = (i32, Vec<u8>, u16, Vec<u8>);
 /// file, the file is read back, and a URL is fetched, buffered and streamed.
 async fn harness(env: &Environment, dir: &std::path::Path, url: &str) -> Seen {
     let file = dir.join("out.txt");
-    let params = ExecParams {
-        process_id: ProcessId::from("writer"),
-        argv: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            format!("head -c 22 > {}; exit 3", file.display()),
-        ],
-        cwd: PathUri::from_path(dir).unwrap(),
-        env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
-        env_policy: None,
-        shell_snapshot: None,
-        tty: false,
-        pipe_stdin: true,
-        arg0: None,
-        sandbox: None,
-        enforce_managed_network: false,
-        managed_network: None,
-        network_proxy: None,
-        metadata: None,
-    };
+    let script = format!("head -c 22 > {}; exit 3", file.display());
+    let mut params = shell_params("writer", &script);
+    params.cwd = PathUri::from_path(dir).unwrap();
+    params.pipe_stdin = true;
     let mut process = env.exec.start(params).await.unwrap();
     process.write(Bytes::from_static(b"written by the harness")).await.unwrap();
     let mut exit = None;
