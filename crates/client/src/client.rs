@@ -496,7 +496,10 @@ fn install(inner: &Arc<Inner>, connection: Arc<Connection>) {
 fn route_notification(inner: &Arc<Inner>, notification: Notification) {
     let params = notification.params.unwrap_or_default();
     if notification.method == HTTP_REQUEST_BODY_DELTA {
-        inner.http_streams.deliver(params);
+        if let Err(violation) = inner.http_streams.deliver(params) {
+            warn!(%violation, "exec-server broke the protocol; dropping the connection to recover");
+            ExecServerClient { inner: inner.clone() }.disconnect();
+        }
         return;
     }
     let event = match notification.method.as_str() {
@@ -603,22 +606,11 @@ async fn resume(inner: &Arc<Inner>) -> Result<Arc<Connection>, ClientError> {
     .await?;
     initialize(&connection, &inner.options, Some(&inner.session_id)).await?;
     let client = ExecServerClient { inner: inner.clone() };
-    for registration in registrations {
-        let params = json!({
-            "processId": registration.process_id,
-            "afterSeq": registration.last_published(),
-            "maxBytes": null,
-            "waitMs": 0,
-        });
-        let read = match connection.call::<_, ReadResponse>("process/read", &params).await {
-            Ok(read) => Ok(read),
-            // A transport problem ends this attempt; anything else is this process's problem.
-            Err(error @ ClientError::Disconnected(_)) => return Err(error),
-            Err(error) => Err(error.to_string()),
-        };
-        let caught_up =
-            read.and_then(|read| registration.catch_up(&read).map_err(|e| e.to_string()));
-        if let Err(error) = caught_up {
+    let catch_ups = registrations.iter().map(|registration| catch_up(&connection, registration));
+    let outcomes = futures_util::future::join_all(catch_ups).await;
+    for (registration, outcome) in registrations.iter().zip(outcomes) {
+        // A transport problem ends this attempt; anything else is this process's problem.
+        if let Err(error) = outcome? {
             let message = format!("failed to recover process {}: {error}", registration.process_id);
             warn!(process_id = %registration.process_id, %error, "process lost in recovery; terminating it");
             registration.fail(message);
@@ -630,10 +622,53 @@ async fn resume(inner: &Arc<Inner>) -> Result<Arc<Connection>, ClientError> {
             });
         }
         if registration.finished().is_some() {
-            client.unregister(&registration);
+            client.unregister(registration);
         }
     }
     Ok(connection)
+}
+
+/// Most output bytes asked for in one catch-up page.
+const CATCH_UP_PAGE_BYTES: usize = 1024 * 1024;
+
+/// Catches one process up on a fresh connection: pages while the backlog is large, then one
+/// complete read for the rest (see [`Registration::publish_page`]). The outer error is the
+/// connection's (the attempt ends); the inner one is this process's.
+async fn catch_up(
+    connection: &Connection,
+    registration: &Registration,
+) -> Result<Result<(), String>, ClientError> {
+    let read = |max_bytes: Option<usize>| {
+        let params = json!({
+            "processId": registration.process_id,
+            "afterSeq": registration.last_published(),
+            "maxBytes": max_bytes,
+            "waitMs": 0,
+        });
+        async move {
+            match connection.call::<_, ReadResponse>("process/read", &params).await {
+                Ok(read) => Ok(Ok(read)),
+                Err(error @ ClientError::Disconnected(_)) => Err(error),
+                Err(error) => Ok(Err(error.to_string())),
+            }
+        }
+    };
+    loop {
+        let page = match read(Some(CATCH_UP_PAGE_BYTES)).await? {
+            Ok(page) => page,
+            Err(error) => return Ok(Err(error)),
+        };
+        // A page well short of the budget was the whole backlog: the complete read is small.
+        match registration.publish_page(&page) {
+            Some(bytes) if bytes >= CATCH_UP_PAGE_BYTES / 2 => continue,
+            _ => break,
+        }
+    }
+    let caught_up = match read(None).await? {
+        Ok(read) => registration.catch_up(&read).map_err(|e| e.to_string()),
+        Err(error) => Err(error),
+    };
+    Ok(caught_up)
 }
 
 fn is_retryable(error: &ClientError) -> bool {
@@ -729,6 +764,41 @@ mod tests {
         );
         assert_eq!(client.status(), ConnectionStatus::Connected);
         assert_eq!(generation(&client), Some(current));
+    }
+
+    /// A body delta larger than any server may send breaks the protocol: the connection that
+    /// carried it is dropped and the session recovered on a new one, its processes intact.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_oversized_body_delta_drops_the_connection_and_the_session_recovers() {
+        let server = ServerProcess::start(Target::Tether).await.unwrap();
+        let client =
+            ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+        let sleeper = ExecParams::new(
+            "survivor",
+            vec!["/bin/sh".into(), "-c".into(), "sleep 0.5; echo still-here".into()],
+            PathUri::parse("file:///tmp").unwrap(),
+        );
+        let mut process = client.start(sleeper).await.unwrap();
+        let before = generation(&client).unwrap();
+
+        let oversized = Notification {
+            method: HTTP_REQUEST_BODY_DELTA.into(),
+            params: Some(json!({
+                "requestId": "http-1",
+                "seq": 1,
+                "deltaBase64": "A".repeat(2 * 1024 * 1024),
+                "done": false,
+            })),
+        };
+        client.inner.events.send(ConnectionEvent::Notification(oversized)).unwrap();
+
+        wait_for_generation_after(&client, before).await;
+        let update = tokio::time::timeout(Duration::from_secs(10), process.next_update()).await;
+        assert!(
+            matches!(&update, Ok(Some(ProcessUpdate::Event(ProcessEvent::Output { chunk, .. })))
+                if &chunk[..] == b"still-here\n"),
+            "{update:?}"
+        );
     }
 
     /// A resumed connection can drop between the end of the resume and its installation; its

@@ -121,6 +121,57 @@ impl Registration {
         }
     }
 
+    /// Publishes the leading run of a catch-up page: chunks that follow what was published
+    /// with no hole between them. Pages let a large backlog be caught up in parts that each
+    /// survive a later drop (the next attempt reads on from here), where one read of it all
+    /// might never arrive whole over a flaky link. Returns the bytes published if the whole
+    /// page was such a run, so paging may go on; `None` when it held a hole (an exit, or output
+    /// the server dropped) or nothing new: the rest then comes from one complete read, whose
+    /// answer places exits and closes (see [`crate::reconcile`]).
+    pub(crate) fn publish_page(
+        &self,
+        page: &tether_protocol::process::ReadResponse,
+    ) -> Option<usize> {
+        let mut state = self.state();
+        if state.finished.is_some() || page.failure.is_some() {
+            return None;
+        }
+        let last = state.reorder.last_published();
+        let fresh: Vec<_> = page.chunks.iter().filter(|chunk| chunk.seq > last).collect();
+        let run = fresh
+            .iter()
+            .zip(last + 1..)
+            .take_while(|(chunk, expected)| chunk.seq == *expected)
+            .count();
+        if run == 0 {
+            return None;
+        }
+        let mut bytes = 0;
+        for chunk in &fresh[..run] {
+            bytes += chunk.chunk.0.len();
+            let event = ProcessEvent::Output {
+                process_id: self.process_id.clone(),
+                seq: chunk.seq,
+                stream: chunk.stream,
+                chunk: chunk.chunk.0.clone(),
+            };
+            publish(&mut state, event);
+        }
+        let through = last + run as u64;
+        let pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
+        state.reorder = ReorderBuffer::new(through);
+        for event in pending.into_iter().filter(|e| e.seq() > through) {
+            match state.reorder.push(event) {
+                Ok(ready) => ready.into_iter().for_each(|e| publish(&mut state, e)),
+                Err(error) => {
+                    fail(&mut state, format!("process {} failed: {error}", self.process_id));
+                    return None;
+                }
+            }
+        }
+        (run == fresh.len()).then_some(bytes)
+    }
+
     /// Merges a catch-up read into the stream (see [`crate::reconcile`]).
     pub(crate) fn catch_up(
         &self,
@@ -230,6 +281,45 @@ mod tests {
                 Err(mpsc::error::TryRecvError::Disconnected) => return (seqs, true),
             }
         }
+    }
+
+    fn read_of(chunks: &[u64], next_seq: u64) -> ReadResponse {
+        ReadResponse {
+            chunks: chunks
+                .iter()
+                .map(|&seq| ProcessOutputChunk {
+                    seq,
+                    stream: ExecOutputStream::Stdout,
+                    chunk: ByteChunk::from(format!("c{seq}").into_bytes()),
+                })
+                .collect(),
+            next_seq,
+            exited: false,
+            exit_code: None,
+            closed: false,
+            failure: None,
+            sandbox_denied: false,
+        }
+    }
+
+    #[test]
+    fn a_page_publishes_its_leading_run_and_says_whether_paging_may_go_on() {
+        let (registration, mut updates) = Registration::new("p".into());
+        registration.push(out(1));
+        registration.push(out(5)); // early, waits in the reorder buffer
+        registration.begin_catch_up();
+        // A page with an already published chunk and a whole run after it: paging goes on.
+        assert_eq!(registration.publish_page(&read_of(&[1, 2, 3], 4)), Some(4));
+        assert_eq!(published(&mut updates), (vec![1, 2, 3], false));
+        // A hole (an exit, or lost output) stops paging after the run before it.
+        assert_eq!(registration.publish_page(&read_of(&[4, 6], 7)), None);
+        assert_eq!(published(&mut updates), (vec![4, 5], false), "the early 5 now in order");
+        // Nothing new: stop.
+        assert_eq!(registration.publish_page(&read_of(&[], 7)), None);
+        assert_eq!(registration.last_published(), 5);
+        // The complete read places the rest.
+        registration.catch_up(&read_of(&[6], 7)).unwrap();
+        assert_eq!(published(&mut updates), (vec![6], false));
     }
 
     #[test]

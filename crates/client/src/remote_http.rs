@@ -127,34 +127,38 @@ impl HttpStreams {
         Body { stream, routes: self.routes.clone(), queued_bytes: self.queued_bytes.clone() }
     }
 
-    /// Takes one `http/request/bodyDelta`'s params (from the connection's router).
-    pub(crate) fn deliver(&self, params: Value) {
+    /// Takes one `http/request/bodyDelta`'s params (from the connection's router). Returns
+    /// `Err` for a delta larger than any server may send: a protocol violation, after which
+    /// the connection that carried it is not to be trusted (its stream has failed already).
+    pub(crate) fn deliver(&self, params: Value) -> Result<(), String> {
         // Checked before decoding: a frame too big to be one delta is not decoded at all.
         let text_len = params.get("deltaBase64").and_then(Value::as_str).map_or(0, str::len);
         if text_len > HTTP_BODY_DELTA_MAX_BASE64_LEN {
             let id = params.get("requestId").and_then(Value::as_str).unwrap_or_default();
             let stream = lock(&self.routes).get(id).cloned();
+            let violation = format!(
+                "http/request body delta of {text_len} base64 characters exceeds the {HTTP_BODY_DELTA_MAX_BYTES}-byte limit"
+            );
             if let Some(stream) = stream {
-                stream.end(Err(format!(
-                    "http/request body delta of {text_len} base64 characters exceeds the {HTTP_BODY_DELTA_MAX_BYTES}-byte limit"
-                )));
+                stream.end(Err(violation.clone()));
                 self.unroute(&stream);
             }
-            return;
+            return Err(violation);
         }
         let delta = match serde_json::from_value::<HttpRequestBodyDeltaNotification>(params) {
             Ok(delta) => delta,
             Err(error) => {
                 warn!(%error, "malformed http/request/bodyDelta ignored");
-                return;
+                return Ok(());
             }
         };
         let Some(stream) = lock(&self.routes).get(&delta.request_id).cloned() else {
-            return;
+            return Ok(());
         };
         if stream.push(delta, &self.queued_bytes) {
             self.unroute(&stream);
         }
+        Ok(())
     }
 
     /// Fails every stream of connection `generation`: it is gone, and their bodies with it.
@@ -355,9 +359,9 @@ mod tests {
     async fn deltas_come_out_in_order_and_end_cleanly_at_done() {
         let streams = HttpStreams::default();
         let body = streams.register("http-1", 1);
-        streams.deliver(delta("http-1", 1, b"one ", false, None));
-        streams.deliver(delta("http-1", 2, b"two", false, None));
-        streams.deliver(delta("http-1", 3, b"", true, None));
+        let _ = streams.deliver(delta("http-1", 1, b"one ", false, None));
+        let _ = streams.deliver(delta("http-1", 2, b"two", false, None));
+        let _ = streams.deliver(delta("http-1", 3, b"", true, None));
 
         assert_eq!(read(&body).await, ["one ", "two"]);
         assert!(lock(&streams.routes).is_empty(), "the route goes with the terminal frame");
@@ -367,8 +371,9 @@ mod tests {
     async fn a_terminal_error_fails_the_stream_after_what_came_before() {
         let streams = HttpStreams::default();
         let body = streams.register("http-1", 1);
-        streams.deliver(delta("http-1", 1, b"partial", false, None));
-        streams.deliver(delta("http-1", 2, b"", true, Some("error decoding response body")));
+        let _ = streams.deliver(delta("http-1", 1, b"partial", false, None));
+        let _ =
+            streams.deliver(delta("http-1", 2, b"", true, Some("error decoding response body")));
 
         assert_eq!(read(&body).await, ["partial", "error: error decoding response body"]);
     }
@@ -377,18 +382,31 @@ mod tests {
     async fn a_gap_or_an_oversized_delta_fails_the_stream() {
         let streams = HttpStreams::default();
         let gap = streams.register("http-1", 1);
-        streams.deliver(delta("http-1", 1, b"a", false, None));
-        streams.deliver(delta("http-1", 3, b"c", false, None));
+        let _ = streams.deliver(delta("http-1", 1, b"a", false, None));
+        let _ = streams.deliver(delta("http-1", 3, b"c", false, None));
         let expected = "error: http/request body delta out of order: received seq 3, expected 2";
         assert_eq!(read(&gap).await, ["a", expected]);
 
         let oversized = streams.register("http-2", 1);
-        streams.deliver(delta("http-2", 1, &vec![0; HTTP_BODY_DELTA_MAX_BYTES + 1], false, None));
+        let _ = streams.deliver(delta(
+            "http-2",
+            1,
+            &vec![0; HTTP_BODY_DELTA_MAX_BYTES + 1],
+            false,
+            None,
+        ));
         let seen = read(&oversized).await;
         assert!(seen[0].contains("exceeds the 1048576-byte limit"), "{seen:?}");
         // Far too big: refused before it is decoded.
         let huge = streams.register("http-3", 1);
-        streams.deliver(delta("http-3", 1, &vec![0; 2 * HTTP_BODY_DELTA_MAX_BYTES], false, None));
+        let violation = streams.deliver(delta(
+            "http-3",
+            1,
+            &vec![0; 2 * HTTP_BODY_DELTA_MAX_BYTES],
+            false,
+            None,
+        ));
+        assert!(violation.is_err(), "reported, so the connection is dropped");
         let seen = read(&huge).await;
         assert!(seen[0].contains("base64 characters exceeds the 1048576-byte limit"), "{seen:?}");
     }
@@ -400,10 +418,10 @@ mod tests {
         drop(dropped);
         let live = streams.register("http-2", 1);
 
-        streams.deliver(delta("http-1", 1, b"late", false, None));
-        streams.deliver(delta("unknown", 1, b"stray", true, None));
-        streams.deliver(json_without_id());
-        streams.deliver(delta("http-2", 1, b"", true, None));
+        let _ = streams.deliver(delta("http-1", 1, b"late", false, None));
+        let _ = streams.deliver(delta("unknown", 1, b"stray", true, None));
+        let _ = streams.deliver(json_without_id());
+        let _ = streams.deliver(delta("http-2", 1, b"", true, None));
         assert!(read(&live).await.is_empty());
     }
 
@@ -417,9 +435,9 @@ mod tests {
         let stalled = streams.register("http-1", 1);
         let other = streams.register("http-2", 1);
         for seq in 1..=MAX_QUEUED_BODY_DELTAS as u64 + 1 {
-            streams.deliver(delta("http-1", seq, b"x", false, None));
+            let _ = streams.deliver(delta("http-1", seq, b"x", false, None));
         }
-        streams.deliver(delta("http-2", 1, b"fine", true, None));
+        let _ = streams.deliver(delta("http-2", 1, b"fine", true, None));
 
         let seen = read(&stalled).await;
         assert_eq!(seen.len(), MAX_QUEUED_BODY_DELTAS + 1, "what was queued, then the failure");
@@ -435,11 +453,11 @@ mod tests {
         let a = streams.register("http-1", 1);
         let b = streams.register("http-2", 1);
         for seq in 1..=per_stream as u64 {
-            streams.deliver(delta("http-1", seq, &full, false, None));
-            streams.deliver(delta("http-2", seq, &full, false, None));
+            let _ = streams.deliver(delta("http-1", seq, &full, false, None));
+            let _ = streams.deliver(delta("http-2", seq, &full, false, None));
         }
         assert_eq!(streams.queued_bytes.load(Ordering::Acquire), MAX_QUEUED_HTTP_BODY_BYTES);
-        streams.deliver(delta("http-2", per_stream as u64 + 1, b"!", false, None));
+        let _ = streams.deliver(delta("http-2", per_stream as u64 + 1, b"!", false, None));
 
         let seen = read(&b).await;
         let budget = format!("error: queued body deltas exceed {MAX_QUEUED_HTTP_BODY_BYTES} bytes");
@@ -454,10 +472,10 @@ mod tests {
         let streams = HttpStreams::default();
         let old = streams.register("http-1", 1);
         let new = streams.register("http-2", 2);
-        streams.deliver(delta("http-1", 1, b"before", false, None));
+        let _ = streams.deliver(delta("http-1", 1, b"before", false, None));
 
         streams.connection_closed(1, "connection closed");
-        streams.deliver(delta("http-2", 1, b"", true, None));
+        let _ = streams.deliver(delta("http-2", 1, b"", true, None));
         let seen = read(&old).await;
         assert_eq!(seen[0], "before");
         assert!(seen[1].starts_with("error: exec-server connection dropped (connection closed)"));

@@ -144,3 +144,36 @@ async fn a_fast_producer_keeps_every_byte_through_cuts() {
     assert_eq!(code, 0);
     assert_eq!(out.len(), 3000000 / 16 * 49, "every line of od's output arrived");
 }
+
+/// Tether only (the reference retains 1 MiB per process, less than this backlog): a backlog
+/// larger than any one connection carries before it is cut is caught up in pages, each kept
+/// when the next connection drops, so recovery makes progress instead of starting over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_larger_than_any_connection_carries_is_caught_up_in_pages() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options =
+        ClientOptions { recovery_timeout: Duration::from_secs(20), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let mut process = client.start(params("backlog", "sleep 0.3; seq 1 600000")).await.unwrap();
+    proxy.set_down(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // About 4.6 MB of output (6.2 MB as base64) waits; each connection now carries 2 MB.
+    proxy.set_downstream_limit(Some(2_000_000));
+    let connections_before = proxy.connections();
+    proxy.set_down(false);
+    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    let expected: String = (1..=600000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        out == expected.as_bytes(),
+        "output differs ({} of {} bytes)",
+        out.len(),
+        expected.len()
+    );
+    assert_eq!(code, 0);
+    assert!(
+        proxy.connections() - connections_before >= 3,
+        "the backlog took several connections: {}",
+        proxy.connections() - connections_before
+    );
+}

@@ -13,6 +13,8 @@
 //! - [`set_down`](FaultProxy::set_down) and [`set_unresponsive`](FaultProxy::set_unresponsive)
 //!   (new connections): refused at once, or accepted and then never answered.
 //! - [`set_upstream`](FaultProxy::set_upstream) (new connections): another server answers.
+//! - [`set_downstream_limit`](FaultProxy::set_downstream_limit) (new connections): each is cut
+//!   once it has carried so many server→client bytes, a link too flaky to carry a big answer.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,7 @@ struct Control {
     links: Mutex<Vec<Link>>,
     down: Mutex<bool>,
     unresponsive: Mutex<bool>,
+    downstream_limit: Mutex<Option<usize>>,
     /// Connections accepted and forwarded (or held, while unresponsive).
     accepted: AtomicUsize,
     /// Server→client bytes held back since the last `freeze_downstream`.
@@ -73,6 +76,7 @@ impl FaultProxy {
             links: Mutex::new(Vec::new()),
             down: Mutex::new(false),
             unresponsive: Mutex::new(false),
+            downstream_limit: Mutex::new(None),
             accepted: AtomicUsize::new(0),
             held: Arc::new(AtomicUsize::new(0)),
         });
@@ -94,7 +98,9 @@ impl FaultProxy {
                     })
                 } else {
                     let upstream = control.upstream.lock().unwrap().clone();
-                    tokio::spawn(relay(client, upstream, mode_changes, control.held.clone()))
+                    let limit = control.downstream_limit.lock().unwrap().unwrap_or(usize::MAX);
+                    let held = control.held.clone();
+                    tokio::spawn(relay(client, upstream, mode_changes, held, limit))
                 };
                 control.links.lock().unwrap().push(Link { mode, task: task.abort_handle() });
             }
@@ -123,6 +129,12 @@ impl FaultProxy {
     /// network that swallows packets. Only the client's own timeouts end such a connection.
     pub fn set_unresponsive(&self, unresponsive: bool) {
         *self.control.unresponsive.lock().unwrap() = unresponsive;
+    }
+
+    /// New connections are cut (both sides) once they have carried `limit` bytes from the
+    /// server to the client; `None` lifts the limit.
+    pub fn set_downstream_limit(&self, limit: Option<usize>) {
+        *self.control.downstream_limit.lock().unwrap() = limit;
     }
 
     /// New connections go to `upstream` (`host:port`) from now on.
@@ -181,12 +193,14 @@ impl Drop for FaultProxy {
     }
 }
 
-/// Forwards one client connection to `upstream` as `mode` says, until either side ends it.
+/// Forwards one client connection to `upstream` as `mode` says, until either side ends it or
+/// `downstream_limit` server→client bytes have been forwarded.
 async fn relay(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<LinkMode>,
     held: Arc<AtomicUsize>,
+    mut downstream_limit: usize,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else { return };
     let (mut client_read, mut client_write) = client.into_split();
@@ -216,9 +230,13 @@ async fn relay(
                 let Ok(n @ 1..) = read else { return };
                 if *mode.borrow() == LinkMode::DownstreamFrozen {
                     held.fetch_add(n, Ordering::SeqCst);
-                } else if client_write.write_all(&down[..n]).await.is_err() {
+                    continue;
+                }
+                let allowed = n.min(downstream_limit);
+                if client_write.write_all(&down[..allowed]).await.is_err() || allowed < n {
                     return;
                 }
+                downstream_limit -= allowed;
             }
         }
     }
