@@ -14,7 +14,7 @@ pub mod server;
 
 pub use client::{RpcClient, RpcError};
 pub use http_peer::HttpPeer;
-pub use mcp_peer::McpEverything;
+pub use mcp_peer::{McpEverything, McpTestServer, McpTestServerStats};
 pub use model::{MockModel, ToolCall};
 pub use params::shell_params;
 pub use proxy::FaultProxy;

@@ -40,6 +40,8 @@ struct Control {
     down: Mutex<bool>,
     unresponsive: Mutex<bool>,
     downstream_limit: Mutex<Option<usize>>,
+    /// New connections start frozen too (until the next cut).
+    freeze_new: Mutex<bool>,
     /// Connections accepted and forwarded (or held, while unresponsive).
     accepted: AtomicUsize,
     /// Server→client bytes held back since the last `freeze_downstream`.
@@ -77,6 +79,7 @@ impl FaultProxy {
             down: Mutex::new(false),
             unresponsive: Mutex::new(false),
             downstream_limit: Mutex::new(None),
+            freeze_new: Mutex::new(false),
             accepted: AtomicUsize::new(0),
             held: Arc::new(AtomicUsize::new(0)),
         });
@@ -89,7 +92,12 @@ impl FaultProxy {
                     continue;
                 }
                 control.accepted.fetch_add(1, Ordering::Relaxed);
-                let (mode, mode_changes) = watch::channel(LinkMode::Open);
+                let initial = if *control.freeze_new.lock().unwrap() {
+                    LinkMode::DownstreamFrozen
+                } else {
+                    LinkMode::Open
+                };
+                let (mode, mode_changes) = watch::channel(initial);
                 let task = if *control.unresponsive.lock().unwrap() {
                     // Hold the connection without reading it, until cut.
                     tokio::spawn(async move {
@@ -111,6 +119,7 @@ impl FaultProxy {
     /// Drops every open connection abruptly, both sides, as a network failure would (this also
     /// ends the hold of a [`cut_client_side`](Self::cut_client_side)).
     pub fn cut(&self) {
+        *self.control.freeze_new.lock().unwrap() = false;
         for link in self.control.links.lock().unwrap().drain(..) {
             link.task.abort();
         }
@@ -151,6 +160,14 @@ impl FaultProxy {
         for link in self.control.links.lock().unwrap().iter() {
             link.mode.send_replace(LinkMode::DownstreamFrozen);
         }
+    }
+
+    /// [`freeze_downstream`](Self::freeze_downstream), and connections made from now until the
+    /// next [`cut`](Self::cut) start frozen too: for a client that may open a new connection
+    /// for its next request (an HTTP client's pool).
+    pub fn freeze_downstream_including_new(&self) {
+        *self.control.freeze_new.lock().unwrap() = true;
+        self.freeze_downstream();
     }
 
     /// Server→client bytes held back since [`freeze_downstream`](Self::freeze_downstream).

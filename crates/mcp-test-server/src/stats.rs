@@ -1,0 +1,63 @@
+//! Counters a test reads to learn what actually reached the server, rather than trusting what
+//! the client under test reports about itself.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// Shared by the HTTP gate (request counts, `Authorization`) and every session's handler
+/// (`initialize` count), so one snapshot covers both layers.
+#[derive(Debug, Default)]
+pub struct Stats {
+    initializes: AtomicU64,
+    posts: AtomicU64,
+    deletes: AtomicU64,
+    gets: AtomicU64,
+    authorization_seen: AtomicBool,
+}
+
+/// The body of `GET /control/stats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsSnapshot {
+    pub initializes: u64,
+    pub posts: u64,
+    pub deletes: u64,
+    pub gets: u64,
+    pub authorization_seen: bool,
+}
+
+impl Stats {
+    /// Counted by the handler, so it covers `initialize` requests on any transport.
+    pub fn record_initialize(&self) {
+        self.initializes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Records one HTTP request to the MCP endpoint, before any check can turn it away: a test
+    /// asking "did the client retry?" wants every attempt, rejected or not.
+    pub fn record_request(&self, method: &axum::http::Method, has_authorization: bool) {
+        use axum::http::Method;
+        let counter = match *method {
+            Method::POST => Some(&self.posts),
+            Method::DELETE => Some(&self.deletes),
+            Method::GET => Some(&self.gets),
+            _ => None,
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+        if has_authorization {
+            self.authorization_seen.store(true, Ordering::SeqCst);
+        }
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            initializes: self.initializes.load(Ordering::SeqCst),
+            posts: self.posts.load(Ordering::SeqCst),
+            deletes: self.deletes.load(Ordering::SeqCst),
+            gets: self.gets.load(Ordering::SeqCst),
+            authorization_seen: self.authorization_seen.load(Ordering::SeqCst),
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! rmcp's Streamable HTTP client trait over Tether's [`HttpClient`]: one adapter for MCP
+//! servers reached from here (the engine's client, in-process) or from the executor (the
+//! session's `http/request`, bodies streamed as `bodyDelta`s).
+//!
+//! The adapter only carries HTTP. Sessions, re-initialization after a 404, SSE reconnection
+//! and OAuth stay rmcp's decisions; what is decided here is what each HTTP outcome means to
+//! rmcp, the same way wherever the request ran:
+//!
+//! | outcome                                   | to rmcp                                  |
+//! |-------------------------------------------|------------------------------------------|
+//! | no response (connect, TLS, timeout)       | `Client(NoResponse)`, logged once        |
+//! | 401 / 403 with `WWW-Authenticate`         | `AuthRequired` / `InsufficientScope`     |
+//! | 401 / 403 without                         | `UnexpectedServerResponse("HTTP 401 …")` |
+//! | 202 / 204, or a 2xx to a notification     | `Accepted`                               |
+//! | 404 to a request that carried a session   | `SessionExpired` (rmcp re-initializes)   |
+//! | 429 / 5xx that is not a JSON-RPC error    | `HttpStatus` (with `Retry-After`)        |
+//! | other non-2xx with a JSON-RPC error body  | that error, as the answer                |
+//! | 2xx `text/event-stream`                   | `Sse` (events bounded in size)           |
+//! | 2xx `application/json`                    | `Json` (body bounded in size)            |
+//! | GET 405 / DELETE 405                      | no SSE stream / nothing to delete        |
+//!
+//! Bodies are never collected without a bound, header values that are not text are refused
+//! rather than dropped, and custom headers cannot override the ones the protocol owns.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{BoxStream, StreamExt};
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    AuthRequiredError, HttpStatusError, InsufficientScopeError, SseError, StreamableHttpClient,
+    StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+use tether_engine::http::{HttpBodyStream, HttpClient, HttpError};
+use tether_protocol::ByteChunk;
+use tether_protocol::http::{
+    HttpHeader, HttpRedirectPolicy, HttpRequestParams, HttpRequestResponse,
+};
+
+use crate::send_failure::{self, SendFailure};
+use crate::sse_limit::sse_events;
+
+const EVENT_STREAM: &str = "text/event-stream";
+const JSON: &str = "application/json";
+const SESSION_ID: &str = "mcp-session-id";
+const LAST_EVENT_ID: &str = "last-event-id";
+/// Headers the transport sets itself; a custom header of one of these names is refused.
+/// (`MCP-Protocol-Version` is not among them: rmcp passes it as a custom header.)
+const RESERVED: &[&str] = &["accept", "content-type", SESSION_ID, LAST_EVENT_ID];
+/// Longest `Retry-After` kept (as rmcp does).
+const MAX_RETRY_AFTER_BYTES: usize = 128;
+
+/// Why the HTTP exchange itself failed (rather than the server answering with an error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HttpTransportError {
+    /// No response arrived: connection, TLS or timeout. Nothing says whether the server acted
+    /// on the request, so only requests that change nothing may be retried.
+    #[error("no response from the MCP server: {0}")]
+    NoResponse(String),
+    /// The response started but its body broke off.
+    #[error("the MCP server's response broke off: {0}")]
+    Body(String),
+    /// The request could not be made as asked (a bad URL or header); nothing was sent.
+    #[error("cannot send this request to the MCP server: {0}")]
+    Invalid(String),
+}
+
+type AdapterError = StreamableHttpError<HttpTransportError>;
+
+/// A Streamable HTTP client over any [`HttpClient`]. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpClientAdapter {
+    http: Arc<dyn HttpClient>,
+    /// Sent with every request, before what rmcp adds (an API-key header, say).
+    default_headers: Arc<Vec<(String, String)>>,
+}
+
+impl HttpClientAdapter {
+    pub fn new(http: Arc<dyn HttpClient>, default_headers: Vec<(String, String)>) -> Self {
+        Self { http, default_headers: Arc::new(default_headers) }
+    }
+
+    fn headers(
+        &self,
+        accept: &str,
+        auth_token: Option<&str>,
+        session_id: Option<&str>,
+        custom_headers: &HashMap<HeaderName, HeaderValue>,
+    ) -> Result<Vec<HttpHeader>, AdapterError> {
+        let mut headers = Vec::new();
+        let mut add = |name: &str, value: &str| {
+            headers.push(HttpHeader {
+                name: name.to_owned(),
+                value: value.to_owned(),
+                value_env_var: None,
+            })
+        };
+        for (name, value) in self.default_headers.iter() {
+            if RESERVED.iter().any(|reserved| reserved.eq_ignore_ascii_case(name)) {
+                return Err(StreamableHttpError::ReservedHeaderConflict(name.clone()));
+            }
+            add(name, value);
+        }
+        add("accept", accept);
+        if let Some(token) = auth_token {
+            add("authorization", &format!("Bearer {token}"));
+        }
+        if let Some(session_id) = session_id {
+            add(SESSION_ID, session_id);
+        }
+        for (name, value) in custom_headers {
+            let name = name.as_str();
+            if RESERVED.contains(&name) {
+                return Err(StreamableHttpError::ReservedHeaderConflict(name.to_owned()));
+            }
+            let value = value.to_str().map_err(|_| {
+                StreamableHttpError::Client(HttpTransportError::Invalid(format!(
+                    "the value of header {name} is not text"
+                )))
+            })?;
+            add(name, value);
+        }
+        Ok(headers)
+    }
+
+    /// Sends `params` and returns the head, with the body to follow; a failure to get a head
+    /// is logged (see [`send_failure`]) and becomes the transport's error.
+    async fn send(
+        &self,
+        params: HttpRequestParams,
+        mcp: (&str, &str),
+    ) -> Result<(HttpRequestResponse, HttpBodyStream), AdapterError> {
+        let has_session_id = has_header(&params.headers, SESSION_ID);
+        let has_authorization = has_header(&params.headers, "authorization");
+        let url = params.url.clone();
+        let http_method = match params.method.as_str() {
+            "GET" => "GET",
+            "DELETE" => "DELETE",
+            _ => "POST",
+        };
+        self.http.request_streamed(params).await.map_err(|error| {
+            let invalid = matches!(error, HttpError::Invalid(_));
+            if !invalid {
+                send_failure::log(SendFailure {
+                    http_method,
+                    endpoint: &url,
+                    mcp_method: mcp.0,
+                    mcp_request_id: mcp.1,
+                    has_session_id,
+                    has_authorization,
+                    error: &error,
+                });
+            }
+            let text = send_failure::sanitized(&error);
+            StreamableHttpError::Client(if invalid {
+                HttpTransportError::Invalid(text)
+            } else {
+                HttpTransportError::NoResponse(text)
+            })
+        })
+    }
+}
+
+fn request(
+    method: &str,
+    uri: &str,
+    headers: Vec<HttpHeader>,
+    body: Option<Vec<u8>>,
+) -> HttpRequestParams {
+    HttpRequestParams {
+        method: method.to_owned(),
+        url: uri.to_owned(),
+        headers,
+        body_base64: body.map(ByteChunk::from),
+        // No deadline: an SSE stream and a long tool call both outlive any fixed one. rmcp
+        // and the caller bound how long they wait.
+        timeout_ms: None,
+        redirect_policy: HttpRedirectPolicy::Follow,
+        // Replaced by the session with one of its own for streamed requests.
+        request_id: "mcp".to_owned(),
+        stream_response: true,
+    }
+}
+
+fn has_header(headers: &[HttpHeader], name: &str) -> bool {
+    headers.iter().any(|header| header.name.eq_ignore_ascii_case(name))
+}
+
+/// The first value of a response header, by case-insensitive name.
+fn header<'a>(response: &'a HttpRequestResponse, name: &str) -> Option<&'a str> {
+    response.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_str())
+}
+
+/// Whether `content_type` is `expected`, parameters and case aside.
+fn media_type_is(content_type: Option<&str>, expected: &str) -> bool {
+    content_type
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case(expected))
+}
+
+/// The MCP method and request id of a message, for the failure log.
+fn mcp_identity(message: &ClientJsonRpcMessage) -> (String, String) {
+    let value = serde_json::to_value(message).unwrap_or_default();
+    let method = value.get("method").and_then(|m| m.as_str()).unwrap_or("<none>").to_owned();
+    let id = match value.get("id") {
+        Some(id) if id.is_string() => id.as_str().unwrap_or_default().to_owned(),
+        Some(id) if !id.is_null() => id.to_string(),
+        _ => "<none>".to_owned(),
+    };
+    (method, id)
+}
+
+/// 401 and 403 with a challenge are rmcp's auth errors; without one they are plain failures.
+fn auth_failure(response: &HttpRequestResponse) -> Option<AdapterError> {
+    let challenge = header(response, "www-authenticate");
+    match (response.status, challenge) {
+        (401, Some(challenge)) => {
+            Some(StreamableHttpError::AuthRequired(AuthRequiredError::new(challenge.to_owned())))
+        }
+        (403, Some(challenge)) => Some(StreamableHttpError::InsufficientScope(
+            InsufficientScopeError::new(challenge.to_owned(), scope_of(challenge)),
+        )),
+        (401 | 403, None) => Some(StreamableHttpError::UnexpectedServerResponse(
+            format!("HTTP {}: the MCP server refused the credentials", response.status).into(),
+        )),
+        _ => None,
+    }
+}
+
+/// The `scope` parameter of a `WWW-Authenticate` challenge, quoted or not.
+fn scope_of(challenge: &str) -> Option<String> {
+    let at = challenge.to_ascii_lowercase().find("scope=")? + "scope=".len();
+    let value = &challenge[at..];
+    let scope = match value.strip_prefix('"') {
+        Some(quoted) => &quoted[..quoted.find('"')?],
+        None => &value[..value.find([',', ';', ' ']).unwrap_or(value.len())],
+    };
+    (!scope.is_empty()).then(|| scope.to_owned())
+}
+
+/// 429 and 5xx carry their status (and `Retry-After`) to rmcp's retry decisions.
+fn status_failure(response: &HttpRequestResponse) -> Option<HttpStatusError> {
+    if response.status != 429 && !(500..600).contains(&response.status) {
+        return None;
+    }
+    let retry_after = header(response, "retry-after")
+        .filter(|value| value.len() <= MAX_RETRY_AFTER_BYTES)
+        .map(str::to_owned);
+    Some(HttpStatusError::new(response.status, retry_after))
+}
+
+/// The whole body, failing once it passes `limit` bytes.
+async fn read_bounded(mut body: HttpBodyStream, limit: usize) -> Result<Vec<u8>, AdapterError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk
+            .map_err(|e| StreamableHttpError::Client(HttpTransportError::Body(e.to_string())))?;
+        if chunk.len() > limit - bytes.len() {
+            return Err(StreamableHttpError::ResponseBodyTooLarge { max_size: limit });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// At most `limit` bytes of the body, for a diagnostic; the rest is not waited for.
+async fn read_prefix(mut body: HttpBodyStream, limit: usize) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < limit {
+        match body.next().await {
+            Some(Ok(chunk)) => {
+                bytes.extend_from_slice(&chunk[..chunk.len().min(limit - bytes.len())])
+            }
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn byte_stream(
+    body: HttpBodyStream,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    body.map(|chunk| chunk.map_err(std::io::Error::other))
+}
+
+impl StreamableHttpClient for HttpClientAdapter {
+    type Error = HttpTransportError;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, AdapterError> {
+        let limits = StreamableHttpResponseLimits::default();
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+        .await
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, AdapterError> {
+        let mut limits = StreamableHttpResponseLimits::default();
+        limits.max_sse_event_size = max_sse_event_size;
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, AdapterError> {
+        let accept = format!("{EVENT_STREAM}, {JSON}");
+        let mut headers =
+            self.headers(&accept, auth_header.as_deref(), session_id.as_deref(), &custom_headers)?;
+        headers.push(HttpHeader {
+            name: "content-type".into(),
+            value: JSON.into(),
+            value_env_var: None,
+        });
+        let body = serde_json::to_vec(&message)?;
+        let (mcp_method, mcp_id) = mcp_identity(&message);
+        let params = request("POST", &uri, headers, Some(body));
+        let (response, body) = self.send(params, (&mcp_method, &mcp_id)).await?;
+
+        if let Some(error) = auth_failure(&response) {
+            return Err(error);
+        }
+        let status = response.status;
+        if status == 202 || status == 204 {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if status == 404 && session_id.is_some() {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        let content_type = header(&response, "content-type");
+        let is_json = media_type_is(content_type, JSON);
+        let new_session_id = header(&response, SESSION_ID).map(str::to_owned);
+        let awaits_no_response = !matches!(message, ClientJsonRpcMessage::Request(_));
+        if !(200..300).contains(&status) {
+            if let Some(error) = status_failure(&response).filter(|_| !is_json || status == 429) {
+                return Err(error.into());
+            }
+            if is_json {
+                let bytes = read_bounded(body, limits.max_json_response_size).await?;
+                if let Ok(error @ ServerJsonRpcMessage::Error(_)) = serde_json::from_slice(&bytes) {
+                    return Ok(StreamableHttpPostResponse::Json(error, new_session_id));
+                }
+                if let Some(error) = status_failure(&response) {
+                    return Err(error.into());
+                }
+                let preview = preview(&bytes, limits.max_error_response_size);
+                return Err(unexpected(status, &preview));
+            }
+            let preview = read_prefix(body, limits.max_error_response_size).await;
+            return Err(unexpected(status, &preview));
+        }
+        if awaits_no_response {
+            // Nothing in the answer to a notification or a response matters; some servers
+            // send 200 with an empty body instead of 202.
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if media_type_is(content_type, EVENT_STREAM) {
+            let events = sse_events(byte_stream(body), limits.max_sse_event_size);
+            return Ok(StreamableHttpPostResponse::Sse(events, new_session_id));
+        }
+        if is_json {
+            let bytes = read_bounded(body, limits.max_json_response_size).await?;
+            let message = serde_json::from_slice(&bytes).map_err(|error| {
+                StreamableHttpError::UnexpectedServerResponse(
+                    format!("the MCP server's JSON answer is no JSON-RPC message: {error}").into(),
+                )
+            })?;
+            return Ok(StreamableHttpPostResponse::Json(message, new_session_id));
+        }
+        Err(StreamableHttpError::UnexpectedContentType(content_type.map(str::to_owned)))
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), AdapterError> {
+        let headers =
+            self.headers(JSON, auth_header.as_deref(), Some(&session_id), &custom_headers)?;
+        let params = request("DELETE", &uri, headers, None);
+        let (response, _) = self.send(params, ("<session end>", "<none>")).await?;
+        match response.status {
+            // Not offered, or the session is already gone: either way nothing is left to end.
+            200..=299 | 404 | 405 => Ok(()),
+            status => Err(unexpected(status, "")),
+        }
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, AdapterError> {
+        let limit = StreamableHttpResponseLimits::default().max_sse_event_size;
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            limit,
+        )
+        .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, AdapterError> {
+        let accept = format!("{EVENT_STREAM}, {JSON}");
+        let mut headers =
+            self.headers(&accept, auth_header.as_deref(), session_id.as_deref(), &custom_headers)?;
+        if let Some(last_event_id) = last_event_id {
+            headers.push(HttpHeader {
+                name: LAST_EVENT_ID.into(),
+                value: last_event_id,
+                value_env_var: None,
+            });
+        }
+        let params = request("GET", &uri, headers, None);
+        let (response, body) = self.send(params, ("<event stream>", "<none>")).await?;
+        if response.status == 405 {
+            return Err(StreamableHttpError::ServerDoesNotSupportSse);
+        }
+        if let Some(error) = auth_failure(&response) {
+            return Err(error);
+        }
+        if response.status == 404 && session_id.is_some() {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        if let Some(error) = status_failure(&response) {
+            return Err(error.into());
+        }
+        if !(200..300).contains(&response.status) {
+            return Err(unexpected(response.status, ""));
+        }
+        let content_type = header(&response, "content-type");
+        if !media_type_is(content_type, EVENT_STREAM) && !media_type_is(content_type, JSON) {
+            return Err(StreamableHttpError::UnexpectedContentType(
+                content_type.map(str::to_owned),
+            ));
+        }
+        Ok(sse_events(byte_stream(body), max_sse_event_size))
+    }
+}
+
+fn preview(bytes: &[u8], limit: usize) -> String {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(limit)]).into_owned()
+}
+
+fn unexpected(status: u16, preview: &str) -> AdapterError {
+    let text = if preview.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {preview}")
+    };
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_read_quoted_or_not() {
+        assert_eq!(
+            scope_of(r#"Bearer error="insufficient_scope", scope="a b""#).as_deref(),
+            Some("a b")
+        );
+        assert_eq!(scope_of("Bearer scope=read:x, realm=y").as_deref(), Some("read:x"));
+        assert_eq!(scope_of("Bearer realm=y"), None);
+    }
+
+    #[test]
+    fn media_types_ignore_case_and_parameters() {
+        assert!(media_type_is(Some("Application/JSON; charset=utf-8"), JSON));
+        assert!(!media_type_is(Some("application/jsonl"), JSON));
+        assert!(!media_type_is(None, JSON));
+    }
+}
