@@ -2,6 +2,7 @@
 //! no engine or protocol logic lives here.
 
 mod exec;
+mod mcp;
 mod serve;
 
 use std::time::Duration;
@@ -23,6 +24,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run a command on an exec-server, streaming its output here and exiting with its code.
     Exec(exec::ExecArgs),
+    /// Use an MCP server placed on an exec-server (or here): list its tools, call one.
+    Mcp(mcp::McpArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,7 +34,12 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| {
             // A command's own output must not drown in the client's progress reports.
-            EnvFilter::new(if matches!(cli.command, Command::Exec(_)) { "warn" } else { "info" })
+            // rmcp reports at error level what `tether mcp` then says once, in its own words.
+            EnvFilter::new(match cli.command {
+                Command::Serve(_) => "info",
+                Command::Exec(_) => "warn",
+                Command::Mcp(_) => "warn,rmcp=off",
+            })
         }))
         .with_writer(std::io::stderr)
         .init();
@@ -45,6 +53,11 @@ fn main() -> anyhow::Result<()> {
             }
             Err(error) => Err(error),
         },
+        Command::Mcp(args) => {
+            let code = runtime.block_on(mcp::mcp(args));
+            runtime.shutdown_timeout(Duration::from_millis(100));
+            std::process::exit(code);
+        }
     };
     // A stdio server stopped by a signal still has a thread blocked reading stdin; do not wait
     // for it.

@@ -674,7 +674,7 @@ async fn catch_up(
 fn is_retryable(error: &ClientError) -> bool {
     match error {
         ClientError::Connect(_) | ClientError::Disconnected(_) => true,
-        ClientError::Server { code, message } => {
+        ClientError::Server { code, message, .. } => {
             *code == SESSION_ALREADY_ATTACHED || message == "JSON-RPC transport closed"
         }
         ClientError::Failed(_) | ClientError::Protocol(_) => false,

@@ -7,7 +7,12 @@ use tether_protocol::JsonRpcError;
 pub enum ClientError {
     /// The server answered with a JSON-RPC error.
     #[error("exec-server rejected the request: {message} (code {code})")]
-    Server { code: i64, message: String },
+    Server {
+        code: i64,
+        message: String,
+        /// The error's `data`, when the server sent one.
+        data: Option<serde_json::Value>,
+    },
     /// The connection dropped while the call was in flight, and the call is not one that can be
     /// retried safely (it may or may not have taken effect).
     #[error("exec-server connection dropped before the answer arrived: {0}")]
@@ -26,7 +31,7 @@ pub enum ClientError {
 
 impl ClientError {
     pub(crate) fn from_rpc(error: JsonRpcError) -> Self {
-        ClientError::Server { code: error.code, message: error.message }
+        ClientError::Server { code: error.code, message: error.message, data: error.data }
     }
 
     /// The server's error code, if the server answered with one.

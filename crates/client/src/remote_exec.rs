@@ -62,7 +62,7 @@ impl ExecProcess for RemoteProcess {
 /// a drop, a lost session, an answer it cannot read — is the client's sentence.
 pub(crate) fn exec_error(error: ClientError) -> ExecError {
     match error {
-        ClientError::Server { code, message } => {
+        ClientError::Server { code, message, .. } => {
             let kind = match code {
                 INVALID_PARAMS => ExecErrorKind::InvalidParams,
                 INVALID_REQUEST => ExecErrorKind::InvalidRequest,

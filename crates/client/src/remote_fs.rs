@@ -121,8 +121,10 @@ impl ExecServerClient {
 /// other); what the client itself reports (a drop, a lost session) is other, in its words.
 pub(crate) fn fs_error(error: ClientError) -> FsError {
     match error {
-        ClientError::Server { code: NOT_FOUND, message } => FsError::not_found(message),
-        ClientError::Server { code: INVALID_REQUEST, message } => FsError::invalid_input(message),
+        ClientError::Server { code: NOT_FOUND, message, .. } => FsError::not_found(message),
+        ClientError::Server { code: INVALID_REQUEST, message, .. } => {
+            FsError::invalid_input(message)
+        }
         ClientError::Server { message, .. } => FsError::other(message),
         error => FsError::other(error.to_string()),
     }

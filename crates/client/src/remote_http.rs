@@ -23,6 +23,7 @@ use futures_util::stream;
 use serde_json::Value;
 use tether_engine::http::{
     HttpBodyError, HttpBodyStream, HttpClient, HttpError, HttpSendError, InvalidHttpRequest,
+    SendCause, TransportFailure,
 };
 use tether_protocol::error::INVALID_PARAMS;
 use tether_protocol::http::{
@@ -82,19 +83,28 @@ pub(crate) fn http_error(error: ClientError) -> HttpError {
     const FAILED: &str = "http/request failed: ";
     const BODY: &str = "failed to read http/request response body: ";
     match error {
-        ClientError::Server { code: INVALID_PARAMS, message } => {
+        ClientError::Server { code: INVALID_PARAMS, message, .. } => {
             HttpError::Invalid(InvalidHttpRequest::Remote(message))
         }
-        ClientError::Server { message, .. } => {
+        ClientError::Server { message, data, .. } => {
             if let Some(reason) = message.strip_prefix(BODY) {
-                HttpError::Body(HttpBodyError(reason.to_owned()))
-            } else if let Some(reason) = message.strip_prefix(FAILED) {
-                HttpError::Failed(HttpSendError::Transport(reason.to_owned()))
-            } else {
-                HttpError::Failed(HttpSendError::Transport(message))
+                return HttpError::Body(HttpBodyError(reason.to_owned()));
             }
+            let reason = message.strip_prefix(FAILED).map_or(message.clone(), str::to_owned);
+            // Tether says what the reference's words leave out; the reference does not.
+            let send_failure = data.as_ref().and_then(|data| data.get("sendFailure"));
+            let cause = send_failure.and_then(|f| f["cause"].as_str()).map(SendCause::parse);
+            let detail = send_failure.and_then(|f| f["detail"].as_str()).map(str::to_owned);
+            HttpError::Failed(HttpSendError::Transport(TransportFailure {
+                message: reason,
+                cause: cause.unwrap_or(SendCause::Other),
+                detail,
+            }))
         }
-        error => HttpError::Failed(HttpSendError::Transport(error.to_string())),
+        // The connection to the executor failed, not the executor's request.
+        error => {
+            HttpError::Failed(HttpSendError::Transport(TransportFailure::other(error.to_string())))
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::error::McpError;
 use crate::http_adapter::HttpClientAdapter;
-use crate::notifications::{McpNotification, NotificationForwarder};
+use crate::notifications::{McpNotification, NotificationTap};
 use crate::stdio_transport::{ExecutorStdioTransport, ServerEnd, StdioServerCommand};
 
 /// Where the MCP server is and how to reach it.
@@ -85,8 +85,6 @@ impl Default for McpClientOptions {
 
 /// Waits before the second and third attempt of a request that got no response.
 const RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
-/// Backlog of notifications kept for a slow listener.
-const NOTIFICATION_BACKLOG: usize = 1024;
 /// Reconnections of the server's SSE stream before giving up on it.
 const SSE_RECONNECTS: usize = 5;
 
@@ -104,8 +102,8 @@ impl SseRetryPolicy for BoundedReconnects {
 
 /// A live MCP session. Dropping it ends the session (and a stdio server's process).
 pub struct McpClient {
-    service: RunningService<RoleClient, NotificationForwarder>,
-    notifications: broadcast::Sender<McpNotification>,
+    service: RunningService<RoleClient, ClientConfig>,
+    notifications: NotificationTap,
     /// A stdio server's end, to say why calls fail once it is gone.
     stdio_end: Option<Arc<Mutex<ServerEnd>>>,
     options: McpClientOptions,
@@ -148,18 +146,20 @@ impl McpClient {
         server: &McpServerConfig,
         options: &McpClientOptions,
     ) -> Result<Self, McpError> {
-        let (notifications, _) = broadcast::channel(NOTIFICATION_BACKLOG);
-        let forwarder = NotificationForwarder {
-            info: client_info(options),
-            notifications: notifications.clone(),
-        };
+        let notifications = NotificationTap::new();
+        let info = client_info(options);
         let timeout = options.request_timeout;
         let (service, stdio_end) = match server {
             McpServerConfig::Stdio(command) => {
-                let transport =
-                    ExecutorStdioTransport::launch(environment.exec.as_ref(), command).await?;
+                let exec = environment.exec.as_ref();
+                let transport = ExecutorStdioTransport::launch_tapped(
+                    exec,
+                    command,
+                    Some(notifications.clone()),
+                )
+                .await?;
                 let end = transport.end();
-                let started = tokio::time::timeout(timeout, forwarder.serve(transport)).await;
+                let started = tokio::time::timeout(timeout, info.clone().serve(transport)).await;
                 let describe = || end.lock().unwrap().describe();
                 let service = started
                     .map_err(|_| McpError::Timeout(timeout))?
@@ -171,12 +171,13 @@ impl McpClient {
                     return Err(McpError::InvalidConfig("the MCP server URL is not a URL".into()));
                 }
                 let adapter =
-                    HttpClientAdapter::new(environment.http.clone(), http.headers.clone());
+                    HttpClientAdapter::new(environment.http.clone(), http.headers.clone())
+                        .with_notification_tap(notifications.clone());
                 let mut config = StreamableHttpClientTransportConfig::with_uri(http.url.as_str());
                 config.auth_header = http.bearer_token.clone();
                 config.retry_config = Arc::new(BoundedReconnects);
                 let transport = StreamableHttpClientTransport::with_client(adapter, config);
-                let started = tokio::time::timeout(timeout, forwarder.serve(transport)).await;
+                let started = tokio::time::timeout(timeout, info.clone().serve(transport)).await;
                 let service = started
                     .map_err(|_| McpError::Timeout(timeout))?
                     .map_err(|e| McpError::from_initialize(e, None))?;
@@ -197,7 +198,8 @@ impl McpClient {
         self.service.peer().peer_info()
     }
 
-    /// Notifications from now on (a tool call's progress among them).
+    /// Notifications from now on, in the order the server sent them (a tool call's progress
+    /// among them, published before the call returns).
     pub fn subscribe(&self) -> broadcast::Receiver<McpNotification> {
         self.notifications.subscribe()
     }

@@ -41,6 +41,7 @@ use tether_protocol::http::{
     HttpHeader, HttpRedirectPolicy, HttpRequestParams, HttpRequestResponse,
 };
 
+use crate::notifications::NotificationTap;
 use crate::send_failure::{self, SendFailure};
 use crate::sse_limit::sse_events;
 
@@ -70,6 +71,7 @@ pub enum HttpTransportError {
 }
 
 type AdapterError = StreamableHttpError<HttpTransportError>;
+type SseEvents = BoxStream<'static, Result<Sse, SseError>>;
 
 /// A Streamable HTTP client over any [`HttpClient`]. Cheap to clone.
 #[derive(Clone)]
@@ -77,11 +79,33 @@ pub struct HttpClientAdapter {
     http: Arc<dyn HttpClient>,
     /// Sent with every request, before what rmcp adds (an API-key header, say).
     default_headers: Arc<Vec<(String, String)>>,
+    /// Offered every notification the SSE streams carry, in order.
+    tap: Option<NotificationTap>,
 }
 
 impl HttpClientAdapter {
     pub fn new(http: Arc<dyn HttpClient>, default_headers: Vec<(String, String)>) -> Self {
-        Self { http, default_headers: Arc::new(default_headers) }
+        Self { http, default_headers: Arc::new(default_headers), tap: None }
+    }
+
+    pub(crate) fn with_notification_tap(mut self, tap: NotificationTap) -> Self {
+        self.tap = Some(tap);
+        self
+    }
+
+    /// The events of an SSE body, each notification offered to the tap as it passes.
+    fn events(&self, body: HttpBodyStream, max_event_bytes: usize) -> SseEvents {
+        let events = sse_events(byte_stream(body), max_event_bytes);
+        match self.tap.clone() {
+            None => events,
+            Some(tap) => events
+                .inspect(move |event| {
+                    if let Ok(Sse { data: Some(data), .. }) = event {
+                        tap.offer_event_data(data);
+                    }
+                })
+                .boxed(),
+        }
     }
 
     fn headers(
@@ -392,7 +416,7 @@ impl StreamableHttpClient for HttpClientAdapter {
             return Ok(StreamableHttpPostResponse::Accepted);
         }
         if media_type_is(content_type, EVENT_STREAM) {
-            let events = sse_events(byte_stream(body), limits.max_sse_event_size);
+            let events = self.events(body, limits.max_sse_event_size);
             return Ok(StreamableHttpPostResponse::Sse(events, new_session_id));
         }
         if is_json {
@@ -487,7 +511,7 @@ impl StreamableHttpClient for HttpClientAdapter {
                 content_type.map(str::to_owned),
             ));
         }
-        Ok(sse_events(byte_stream(body), max_sse_event_size))
+        Ok(self.events(body, max_sse_event_size))
     }
 }
 

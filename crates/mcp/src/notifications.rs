@@ -1,16 +1,21 @@
 //! What a server says on its own — progress, log messages, changed lists — handed to whoever
-//! listens on the client.
+//! listens on the client, in the order the server said it.
+//!
+//! rmcp hands each notification to its handler in a task of its own, so two of them can
+//! arrive out of order. Listeners here are served from the transports instead (a stdio line,
+//! an SSE event), before rmcp sees the message: in order, and a tool call's progress is
+//! published before the call returns.
 
 // Log messages are deprecated in the newest protocol revision, still sent under the ones with
 // sessions that this client speaks.
 #![allow(deprecated)]
 
-use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientConfig, CustomNotification, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ResourceUpdatedNotificationParam,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ResourceUpdatedNotificationParam,
+    ServerJsonRpcMessage, ServerNotification,
 };
-use rmcp::service::{NotificationContext, RoleClient};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use tokio::sync::broadcast;
 
 /// A notification from the server.
@@ -22,79 +27,106 @@ pub enum McpNotification {
     ToolListChanged,
     ResourceListChanged,
     PromptListChanged,
-    Other(CustomNotification),
+    /// Any other notification, as sent.
+    Other {
+        method: String,
+        params: Option<serde_json::Value>,
+    },
 }
 
-/// The client side of the MCP session: introduces the client and passes notifications on.
-/// Requests from the server (sampling, elicitation, roots) get rmcp's default answers.
-pub(crate) struct NotificationForwarder {
-    pub info: ClientConfig,
-    pub notifications: broadcast::Sender<McpNotification>,
+/// Backlog of notifications kept for a slow listener; one that falls further behind is told
+/// it lagged.
+const BACKLOG: usize = 1024;
+
+/// Where the transports offer every notification they carry.
+#[derive(Clone)]
+pub(crate) struct NotificationTap {
+    sender: broadcast::Sender<McpNotification>,
 }
 
-impl NotificationForwarder {
-    fn forward(&self, notification: McpNotification) -> std::future::Ready<()> {
-        // Nobody listening is fine: notifications are offered, not queued.
-        let _ = self.notifications.send(notification);
-        std::future::ready(())
+impl NotificationTap {
+    pub(crate) fn new() -> Self {
+        Self { sender: broadcast::channel(BACKLOG).0 }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<McpNotification> {
+        self.sender.subscribe()
+    }
+
+    /// A message read from a stdio server.
+    pub(crate) fn offer(&self, message: &ServerJsonRpcMessage) {
+        if let ServerJsonRpcMessage::Notification(notification) = message {
+            // Nobody listening is fine: notifications are offered, not queued.
+            let _ = self.sender.send(convert(&notification.notification));
+        }
+    }
+
+    /// The data of an SSE event. Only a notification is decoded in full; a response (which
+    /// can be large) is recognised by a cheap look at its top-level keys.
+    pub(crate) fn offer_event_data(&self, data: &str) {
+        #[derive(Deserialize)]
+        struct Peek {
+            method: Option<IgnoredAny>,
+            id: Option<IgnoredAny>,
+        }
+        let Ok(Peek { method: Some(_), id: None }) = serde_json::from_str::<Peek>(data) else {
+            return;
+        };
+        if let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(data) {
+            self.offer(&message);
+        }
     }
 }
 
-impl ClientHandler for NotificationForwarder {
-    fn get_info(&self) -> ClientConfig {
-        self.info.clone()
+fn convert(notification: &ServerNotification) -> McpNotification {
+    match notification {
+        ServerNotification::ProgressNotification(n) => McpNotification::Progress(n.params.clone()),
+        ServerNotification::LoggingMessageNotification(n) => McpNotification::Log(n.params.clone()),
+        ServerNotification::ResourceUpdatedNotification(n) => {
+            McpNotification::ResourceUpdated(n.params.clone())
+        }
+        ServerNotification::ToolListChangedNotification(_) => McpNotification::ToolListChanged,
+        ServerNotification::ResourceListChangedNotification(_) => {
+            McpNotification::ResourceListChanged
+        }
+        ServerNotification::PromptListChangedNotification(_) => McpNotification::PromptListChanged,
+        other => {
+            let value = serde_json::to_value(other).unwrap_or_default();
+            McpNotification::Other {
+                method: value["method"].as_str().unwrap_or_default().to_owned(),
+                params: value.get("params").cloned(),
+            }
+        }
     }
+}
 
-    fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::Progress(params))
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::Log(params))
-    }
-
-    fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::ResourceUpdated(params))
-    }
-
-    fn on_tool_list_changed(
-        &self,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::ToolListChanged)
-    }
-
-    fn on_resource_list_changed(
-        &self,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::ResourceListChanged)
-    }
-
-    fn on_prompt_list_changed(
-        &self,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::PromptListChanged)
-    }
-
-    fn on_custom_notification(
-        &self,
-        notification: CustomNotification,
-        _: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.forward(McpNotification::Other(notification))
+    #[test]
+    fn event_data_is_offered_only_when_it_is_a_notification() {
+        let tap = NotificationTap::new();
+        let mut listener = tap.subscribe();
+        tap.offer_event_data(r#"{"jsonrpc":"2.0","id":1,"result":{"method":"not this"}}"#);
+        tap.offer_event_data("not json");
+        tap.offer_event_data(
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":2}}"#,
+        );
+        tap.offer_event_data(
+            r#"{"jsonrpc":"2.0","method":"notifications/custom","params":{"x":1}}"#,
+        );
+        match listener.try_recv().unwrap() {
+            McpNotification::Progress(progress) => assert_eq!(progress.progress, 2.0),
+            other => panic!("{other:?}"),
+        }
+        match listener.try_recv().unwrap() {
+            McpNotification::Other { method, params } => {
+                assert_eq!(method, "notifications/custom");
+                assert_eq!(params, Some(serde_json::json!({"x": 1})));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(listener.try_recv().is_err());
     }
 }

@@ -29,6 +29,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::error::McpError;
 use crate::line_buffer::{Line, LineBuffer};
+use crate::notifications::NotificationTap;
 
 /// Longest stdout line (one JSON-RPC message) accepted from a server.
 pub const MAX_STDOUT_LINE_BYTES: usize = 8 * 1024 * 1024;
@@ -100,6 +101,15 @@ impl ExecutorStdioTransport {
         exec: &dyn ExecBackend,
         command: &StdioServerCommand,
     ) -> Result<Self, McpError> {
+        Self::launch_tapped(exec, command, None).await
+    }
+
+    /// [`launch`](Self::launch), offering every notification to `tap` as it is read.
+    pub(crate) async fn launch_tapped(
+        exec: &dyn ExecBackend,
+        command: &StdioServerCommand,
+        tap: Option<NotificationTap>,
+    ) -> Result<Self, McpError> {
         let process_id = format!("mcp-stdio-{}", uuid::Uuid::new_v4());
         let cwd = PathUri::from_path(&command.cwd).ok_or_else(|| {
             McpError::InvalidConfig(format!(
@@ -123,10 +133,10 @@ impl ExecutorStdioTransport {
             program: command.program.clone(),
             message: error.message,
         })?;
-        Ok(Self::spawn(process, &command.program))
+        Ok(Self::spawn(process, &command.program, tap))
     }
 
-    fn spawn(process: Box<dyn ExecProcess>, program: &str) -> Self {
+    fn spawn(process: Box<dyn ExecProcess>, program: &str, tap: Option<NotificationTap>) -> Self {
         let (writes, write_requests) = mpsc::channel(64);
         let (message_sender, messages) = mpsc::unbounded_channel();
         let (shutdown, shutdown_requested) = oneshot::channel();
@@ -137,6 +147,7 @@ impl ExecutorStdioTransport {
             write_requests,
             messages: message_sender,
             end: end.clone(),
+            tap,
             stdout: LineBuffer::new(MAX_STDOUT_LINE_BYTES),
             stderr: LineBuffer::new(MAX_STDERR_LINE_BYTES),
         };
@@ -197,6 +208,7 @@ struct Pump {
     write_requests: mpsc::Receiver<WriteRequest>,
     messages: mpsc::UnboundedSender<ServerJsonRpcMessage>,
     end: Arc<Mutex<ServerEnd>>,
+    tap: Option<NotificationTap>,
     stdout: LineBuffer,
     stderr: LineBuffer,
 }
@@ -271,6 +283,9 @@ impl Pump {
             Line::Complete(line) if line.iter().all(u8::is_ascii_whitespace) => {}
             Line::Complete(line) => match serde_json::from_slice::<ServerJsonRpcMessage>(&line) {
                 Ok(message) => {
+                    if let Some(tap) = &self.tap {
+                        tap.offer(&message);
+                    }
                     let _ = self.messages.send(message);
                 }
                 Err(error) => {

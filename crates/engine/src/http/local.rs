@@ -15,7 +15,10 @@ use tracing::debug;
 
 use super::prepare::{PreparedRequest, prepare};
 use super::redirect::{MAX_REDIRECTS, redirected};
-use super::{HttpBodyError, HttpBodyStream, HttpClient, HttpError, HttpSendError};
+use super::{
+    HttpBodyError, HttpBodyStream, HttpClient, HttpError, HttpSendError, SendCause,
+    TransportFailure,
+};
 
 /// The executor's HTTP client. Holds one reqwest client, so every request of a server shares
 /// one connection pool (and one TLS configuration).
@@ -41,7 +44,7 @@ impl LocalHttpClient {
                 .build()
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))
         });
-        client.as_ref().map_err(|e| HttpSendError::Transport(e.clone()))
+        client.as_ref().map_err(|e| HttpSendError::Transport(TransportFailure::other(e.clone())))
     }
 
     /// Validates and sends `params`, following redirects as asked; returns once a final
@@ -156,13 +159,16 @@ fn check_redirect(next: &Request, redirects_so_far: usize) -> Result<(), HttpSen
 fn transport(error: reqwest::Error) -> HttpSendError {
     let message = error.to_string();
     let error = error.without_url();
-    debug!(
-        timeout = error.is_timeout(),
-        connect = error.is_connect(),
-        error = %causes(&error),
-        "http send failed"
-    );
-    HttpSendError::Transport(message)
+    let cause = if error.is_timeout() {
+        SendCause::Timeout
+    } else if error.is_connect() {
+        SendCause::Connect
+    } else {
+        SendCause::Other
+    };
+    let detail = causes(&error);
+    debug!(cause = cause.as_str(), error = %detail, "http send failed");
+    HttpSendError::Transport(TransportFailure { message, cause, detail: Some(detail) })
 }
 
 /// The HTTP client's text without the URL (`error decoding response body`), as the reference

@@ -96,8 +96,8 @@ pub enum HttpSendError {
     /// The HTTP client's own text (`error sending request for url (…)`): connection refused,
     /// TLS, or the timeout running out before the head. It names the URL, which the client
     /// sent; it is never logged.
-    #[error("{0}")]
-    Transport(String),
+    #[error("{}", .0.message)]
+    Transport(TransportFailure),
     /// The deadline had passed before a request (or a redirect's next request) could be sent.
     /// The text is the reference's.
     #[error("route-aware request timed out")]
@@ -107,6 +107,52 @@ pub enum HttpSendError {
     TooManyRedirects,
     #[error("redirect target uses unsupported URL scheme: {0}")]
     RedirectScheme(String),
+}
+
+/// A send that failed in the network: the reference's words (the same for a refused
+/// connection and a timeout), and what they leave out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportFailure {
+    pub message: String,
+    pub cause: SendCause,
+    /// The error's causes, without the URL (`client error (Connect): tcp connect error: …`),
+    /// when known.
+    pub detail: Option<String>,
+}
+
+impl TransportFailure {
+    /// A failure known only by its text.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self { message: message.into(), cause: SendCause::Other, detail: None }
+    }
+}
+
+/// What kept a request from being answered, as far as the HTTP client can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendCause {
+    /// No connection could be made (refused, unreachable, DNS, TLS handshake).
+    Connect,
+    /// The deadline ran out.
+    Timeout,
+    Other,
+}
+
+impl SendCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendCause::Connect => "connect",
+            SendCause::Timeout => "timeout",
+            SendCause::Other => "other",
+        }
+    }
+
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "connect" => SendCause::Connect,
+            "timeout" => SendCause::Timeout,
+            _ => SendCause::Other,
+        }
+    }
 }
 
 impl From<HttpSendError> for HttpError {
