@@ -61,3 +61,26 @@ pub async fn pty_throughput(bytes: u64) -> anyhow::Result<f64> {
     anyhow::ensure!(total >= bytes, "read {total} of {bytes}");
     Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
+
+/// Seconds to read each small file, one after another, in this process.
+pub fn read_small_files(files: &crate::io_workloads::Files) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    for path in &files.small {
+        std::hint::black_box(std::fs::read(path)?);
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// MB/s of reading the large file whole, in this process.
+pub fn read_large_file(files: &crate::io_workloads::Files) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let contents = std::fs::read(&files.large)?;
+    anyhow::ensure!(contents.len() as u64 == files.large_bytes, "short read");
+    Ok(files.large_bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
+}
+
+/// MB/s of streaming the body with the engine's HTTP client, in this process.
+pub async fn http_streamed(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
+    let client = tether_engine::http::LocalHttpClient::new();
+    crate::io_workloads::stream_through(&client, peer_url, bytes).await
+}

@@ -8,6 +8,7 @@
 //! Run with `cargo run --release -p tether-bench` (see `--help`).
 
 mod ceilings;
+mod io_workloads;
 mod report;
 mod servers;
 mod workloads;
@@ -30,11 +31,11 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// recovery.
+    /// recovery, files, bigfile, http.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery"
+        default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery,files,bigfile,http"
     )]
     only: Vec<String>,
     /// Skip the reference (for profiling Tether alone).
@@ -137,6 +138,43 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         table.push(row);
+    }
+    if wants("files") || wants("bigfile") {
+        let files = io_workloads::Files::prepare(1000, 100_000_000)?;
+        let files: &'static io_workloads::Files = Box::leak(Box::new(files));
+        if wants("files") {
+            let mut row =
+                Row::new("1,000 fs/readFile of 1 KiB, sequential (s)", report::Better::Lower);
+            row.ceiling = Some(ceilings::read_small_files(files)?);
+            for_each_round(&args, &kinds, &mut row, |server| async move {
+                io_workloads::read_small_files(&server.url, files).await
+            })
+            .await?;
+            table.push(row);
+        }
+        if wants("bigfile") {
+            let mut row = Row::new("fs/readFile of 100 MB (MB/s)", report::Better::Higher);
+            row.ceiling = Some(ceilings::read_large_file(files)?);
+            for_each_round(&args, &kinds, &mut row, |server| async move {
+                io_workloads::read_large_file(&server.url, files).await
+            })
+            .await?;
+            table.push(row);
+        }
+    }
+    if wants("http") {
+        let peer = tether_testkit::HttpPeer::start().await?;
+        let bytes = 100_000_000u64;
+        let url: &'static str =
+            Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
+        let mut row = Row::new("streamed http/request of 100 MB (MB/s)", report::Better::Higher);
+        row.ceiling = Some(ceilings::http_streamed(url, bytes).await?);
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            io_workloads::http_streamed(&server.url, url, bytes).await
+        })
+        .await?;
+        table.push(row);
+        drop(peer);
     }
     table.print(&kinds);
     Ok(())

@@ -64,6 +64,9 @@ pub struct ClientOptions {
     pub initialize_timeout: Duration,
     pub recovery_timeout: Duration,
     pub recovery_retry_interval: Duration,
+    /// Largest message accepted from the server. One that is larger breaks the connection (the
+    /// session recovers) and fails the calls waiting on it, which are not sent again.
+    pub max_message_bytes: usize,
 }
 
 impl Default for ClientOptions {
@@ -74,6 +77,7 @@ impl Default for ClientOptions {
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
             recovery_retry_interval: DEFAULT_RECOVERY_RETRY_INTERVAL,
+            max_message_bytes: crate::connection::MAX_INCOMING_MESSAGE_BYTES,
         }
     }
 }
@@ -151,7 +155,7 @@ impl ExecServerClient {
         resume: Option<&str>,
     ) -> Result<Self, ClientError> {
         let (events, receiver) = mpsc::unbounded_channel();
-        let connection = Connection::open(url, 1, options.connect_timeout, events.clone()).await?;
+        let connection = Connection::open(url, 1, &options, events.clone()).await?;
         let response = initialize(&connection, &options, resume).await?;
         let inner = Arc::new(Inner {
             url: url.to_owned(),
@@ -597,13 +601,8 @@ async fn resume(inner: &Arc<Inner>) -> Result<Arc<Connection>, ClientError> {
         registration.begin_catch_up();
     }
     let generation = inner.generations.fetch_add(1, Ordering::AcqRel) + 1;
-    let connection = Connection::open(
-        &inner.url,
-        generation,
-        inner.options.connect_timeout,
-        inner.events.clone(),
-    )
-    .await?;
+    let connection =
+        Connection::open(&inner.url, generation, &inner.options, inner.events.clone()).await?;
     initialize(&connection, &inner.options, Some(&inner.session_id)).await?;
     let client = ExecServerClient { inner: inner.clone() };
     let catch_ups = registrations.iter().map(|registration| catch_up(&connection, registration));
@@ -819,9 +818,9 @@ mod tests {
         // the route saw it during the recovery and ignored it).
         let resumed_generation = inner.generations.fetch_add(1, Ordering::AcqRel) + 1;
         let (unheard, _) = mpsc::unbounded_channel();
-        let timeout = inner.options.connect_timeout;
+        let options = &inner.options;
         let resumed =
-            Connection::open(&server.url, resumed_generation, timeout, unheard).await.unwrap();
+            Connection::open(&server.url, resumed_generation, options, unheard).await.unwrap();
         resumed.close();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !resumed.is_closed() {

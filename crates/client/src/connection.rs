@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
@@ -14,9 +13,11 @@ use tether_protocol::envelope::{encode_error, encode_notification, encode_reques
 use tether_protocol::error::METHOD_NOT_FOUND;
 use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::Message as Frame;
 use tracing::debug;
 
+use crate::client::ClientOptions;
 use crate::error::ClientError;
 
 /// What a connection reports to its client, in the order it happened.
@@ -43,15 +44,25 @@ pub(crate) struct Connection {
     reader: tokio::task::JoinHandle<()>,
 }
 
+/// Largest message (and frame: servers send a message as one) accepted from a server by
+/// default ([`ClientOptions::max_message_bytes`]): an
+/// `fs/readFile` answer for the biggest file a server reads whole (512 MiB, 683 MiB as base64),
+/// with room for the envelope. The library's default, 64 MiB, would fail any file over 48 MiB.
+pub const MAX_INCOMING_MESSAGE_BYTES: usize = 720 * 1024 * 1024;
+
 impl Connection {
     /// Opens a connection; its notifications and its end go to `events`.
     pub(crate) async fn open(
         url: &str,
         generation: u64,
-        timeout: Duration,
+        options: &ClientOptions,
         events: mpsc::UnboundedSender<ConnectionEvent>,
     ) -> Result<Arc<Self>, ClientError> {
-        let connect = tokio_tungstenite::connect_async(url);
+        let timeout = options.connect_timeout;
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(options.max_message_bytes))
+            .max_frame_size(Some(options.max_message_bytes));
+        let connect = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
         let (socket, _) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| ClientError::Connect(format!("no answer within {timeout:?}")))?
@@ -70,16 +81,25 @@ impl Connection {
         let reader_calls = calls.clone();
         let reader_writer = writer.clone();
         let reader = tokio::spawn(async move {
-            let reason = loop {
+            // Why the connection ended, and whether the server broke the protocol: then the
+            // calls waiting on it fail for good instead of being sent again on the next
+            // connection, where the same answer would break that one too.
+            let (reason, broken) = loop {
                 let frame = match stream.next().await {
                     Some(Ok(frame)) => frame,
-                    Some(Err(error)) => break format!("transport error: {error}"),
-                    None => break "connection closed".to_owned(),
+                    Some(Err(tungstenite::Error::Capacity(error))) => {
+                        break (
+                            format!("a message from the exec-server is too large: {error}"),
+                            true,
+                        );
+                    }
+                    Some(Err(error)) => break (format!("transport error: {error}"), false),
+                    None => break ("connection closed".to_owned(), false),
                 };
                 let bytes = match frame {
                     Frame::Text(text) => Vec::from(text.as_bytes()),
                     Frame::Binary(bytes) => Vec::from(bytes),
-                    Frame::Close(_) => break "server closed the connection".to_owned(),
+                    Frame::Close(_) => break ("server closed the connection".to_owned(), false),
                     _ => continue,
                 };
                 match Message::decode(&bytes) {
@@ -104,7 +124,9 @@ impl Connection {
                         );
                         let _ = reader_writer.send(Frame::text(encode_error(&request.id, &error)));
                     }
-                    Err(error) => break format!("malformed message from the server: {error}"),
+                    Err(error) => {
+                        break (format!("malformed message from the server: {error}"), true);
+                    }
                 }
             };
             debug!(generation, %reason, "connection ended");
@@ -114,7 +136,12 @@ impl Connection {
                 std::mem::take(&mut calls.waiting)
             };
             for (_, reply) in waiting {
-                let _ = reply.send(Err(ClientError::Disconnected(reason.clone())));
+                let error = if broken {
+                    ClientError::Protocol(reason.clone())
+                } else {
+                    ClientError::Disconnected(reason.clone())
+                };
+                let _ = reply.send(Err(error));
             }
             let _ = events.send(ConnectionEvent::Closed { generation, reason });
         });

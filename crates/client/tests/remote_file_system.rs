@@ -99,6 +99,58 @@ on_tether_file_system!(
     write_file_reports_bad_targets_and_bad_base64,
 );
 
+/// Remote only: a file too big for a WebSocket library's default message size (64 MiB, a
+/// 48 MiB file as base64) still comes back whole from either server.
+mod a_large_file_is_read_whole {
+    use super::*;
+
+    async fn scenario(target: Target) {
+        let server = ServerProcess::start(target).await.unwrap();
+        let client = connected(&server.url).await;
+        let scratch = Scratch::new("remote-large");
+        let path = scratch.path("large.bin");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(70_000_000).unwrap();
+        let params = serde_json::json!({"path": scratch.uri("large.bin")});
+        let read = client.read_file(serde_json::from_value(params).unwrap()).await.unwrap();
+        assert_eq!(read.data_base64.0.len(), 70_000_000);
+        assert!(read.data_base64.0.iter().all(|&byte| byte == 0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tether() {
+        scenario(Target::Tether).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reference() {
+        scenario(Target::Reference).await
+    }
+}
+
+/// Remote only: an answer larger than the client accepts fails its call with a clear error —
+/// once, not again and again on every new connection — and the session carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_large_for_the_client_fails_its_call_once() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let options = ClientOptions { max_message_bytes: 1024 * 1024, ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&server.url, options).await.unwrap();
+    let scratch = Scratch::new("remote-too-large");
+    scratch.file("big.bin", &vec![7; 2 * 1024 * 1024]);
+    scratch.file("small.txt", b"fine");
+    let read = |name: &str| {
+        let params = serde_json::json!({"path": scratch.uri(name)});
+        client.read_file(serde_json::from_value(params).unwrap())
+    };
+    let error = tokio::time::timeout(Duration::from_secs(20), read("big.bin"))
+        .await
+        .expect("answered, not retried forever")
+        .unwrap_err();
+    assert!(error.message.contains("too large"), "{error:?}");
+    let small = tokio::time::timeout(Duration::from_secs(20), read("small.txt")).await.unwrap();
+    assert_eq!(small.unwrap().data_base64.0, "fine");
+}
+
 /// Remote only: a call that only reads waits through a reconnect and is answered on the
 /// resumed session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

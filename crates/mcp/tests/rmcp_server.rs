@@ -98,6 +98,7 @@ async fn a_forgotten_session_is_initialized_again_and_the_call_replayed_once(pla
     assert_eq!(text(&third), "3");
     assert_eq!(server.stats().await.unwrap().initializes, 2, "no more handshakes");
     client.close().await;
+    assert_eq!(server.stats().await.unwrap().deletes, 1, "closing ends the session");
 }
 
 /// The server runs the call, but its answer never arrives (the connection breaks first): the
