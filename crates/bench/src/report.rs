@@ -99,8 +99,10 @@ fn fmt(value: f64) -> String {
         format!("{value:.0}")
     } else if value >= 10.0 {
         format!("{value:.1}")
-    } else {
+    } else if value >= 0.1 {
         format!("{value:.2}")
+    } else {
+        format!("{value:.4}")
     }
 }
 
