@@ -96,13 +96,14 @@ impl Connection {
                     Some(Err(error)) => break (format!("transport error: {error}"), false),
                     None => break ("connection closed".to_owned(), false),
                 };
-                let bytes = match frame {
-                    Frame::Text(text) => Vec::from(text.as_bytes()),
-                    Frame::Binary(bytes) => Vec::from(bytes),
+                // Decoded where the frame lies: an answer can be hundreds of MB.
+                let decoded = match &frame {
+                    Frame::Text(text) => Message::decode(text.as_bytes()),
+                    Frame::Binary(bytes) => Message::decode(bytes),
                     Frame::Close(_) => break ("server closed the connection".to_owned(), false),
                     _ => continue,
                 };
-                match Message::decode(&bytes) {
+                match decoded {
                     Ok(Message::Response(response)) => {
                         complete(&reader_calls, &response.id, Ok(response.result));
                     }

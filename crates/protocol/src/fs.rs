@@ -87,6 +87,24 @@ pub struct FsReadFileResponse {
     pub data_base64: ByteChunk,
 }
 
+impl FsReadFileResponse {
+    /// The whole response to request `id`, as serde would write it, with the base64 written
+    /// straight into the text: a file of hundreds of MB is not encoded into one string and
+    /// then copied again while serde checks it for characters to escape (base64 has none).
+    pub fn to_response_text(&self, id: &crate::RequestId) -> String {
+        use base64::Engine as _;
+        let id = serde_json::to_string(id).expect("an id serialises");
+        let mut text =
+            String::with_capacity(40 + id.len() + self.data_base64.len().div_ceil(3) * 4);
+        text.push_str(r#"{"id":"#);
+        text.push_str(&id);
+        text.push_str(r#","result":{"dataBase64":""#);
+        base64::engine::general_purpose::STANDARD.encode_string(&self.data_base64.0, &mut text);
+        text.push_str("\"}}");
+        text
+    }
+}
+
 /// `fs/writeFile` params: create or truncate, then write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -473,6 +491,13 @@ mod tests {
     fn read_file_matches_the_reference() {
         let (params, result) =
             check_exchange::<FsReadFileParams, FsReadFileResponse>(fixture!("fs_read_file"));
+        for id in [crate::RequestId::Integer(7), crate::RequestId::String("r\"1".into())] {
+            for data in [&b""[..], b"a", b"ab", b"abc", &[0xff; 1000]] {
+                let response = FsReadFileResponse { data_base64: ByteChunk::from(data) };
+                let by_serde = crate::envelope::encode_response(&id, &response);
+                assert_eq!(response.to_response_text(&id), by_serde);
+            }
+        }
         assert!(params.follows_symlinks());
         assert_eq!(params.sandbox, None);
         assert_eq!(&result.data_base64.0[..], b"hello fs\n");

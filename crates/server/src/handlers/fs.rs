@@ -74,7 +74,7 @@ pub(crate) async fn run(
 ) -> Result<String, JsonRpcError> {
     let empty = FsEmptyResponse {};
     let text = match call {
-        FsCall::ReadFile(p) => encode_response(id, &fs.read_file(p).await.map_err(to_rpc)?),
+        FsCall::ReadFile(p) => fs.read_file(p).await.map_err(to_rpc)?.to_response_text(id),
         FsCall::WriteFile(p) => {
             fs.write_file(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
