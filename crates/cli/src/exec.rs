@@ -22,6 +22,11 @@ pub struct ExecArgs {
     #[arg(long, env = "TETHER_URL")]
     url: String,
 
+    /// Read the exec-server's bearer token from this file (default: the TETHER_TOKEN
+    /// environment variable), for a server started with `--ws-auth`.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
+
     /// Run the command on a pseudo-terminal (one merged output stream).
     #[arg(long)]
     tty: bool,
@@ -73,7 +78,11 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
 }
 
 async fn run(args: ExecArgs) -> anyhow::Result<i32> {
-    let options = ClientOptions { client_name: "tether-exec".into(), ..ClientOptions::default() };
+    let options = ClientOptions {
+        client_name: "tether-exec".into(),
+        bearer_token: crate::credentials::exec_server_token(args.token_file.as_deref())?,
+        ..ClientOptions::default()
+    };
     let mut process = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
             let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {

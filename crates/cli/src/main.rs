@@ -1,6 +1,7 @@
 //! `tether`: the command-line entry point. It parses flags and wires the libraries together;
 //! no engine or protocol logic lives here.
 
+mod credentials;
 mod exec;
 mod mcp;
 mod serve;

@@ -30,6 +30,11 @@ pub struct McpArgs {
     #[arg(long)]
     local: bool,
 
+    /// Read the exec-server's bearer token from this file (default: the TETHER_TOKEN
+    /// environment variable), for a server started with `--ws-auth`.
+    #[arg(long, value_name = "FILE", requires = "url")]
+    exec_server_token_file: Option<PathBuf>,
+
     /// Start a stdio MCP server with this command line (words split as a shell would, without
     /// expansions), e.g. `--stdio 'npx -y @modelcontextprotocol/server-everything'`.
     #[arg(long, value_name = "COMMAND", required_unless_present = "http", conflicts_with = "http")]
@@ -100,8 +105,12 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
     let server = server_config(&args)?;
     let environment = match &args.url {
         Some(url) => {
-            let options =
-                ClientOptions { client_name: "tether-mcp".into(), ..ClientOptions::default() };
+            let token_file = args.exec_server_token_file.as_deref();
+            let options = ClientOptions {
+                client_name: "tether-mcp".into(),
+                bearer_token: crate::credentials::exec_server_token(token_file)?,
+                ..ClientOptions::default()
+            };
             let client = ExecServerClient::connect(url, options)
                 .await
                 .with_context(|| format!("cannot reach the exec-server at {url}"))?;

@@ -3,12 +3,16 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use anyhow::Context as _;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
+use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_PING_INTERVAL,
 };
+use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
 use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -39,10 +43,126 @@ pub struct ServeArgs {
     /// Seconds between WebSocket pings.
     #[arg(long, default_value_t = DEFAULT_PING_INTERVAL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     ping_interval_secs: u64,
+
+    /// How WebSocket clients authenticate: `Authorization: Bearer <token>` on the upgrade,
+    /// checked against a capability token or as an HS256 JWT.
+    #[arg(long, value_enum)]
+    ws_auth: Option<WsAuthMode>,
+
+    /// The capability token's file (its contents, trimmed, are the token).
+    #[arg(long, value_name = "PATH")]
+    ws_token_file: Option<PathBuf>,
+
+    /// The capability token's SHA-256, in hex (instead of --ws-token-file).
+    #[arg(long, value_name = "HEX")]
+    ws_token_sha256: Option<String>,
+
+    /// The file holding the secret signed bearer tokens are signed with.
+    #[arg(long, value_name = "PATH")]
+    ws_shared_secret_file: Option<PathBuf>,
+
+    /// The issuer (`iss`) signed bearer tokens must name.
+    #[arg(long, value_name = "ISSUER")]
+    ws_issuer: Option<String>,
+
+    /// An audience (`aud`) signed bearer tokens must include.
+    #[arg(long, value_name = "AUDIENCE")]
+    ws_audience: Option<String>,
+
+    /// Clock skew tolerated on a signed bearer token's `exp` and `nbf`.
+    #[arg(long, value_name = "SECONDS")]
+    ws_max_clock_skew_seconds: Option<u64>,
+
+    /// Listen on an address other than loopback without authentication. Anyone who reaches
+    /// the port can run commands: only for networks where that is true of everyone anyway.
+    #[arg(long)]
+    insecure_no_auth: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum WsAuthMode {
+    CapabilityToken,
+    SignedBearerToken,
+}
+
+/// The `--ws-auth` settings, checked (and refused) as the reference checks them.
+fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
+    let token_flags = args.ws_token_file.is_some() || args.ws_token_sha256.is_some();
+    let jwt_flags = args.ws_shared_secret_file.is_some()
+        || args.ws_issuer.is_some()
+        || args.ws_audience.is_some()
+        || args.ws_max_clock_skew_seconds.is_some();
+    if args.ws_auth.is_some() && matches!(listen, ListenAddress::Stdio) {
+        bail!("WebSocket auth requires a WebSocket listener, not stdio");
+    }
+    match args.ws_auth {
+        None if token_flags || jwt_flags => bail!(
+            "websocket auth flags require `--ws-auth capability-token` or `--ws-auth signed-bearer-token`"
+        ),
+        None => Ok(WsAuth::None),
+        Some(WsAuthMode::CapabilityToken) => {
+            if jwt_flags {
+                bail!(
+                    "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and `--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`"
+                );
+            }
+            match (&args.ws_token_file, &args.ws_token_sha256) {
+                (Some(file), _) => {
+                    let token = std::fs::read_to_string(file).with_context(|| {
+                        format!("failed to read websocket auth token {}", absolute(file))
+                    })?;
+                    WsAuth::capability_token(&token).map_err(anyhow::Error::msg)
+                }
+                (None, Some(digest)) => {
+                    WsAuth::capability_token_sha256(digest).map_err(anyhow::Error::msg)
+                }
+                (None, None) => bail!(
+                    "--ws-token-file or --ws-token-sha256 is required when --ws-auth capability-token is set"
+                ),
+            }
+        }
+        Some(WsAuthMode::SignedBearerToken) => {
+            if token_flags {
+                bail!(
+                    "`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, not `signed-bearer-token`"
+                );
+            }
+            let Some(file) = &args.ws_shared_secret_file else {
+                bail!(
+                    "`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set"
+                );
+            };
+            let path = absolute(file);
+            let secret = std::fs::read_to_string(file)
+                .with_context(|| format!("failed to read websocket auth secret {path}"))?;
+            let skew =
+                args.ws_max_clock_skew_seconds.map_or(DEFAULT_MAX_CLOCK_SKEW, Duration::from_secs);
+            let issuer = args.ws_issuer.clone();
+            let verifier = JwtVerifier::new(&secret, issuer, args.ws_audience.clone(), skew)
+                .map_err(|error| match error {
+                    SecretError::Empty => {
+                        anyhow::anyhow!("websocket auth secret {path} must not be empty")
+                    }
+                    SecretError::TooShort => anyhow::anyhow!(
+                        "signed websocket bearer secret {path} must be at least {MIN_SECRET_BYTES} bytes"
+                    ),
+                    SecretError::SkewTooLarge => {
+                        anyhow::anyhow!("websocket auth clock skew must fit in a signed 64-bit integer")
+                    }
+                })?;
+            Ok(WsAuth::SignedBearerToken(verifier))
+        }
+    }
+}
+
+/// A path as an error shows it: made absolute against the current directory.
+fn absolute(path: &std::path::Path) -> String {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned()).display().to_string()
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen: ListenAddress = args.listen.parse()?;
+    let ws_auth = ws_auth(&args, &listen)?;
     let config = ServerConfig {
         detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
         ping_interval: Duration::from_secs(args.ping_interval_secs),
@@ -51,6 +171,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             retained_output_bytes: args.retain_output_bytes,
             closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
         },
+        ws_auth,
+        insecure_no_auth: args.insecure_no_auth,
     };
     let server = Server::bind(&listen, config)
         .await

@@ -57,9 +57,12 @@ pub const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(25);
 /// millisecond after that is latency the user sees.
 pub const DEFAULT_RECOVERY_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientOptions {
     pub client_name: String,
+    /// Sent as `Authorization: Bearer …` on every connection's upgrade, for a server started
+    /// with `--ws-auth` (a capability token, or a signed JWT).
+    pub bearer_token: Option<String>,
     pub connect_timeout: Duration,
     pub initialize_timeout: Duration,
     pub recovery_timeout: Duration,
@@ -73,12 +76,27 @@ impl Default for ClientOptions {
     fn default() -> Self {
         Self {
             client_name: "tether".into(),
+            bearer_token: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
             recovery_retry_interval: DEFAULT_RECOVERY_RETRY_INTERVAL,
             max_message_bytes: crate::connection::MAX_INCOMING_MESSAGE_BYTES,
         }
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("client_name", &self.client_name)
+            .field("has_bearer_token", &self.bearer_token.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("initialize_timeout", &self.initialize_timeout)
+            .field("recovery_timeout", &self.recovery_timeout)
+            .field("recovery_retry_interval", &self.recovery_retry_interval)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .finish()
     }
 }
 

@@ -15,6 +15,9 @@ use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
 use tracing::debug;
 
 use crate::client::ClientOptions;
@@ -62,11 +65,20 @@ impl Connection {
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .max_message_size(Some(options.max_message_bytes))
             .max_frame_size(Some(options.max_message_bytes));
-        let connect = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
+        let mut request = url
+            .into_client_request()
+            .map_err(|e| ClientError::Connect(format!("invalid exec-server URL: {e}")))?;
+        if let Some(token) = &options.bearer_token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                ClientError::Connect("the bearer token is not a valid header value".into())
+            })?;
+            request.headers_mut().insert(AUTHORIZATION, value);
+        }
+        let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
         let (socket, _) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| ClientError::Connect(format!("no answer within {timeout:?}")))?
-            .map_err(|e| ClientError::Connect(e.to_string()))?;
+            .map_err(connect_error)?;
         let (mut sink, mut stream) = socket.split();
         let (writer, mut frames) = mpsc::unbounded_channel::<Frame>();
         tokio::spawn(async move {
@@ -203,5 +215,30 @@ fn complete(calls: &Mutex<Calls>, id: &RequestId, result: Result<Value, ClientEr
     let RequestId::Integer(id) = id else { return };
     if let Some(reply) = calls.lock().unwrap().waiting.remove(id) {
         let _ = reply.send(result);
+    }
+}
+
+/// A failed upgrade in words that say what to do: a refusal's status and the server's reason
+/// (a `401` names what was wrong with the credential).
+fn connect_error(error: tungstenite::Error) -> ClientError {
+    match error {
+        tungstenite::Error::Http(response) => {
+            let status = response.status();
+            let reason = response
+                .body()
+                .as_deref()
+                .map(|body| String::from_utf8_lossy(body).trim().to_owned())
+                .filter(|body| !body.is_empty())
+                .unwrap_or_else(|| status.canonical_reason().unwrap_or_default().to_owned());
+            let hint = if status == 401 {
+                " (the server requires a bearer token: check the one given)"
+            } else {
+                ""
+            };
+            ClientError::Connect(format!(
+                "the server refused the connection: HTTP {status}: {reason}{hint}"
+            ))
+        }
+        other => ClientError::Connect(other.to_string()),
     }
 }

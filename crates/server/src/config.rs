@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tether_engine::ProcessTableConfig;
 
+use crate::auth::WsAuth;
+
 /// How long a session whose connection went away keeps running, waiting to be resumed.
 ///
 /// 0.169 keeps detached sessions 80 s (measured). Clients give up recovering after 25 s, and
@@ -50,6 +52,10 @@ pub struct ServerConfig {
     pub ping_interval: Duration,
     pub concurrent_requests: usize,
     pub processes: ProcessTableConfig,
+    /// Who may open a WebSocket.
+    pub ws_auth: WsAuth,
+    /// Listen beyond loopback without authentication.
+    pub insecure_no_auth: bool,
 }
 
 impl Default for ServerConfig {
@@ -59,6 +65,8 @@ impl Default for ServerConfig {
             ping_interval: DEFAULT_PING_INTERVAL,
             concurrent_requests: DEFAULT_CONCURRENT_REQUESTS,
             processes: ProcessTableConfig::default(),
+            ws_auth: WsAuth::None,
+            insecure_no_auth: false,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! engine.
 //!
 //! - [`config`]: every knob and default, with the reason for each.
+//! - [`auth`] and [`jwt`]: who may open a WebSocket (capability token, signed bearer token).
 //! - [`listen`]: `--listen` parsing.
 //! - `transport`: WebSocket (axum) and stdio framing; each yields frames to a connection.
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
@@ -12,8 +13,10 @@
 //! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
 //! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
 
+pub mod auth;
 pub mod config;
 mod handlers;
+pub mod jwt;
 pub mod listen;
 mod processor;
 mod registry;
@@ -45,9 +48,23 @@ enum Listener {
 impl Server {
     /// Binds the listen address. For WebSocket, the port is taken here, so the caller can print
     /// the real address before serving.
+    ///
+    /// A WebSocket address other than loopback is refused without authentication unless the
+    /// config says `insecure_no_auth`: whoever reaches an unauthenticated port runs commands.
     pub async fn bind(listen: &ListenAddress, config: ServerConfig) -> std::io::Result<Self> {
         let listener = match listen {
             ListenAddress::WebSocket(addr) => {
+                if !addr.ip().is_loopback()
+                    && !config.ws_auth.is_enabled()
+                    && !config.insecure_no_auth
+                {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!(
+                            "refusing to listen on {addr} without authentication: anyone who reaches it could run commands. Use --ws-auth capability-token (or signed-bearer-token), or say --insecure-no-auth if the network is trusted"
+                        ),
+                    ));
+                }
                 Listener::WebSocket(tokio::net::TcpListener::bind(addr).await?)
             }
             ListenAddress::Stdio => Listener::Stdio,

@@ -61,6 +61,10 @@ async fn upgrade(
         return (StatusCode::FORBIDDEN, "browser-originated connections are not accepted")
             .into_response();
     }
+    if let Err(refusal) = app.server.config.ws_auth.check(&headers) {
+        debug!(%peer, reason = refusal.0, "websocket upgrade refused");
+        return (StatusCode::UNAUTHORIZED, refusal.0).into_response();
+    }
     match upgrade {
         Ok(upgrade) => upgrade
             .max_message_size(MAX_MESSAGE_BYTES)

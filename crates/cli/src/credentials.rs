@@ -1,0 +1,22 @@
+//! The bearer token a client command presents to an exec-server started with `--ws-auth`:
+//! from a file, or from the environment — never a command-line argument, which any user on the
+//! machine can read in `ps`.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// The environment variable holding the exec-server token.
+pub const TOKEN_VARIABLE: &str = "TETHER_TOKEN";
+
+/// The token from `file` (trimmed), else from `TETHER_TOKEN`, else none.
+pub fn exec_server_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    if let Some(file) = file {
+        let token = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the token file {}", file.display()))?;
+        let token = token.trim();
+        anyhow::ensure!(!token.is_empty(), "the token file {} is empty", file.display());
+        return Ok(Some(token.to_owned()));
+    }
+    Ok(std::env::var(TOKEN_VARIABLE).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
+}

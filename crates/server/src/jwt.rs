@@ -1,0 +1,253 @@
+//! HS256 JWTs as WebSocket credentials (`--ws-auth signed-bearer-token`), checked as the
+//! reference checks them: the signature over the shared secret, then `exp`, `nbf`, and — when
+//! configured — the issuer and the audience, each failure with the reference's own words.
+//!
+//! Only `exp` is required (an integer); `nbf` is optional; `iat`, `sub` and `jti` are not
+//! looked at; `iss` and `aud` must have the right types even when not checked. A token is checked
+//! when a connection opens; an open connection outlives its token's expiry.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use tether_protocol::decode::parse_value;
+
+use crate::auth::AuthRefusal;
+
+/// Clock skew tolerated on `exp` and `nbf` when none is configured (the reference's default).
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(30);
+
+/// Shortest shared secret accepted: HS256 is only as strong as its key.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+const INVALID: AuthRefusal = AuthRefusal("invalid websocket jwt");
+const EXPIRED: AuthRefusal = AuthRefusal("expired websocket jwt");
+const NOT_YET_VALID: AuthRefusal = AuthRefusal("websocket jwt is not valid yet");
+const ISSUER_MISMATCH: AuthRefusal = AuthRefusal("websocket jwt issuer mismatch");
+const AUDIENCE_MISMATCH: AuthRefusal = AuthRefusal("websocket jwt audience mismatch");
+
+/// Checks HS256 tokens against one shared secret.
+#[derive(Clone)]
+pub struct JwtVerifier {
+    secret: Arc<[u8]>,
+    issuer: Option<String>,
+    audience: Option<String>,
+    max_clock_skew_secs: i64,
+}
+
+impl JwtVerifier {
+    /// `secret` as read from its file (it is trimmed here); `issuer` and `audience` are trimmed
+    /// too, and an empty one is no requirement.
+    pub fn new(
+        secret: &str,
+        issuer: Option<String>,
+        audience: Option<String>,
+        max_clock_skew: Duration,
+    ) -> Result<Self, SecretError> {
+        let secret = secret.trim();
+        if secret.is_empty() {
+            return Err(SecretError::Empty);
+        }
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(SecretError::TooShort);
+        }
+        let max_clock_skew_secs =
+            i64::try_from(max_clock_skew.as_secs()).map_err(|_| SecretError::SkewTooLarge)?;
+        let required =
+            |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        Ok(Self {
+            secret: secret.as_bytes().into(),
+            issuer: required(issuer),
+            audience: required(audience),
+            max_clock_skew_secs,
+        })
+    }
+
+    pub fn verify(&self, token: &str) -> Result<(), AuthRefusal> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        self.verify_at(token, i64::try_from(now).unwrap_or(i64::MAX))
+    }
+
+    fn verify_at(&self, token: &str, now: i64) -> Result<(), AuthRefusal> {
+        let parts: Vec<&str> = token.split('.').collect();
+        let [header, payload, signature] = parts[..] else { return Err(INVALID) };
+        let header = decode_object(header)?;
+        if header.get("alg").and_then(Value::as_str) != Some("HS256") {
+            return Err(INVALID);
+        }
+        for name in ["typ", "kid"] {
+            if header.get(name).is_some_and(|value| !value.is_string()) {
+                return Err(INVALID);
+            }
+        }
+        let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| INVALID)?;
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).map_err(|_| INVALID)?;
+        mac.update(&token.as_bytes()[..token.rfind('.').unwrap_or_default()]);
+        mac.verify_slice(&signature).map_err(|_| INVALID)?; // constant time
+
+        let claims = decode_object(payload)?;
+        let exp = claims.get("exp").and_then(Value::as_i64).ok_or(INVALID)?;
+        let nbf = match claims.get("nbf") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(value.as_i64().ok_or(INVALID)?),
+        };
+        let iss = match claims.get("iss") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(iss)) => Some(iss.as_str()),
+            Some(_) => return Err(INVALID),
+        };
+        let aud: Vec<&str> = match claims.get("aud") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(aud)) => vec![aud.as_str()],
+            Some(Value::Array(auds)) => {
+                auds.iter().map(Value::as_str).collect::<Option<_>>().ok_or(INVALID)?
+            }
+            Some(_) => return Err(INVALID),
+        };
+
+        let skew = self.max_clock_skew_secs;
+        if now > exp.saturating_add(skew) {
+            return Err(EXPIRED);
+        }
+        if nbf.is_some_and(|nbf| now < nbf.saturating_sub(skew)) {
+            return Err(NOT_YET_VALID);
+        }
+        if let Some(issuer) = &self.issuer
+            && iss != Some(issuer.as_str())
+        {
+            return Err(ISSUER_MISMATCH);
+        }
+        if let Some(audience) = &self.audience
+            && !aud.contains(&audience.as_str())
+        {
+            return Err(AUDIENCE_MISMATCH);
+        }
+        Ok(())
+    }
+}
+
+/// Why a shared secret cannot be used (the caller adds the file's path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretError {
+    Empty,
+    TooShort,
+    SkewTooLarge,
+}
+
+/// A base64url part (no padding) holding a JSON object; duplicate keys are refused.
+fn decode_object(part: &str) -> Result<serde_json::Map<String, Value>, AuthRefusal> {
+    let bytes = URL_SAFE_NO_PAD.decode(part).map_err(|_| INVALID)?;
+    match parse_value(&bytes) {
+        Ok(Value::Object(object)) => Ok(object),
+        _ => Err(INVALID),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const NOW: i64 = 1_800_000_000;
+
+    /// An HS256 (or any `alg`) token over `claims`, signed with `secret`.
+    fn mint(secret: &str, header: &Value, claims: &Value) -> String {
+        let header = URL_SAFE_NO_PAD.encode(serde_json::to_vec(header).unwrap());
+        let claims = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).unwrap());
+        let signed = format!("{header}.{claims}");
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(signed.as_bytes());
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+    }
+
+    fn token(claims: Value) -> String {
+        mint(SECRET, &json!({"alg": "HS256", "typ": "JWT"}), &claims)
+    }
+
+    fn verifier(issuer: Option<&str>, audience: Option<&str>, skew: u64) -> JwtVerifier {
+        let issuer = issuer.map(str::to_owned);
+        let audience = audience.map(str::to_owned);
+        JwtVerifier::new(&format!("{SECRET}\n"), issuer, audience, Duration::from_secs(skew))
+            .unwrap()
+    }
+
+    #[test]
+    fn signature_and_shape_failures_are_invalid() {
+        let v = verifier(None, None, 0);
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW})), NOW), Ok(()));
+        let claims = json!({"exp": NOW + 60});
+        let other = mint("another secret, thirty-two bytes!", &json!({"alg": "HS256"}), &claims);
+        let none = mint(SECRET, &json!({"alg": "none"}), &claims);
+        let lower = mint(SECRET, &json!({"alg": "hs256"}), &claims);
+        let kid = mint(SECRET, &json!({"alg": "HS256", "kid": 1}), &claims);
+        for bad in [other, none, lower, kid, "a.b".into(), format!("{}.", token(claims.clone()))] {
+            assert_eq!(v.verify_at(&bad, NOW), Err(INVALID), "{bad}");
+        }
+        for claims in [
+            json!({}),
+            json!({"exp": 1.5e9}),
+            json!({"exp": "1"}),
+            json!({"exp": NOW, "iss": 3}),
+            json!({"exp": NOW, "aud": ["a", 5]}),
+            json!({"exp": NOW, "nbf": "0"}),
+        ] {
+            assert_eq!(v.verify_at(&token(claims.clone()), NOW), Err(INVALID), "{claims}");
+        }
+        let extra = json!({"alg": "HS256", "kid": "k1", "crit": ["x"], "typ": "foo"});
+        assert_eq!(v.verify_at(&mint(SECRET, &extra, &json!({"exp": NOW})), NOW), Ok(()));
+    }
+
+    #[test]
+    fn the_time_window_is_exact_to_the_second_with_the_skew() {
+        let v = verifier(None, None, 30);
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW - 30})), NOW), Ok(()));
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW - 31})), NOW), Err(EXPIRED));
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW, "nbf": NOW + 30})), NOW), Ok(()));
+        assert_eq!(
+            v.verify_at(&token(json!({"exp": NOW, "nbf": NOW + 31})), NOW),
+            Err(NOT_YET_VALID)
+        );
+        assert_eq!(v.verify_at(&token(json!({"exp": 0})), NOW), Err(EXPIRED));
+        assert_eq!(v.verify_at(&token(json!({"exp": i64::MAX, "iat": "whenever"})), NOW), Ok(()));
+    }
+
+    #[test]
+    fn issuer_and_audience_are_checked_only_when_configured_and_in_that_order() {
+        let open = verifier(None, None, 0);
+        assert_eq!(
+            open.verify_at(&token(json!({"exp": NOW, "iss": "x", "aud": "y"})), NOW),
+            Ok(())
+        );
+        let v = verifier(Some(" control "), Some("executor"), 0);
+        let good = json!({"exp": NOW, "iss": "control", "aud": ["other", "executor"]});
+        assert_eq!(v.verify_at(&token(good), NOW), Ok(()));
+        let both_wrong = json!({"exp": NOW, "iss": "else", "aud": "else"});
+        assert_eq!(v.verify_at(&token(both_wrong), NOW), Err(ISSUER_MISMATCH));
+        let no_aud = json!({"exp": NOW, "iss": "control"});
+        assert_eq!(v.verify_at(&token(no_aud), NOW), Err(AUDIENCE_MISMATCH));
+        let expired_and_wrong = json!({"exp": NOW - 1, "iss": "else"});
+        assert_eq!(v.verify_at(&token(expired_and_wrong), NOW), Err(EXPIRED));
+    }
+
+    #[test]
+    fn secrets_are_trimmed_and_must_be_long_enough() {
+        assert_eq!(
+            JwtVerifier::new(" \n", None, None, Duration::ZERO).err(),
+            Some(SecretError::Empty)
+        );
+        assert_eq!(
+            JwtVerifier::new("short", None, None, Duration::ZERO).err(),
+            Some(SecretError::TooShort)
+        );
+        let v = verifier(None, None, 0);
+        let untrimmed =
+            mint(&format!("{SECRET}\n"), &json!({"alg": "HS256"}), &json!({"exp": NOW}));
+        assert_eq!(v.verify_at(&untrimmed, NOW), Err(INVALID));
+    }
+}
