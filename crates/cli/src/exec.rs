@@ -27,6 +27,10 @@ pub struct ExecArgs {
     #[arg(long, value_name = "FILE")]
     token_file: Option<std::path::PathBuf>,
 
+    /// For `wss://`: trust only this CA certificate (PEM) instead of the system's roots.
+    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
+    tls_ca_file: Option<std::path::PathBuf>,
+
     /// Run the command on a pseudo-terminal (one merged output stream).
     #[arg(long)]
     tty: bool,
@@ -81,6 +85,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let options = ClientOptions {
         client_name: "tether-exec".into(),
         bearer_token: crate::credentials::exec_server_token(args.token_file.as_deref())?,
+        tls_ca_file: args.tls_ca_file.clone(),
         ..ClientOptions::default()
     };
     let mut process = match (&args.resume, &args.process) {

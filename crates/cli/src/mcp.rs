@@ -35,6 +35,10 @@ pub struct McpArgs {
     #[arg(long, value_name = "FILE", requires = "url")]
     exec_server_token_file: Option<PathBuf>,
 
+    /// For a `wss://` exec-server: trust only this CA certificate (PEM).
+    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE", requires = "url")]
+    tls_ca_file: Option<PathBuf>,
+
     /// Start a stdio MCP server with this command line (words split as a shell would, without
     /// expansions), e.g. `--stdio 'npx -y @modelcontextprotocol/server-everything'`.
     #[arg(long, value_name = "COMMAND", required_unless_present = "http", conflicts_with = "http")]
@@ -109,6 +113,7 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
             let options = ClientOptions {
                 client_name: "tether-mcp".into(),
                 bearer_token: crate::credentials::exec_server_token(token_file)?,
+                tls_ca_file: args.tls_ca_file.clone(),
                 ..ClientOptions::default()
             };
             let client = ExecServerClient::connect(url, options)

@@ -73,6 +73,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS")]
     ws_max_clock_skew_seconds: Option<u64>,
 
+    /// Serve `wss://`: the server's certificate chain (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
     /// Listen on an address other than loopback without authentication. Anyone who reaches
     /// the port can run commands: only for networks where that is true of everyone anyway.
     #[arg(long)]
@@ -163,6 +171,16 @@ fn absolute(path: &std::path::Path) -> String {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(_), Some(_)) if matches!(listen, ListenAddress::Stdio) => {
+            bail!("TLS requires a WebSocket listener, not stdio")
+        }
+        (Some(cert), Some(key)) => Some(
+            tether_server::transport::tls::load_server_config(cert, key)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        _ => None,
+    };
     let config = ServerConfig {
         detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
         ping_interval: Duration::from_secs(args.ping_interval_secs),
@@ -173,6 +191,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         ws_auth,
         insecure_no_auth: args.insecure_no_auth,
+        tls,
     };
     let server = Server::bind(&listen, config)
         .await

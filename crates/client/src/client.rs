@@ -63,6 +63,9 @@ pub struct ClientOptions {
     /// Sent as `Authorization: Bearer …` on every connection's upgrade, for a server started
     /// with `--ws-auth` (a capability token, or a signed JWT).
     pub bearer_token: Option<String>,
+    /// For `wss://`: trust only this CA (PEM) instead of the system's roots — for a server
+    /// whose certificate a private CA signed, or a self-signed one pinned.
+    pub tls_ca_file: Option<std::path::PathBuf>,
     pub connect_timeout: Duration,
     pub initialize_timeout: Duration,
     pub recovery_timeout: Duration,
@@ -77,6 +80,7 @@ impl Default for ClientOptions {
         Self {
             client_name: "tether".into(),
             bearer_token: None,
+            tls_ca_file: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
@@ -91,6 +95,7 @@ impl std::fmt::Debug for ClientOptions {
         f.debug_struct("ClientOptions")
             .field("client_name", &self.client_name)
             .field("has_bearer_token", &self.bearer_token.is_some())
+            .field("tls_ca_file", &self.tls_ca_file)
             .field("connect_timeout", &self.connect_timeout)
             .field("initialize_timeout", &self.initialize_timeout)
             .field("recovery_timeout", &self.recovery_timeout)

@@ -74,7 +74,19 @@ impl Connection {
             })?;
             request.headers_mut().insert(AUTHORIZATION, value);
         }
-        let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+        let connector = if request.uri().scheme_str() == Some("wss") {
+            Some(tokio_tungstenite::Connector::Rustls(crate::tls::client_config(
+                options.tls_ca_file.as_deref(),
+            )?))
+        } else {
+            None
+        };
+        let connect = tokio_tungstenite::connect_async_tls_with_config(
+            request,
+            Some(config),
+            true,
+            connector,
+        );
         let (socket, _) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| ClientError::Connect(format!("no answer within {timeout:?}")))?

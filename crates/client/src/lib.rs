@@ -12,7 +12,8 @@
 //!
 //! - `registration`: the client's record of one process — its reorder buffer, what was
 //!   published, where its handle listens.
-//! - `connection`: one WebSocket and the calls in flight on it (one "generation").
+//! - `connection`: one WebSocket and the calls in flight on it (one "generation"); `tls`, the
+//!   certificates it trusts for `wss://`.
 //! - `client`: [`ExecServerClient`], the session's state machine
 //!   (`Connected → Recovering → Connected | Failed`) and the recovery itself.
 //! - `process`: [`RemoteProcess`], the handle a caller holds.
@@ -36,6 +37,7 @@ mod registration;
 mod remote_exec;
 mod remote_fs;
 mod remote_http;
+mod tls;
 
 pub use client::{
     ClientOptions, ConnectionStatus, DEFAULT_CONNECT_TIMEOUT, DEFAULT_INITIALIZE_TIMEOUT,

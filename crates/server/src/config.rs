@@ -56,6 +56,8 @@ pub struct ServerConfig {
     pub ws_auth: WsAuth,
     /// Listen beyond loopback without authentication.
     pub insecure_no_auth: bool,
+    /// Serve `wss://` with these TLS settings (see [`crate::transport::tls`]).
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServerConfig {
@@ -67,6 +69,7 @@ impl Default for ServerConfig {
             processes: ProcessTableConfig::default(),
             ws_auth: WsAuth::None,
             insecure_no_auth: false,
+            tls: None,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! - [`config`]: every knob and default, with the reason for each.
 //! - [`auth`] and [`jwt`]: who may open a WebSocket (capability token, signed bearer token).
 //! - [`listen`]: `--listen` parsing.
-//! - `transport`: WebSocket (axum) and stdio framing; each yields frames to a connection.
+//! - [`transport`]: WebSocket (axum, optionally over TLS) and stdio framing; each yields frames
+//!   to a connection.
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
 //! - `handlers`: one module per method family (`process`, `fs`, `http`), thin over the engine.
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
@@ -23,7 +24,7 @@ mod registry;
 mod rpc_error;
 mod session;
 mod state;
-mod transport;
+pub mod transport;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,9 +81,11 @@ impl Server {
         }
     }
 
-    /// The URL clients connect to (`ws://127.0.0.1:PORT`), or `None` for stdio.
+    /// The URL clients connect to (`ws://127.0.0.1:PORT`, or `wss://` with TLS), or `None` for
+    /// stdio.
     pub fn url(&self) -> Option<String> {
-        self.local_addr().map(|addr| format!("ws://{addr}"))
+        let scheme = if self.state.config.tls.is_some() { "wss" } else { "ws" };
+        self.local_addr().map(|addr| format!("{scheme}://{addr}"))
     }
 
     /// Serves until `shutdown` is cancelled (or, for stdio, until stdin ends), then ends every

@@ -58,7 +58,7 @@ impl ServerProcess {
             .await
             .context("server did not print its URL within 30 s")??
             .context("server exited before printing its URL")?;
-        if !first.starts_with("ws://") {
+        if !first.starts_with("ws://") && !first.starts_with("wss://") {
             bail!("unexpected first line from {target:?}: {first}");
         }
         // Keep draining stdout so the server never blocks on a full pipe.
@@ -84,7 +84,7 @@ impl ServerProcess {
 
     /// The `host:port` the server listens on.
     pub fn addr(&self) -> &str {
-        self.url.trim_start_matches("ws://")
+        self.url.trim_start_matches("wss://").trim_start_matches("ws://")
     }
 
     /// The server's process id.

@@ -5,6 +5,7 @@
 //! - [`stdio`]: newline-delimited JSON on stdin/stdout, one connection per server.
 
 pub(crate) mod stdio;
+pub mod tls;
 pub(crate) mod websocket;
 
 use std::sync::Arc;

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
+use super::tls::TlsListener;
 use super::{ConnectionId, Outbound, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 use crate::processor::serve_connection;
@@ -36,17 +37,27 @@ pub(crate) async fn serve(
     server: Arc<ServerState>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    let server_tls = server.config.tls.clone();
     let app = Router::new()
         .route("/", any(upgrade))
         .route("/readyz", get(|| async { StatusCode::OK }))
         .with_state(AppState { server, shutdown: shutdown.clone() });
-    // Notifications are small and latency matters more than packet count: no Nagle delay.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    let tls = server_tls.clone();
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    match tls {
+        Some(config) => {
+            // (The TLS listener sets no-delay itself; the tap only gives axum the peer address.)
+            let listener = TlsListener::new(listener, config)?.tap_io(|_| {});
+            axum::serve(listener, service).with_graceful_shutdown(shutdown.cancelled_owned()).await
+        }
+        None => {
+            // Notifications are small and latency matters more than packet count: no Nagle.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum::serve(listener, service).with_graceful_shutdown(shutdown.cancelled_owned()).await
+        }
+    }
 }
 
 async fn upgrade(
