@@ -10,6 +10,7 @@
 //! - `handlers`: one module per method family (`process`, `fs`, `http`), thin over the engine.
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
 //! - `rpc_error`: engine errors to JSON-RPC codes.
+//! - `metrics`: `GET /metrics`, in Prometheus text format.
 //!
 //! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
 //! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
@@ -19,6 +20,7 @@ pub mod config;
 mod handlers;
 pub mod jwt;
 pub mod listen;
+mod metrics;
 mod processor;
 mod registry;
 mod rpc_error;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
-use tether_protocol::envelope::{encode_error, encode_response};
+use tether_protocol::envelope::encode_response;
 use tether_protocol::error::METHOD_NOT_FOUND;
 use tether_protocol::http::HttpRequestParams;
 use tether_protocol::method::{INITIALIZED, not_implemented_message};
@@ -76,6 +76,8 @@ pub(crate) async fn serve_connection(
     outbound: Outbound,
     shutdown: CancellationToken,
 ) {
+    let metrics = state.metrics.clone();
+    metrics.connection_opened();
     let permits = Arc::new(Semaphore::new(state.config.concurrent_requests.max(1)));
     let http = Arc::new(HttpConnection::new(state.http.clone()));
     let mut processor = Processor {
@@ -101,6 +103,7 @@ pub(crate) async fn serve_connection(
         }
     }
     processor.finish();
+    metrics.connection_closed();
 }
 
 impl Processor {
@@ -214,8 +217,15 @@ impl Processor {
         let sessions = &self.state.sessions;
         // A failed attach leaves the phase alone: the client may try again on this connection.
         let session = match &params.resume_session_id {
-            Some(id) => sessions.resume(id, self.connection, self.outbound.clone())?,
-            None => sessions.create(self.connection, self.outbound.clone()),
+            Some(id) => {
+                let session = sessions.resume(id, self.connection, self.outbound.clone())?;
+                self.state.metrics.session_resumed();
+                session
+            }
+            None => {
+                self.state.metrics.session_created();
+                sessions.create(self.connection, self.outbound.clone())
+            }
         };
         tracing::Span::current().record("session_id", session.id.as_str());
         debug!(client_name = %params.client_name, resumed = params.resume_session_id.is_some(), "initialized");
@@ -242,18 +252,15 @@ impl Processor {
         let connection = self.connection;
         self.waiting.spawn(async move {
             let result = session.processes.read(params).await;
-            let text = if !session.is_attached_to(connection) {
-                encode_error(
-                    &id,
-                    &invalid_request("session has been resumed by another connection"),
-                )
+            let _ = if !session.is_attached_to(connection) {
+                let error = invalid_request("session has been resumed by another connection");
+                outbound.send_error(&id, &error).await
             } else {
                 match result {
-                    Ok(response) => encode_response(&id, &response),
-                    Err(error) => encode_error(&id, &from_process_error(error)),
+                    Ok(response) => outbound.send(encode_response(&id, &response)).await,
+                    Err(error) => outbound.send_error(&id, &from_process_error(error)).await,
                 }
             };
-            let _ = outbound.send(text).await;
             drop(permit);
         });
     }
@@ -286,7 +293,7 @@ impl Processor {
     }
 
     async fn reply_error(&self, id: &RequestId, error: JsonRpcError) {
-        let _ = self.outbound.send(encode_error(id, &error)).await;
+        let _ = self.outbound.send_error(id, &error).await;
     }
 
     /// The connection is over: abandon its long-polls and let go of its session.

@@ -30,6 +30,31 @@ impl SessionRegistry {
     }
 
     /// A fresh session attached to `connection`.
+    /// What exists now, for the metrics.
+    pub(crate) fn snapshot(&self) -> crate::metrics::Snapshot {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        let mut snapshot = crate::metrics::Snapshot {
+            sessions_attached: 0,
+            sessions_detached: 0,
+            processes_running: 0,
+            processes_exited: 0,
+        };
+        for session in sessions {
+            match &*session.attachment() {
+                crate::session::Attachment::Attached { .. } => snapshot.sessions_attached += 1,
+                crate::session::Attachment::Detached { .. } => snapshot.sessions_detached += 1,
+            }
+            for process in session.processes.list() {
+                if process.has_exited() {
+                    snapshot.processes_exited += 1;
+                } else {
+                    snapshot.processes_running += 1;
+                }
+            }
+        }
+        snapshot
+    }
+
     pub(crate) fn create(&self, connection: ConnectionId, outbound: Outbound) -> Arc<Session> {
         let id = uuid::Uuid::new_v4().to_string();
         let session = Session::new(id.clone(), self.process_config.clone(), connection, outbound);

@@ -7,6 +7,7 @@ use tether_engine::http::LocalHttpClient;
 use tether_protocol::session::{Capabilities, EnvironmentInfo};
 
 use crate::config::ServerConfig;
+use crate::metrics::Metrics;
 use crate::registry::SessionRegistry;
 
 pub(crate) struct ServerState {
@@ -17,6 +18,7 @@ pub(crate) struct ServerState {
     pub sessions: Arc<SessionRegistry>,
     /// Computed once at start: the executor does not change under a running server.
     pub environment_info: EnvironmentInfo,
+    pub metrics: Arc<Metrics>,
 }
 
 impl ServerState {
@@ -26,6 +28,7 @@ impl ServerState {
             environment_info: tether_engine::environment::environment_info(capabilities()),
             fs: LocalFileSystem::new(),
             http: Arc::new(LocalHttpClient::new()),
+            metrics: Arc::new(Metrics::default()),
             config,
         })
     }

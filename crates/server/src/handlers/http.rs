@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use tether_engine::http::{HttpBodyStream, HttpClient};
-use tether_protocol::envelope::{encode_error, encode_notification, encode_response};
+use tether_protocol::envelope::{encode_notification, encode_response};
 use tether_protocol::http::{HttpRequestBodyDeltaNotification, HttpRequestParams};
 use tether_protocol::method::HTTP_REQUEST_BODY_DELTA;
 use tether_protocol::{ByteChunk, RequestId};
@@ -41,11 +41,10 @@ impl HttpConnection {
     /// so it counts against the connection's concurrent requests for that long.
     pub(crate) async fn run(&self, id: RequestId, params: HttpRequestParams, outbound: Outbound) {
         if !params.stream_response {
-            let text = match self.client.request(params).await {
-                Ok(response) => encode_response(&id, &response),
-                Err(error) => encode_error(&id, &from_http_error(error)),
+            let _ = match self.client.request(params).await {
+                Ok(response) => outbound.send(encode_response(&id, &response)).await,
+                Err(error) => outbound.send_error(&id, &from_http_error(error)).await,
             };
-            let _ = outbound.send(text).await;
             return;
         }
         // The id is checked before the params, as the reference does.
@@ -53,13 +52,13 @@ impl HttpConnection {
         let Some(claim) = StreamClaim::new(&self.active, &request_id) else {
             let message =
                 format!("http/request streamResponse requestId `{request_id}` is already active");
-            let _ = outbound.send(encode_error(&id, &invalid_params(message))).await;
+            let _ = outbound.send_error(&id, &invalid_params(message)).await;
             return;
         };
         match self.client.request_streamed(params).await {
             Err(error) => {
                 drop(claim);
-                let _ = outbound.send(encode_error(&id, &from_http_error(error))).await;
+                let _ = outbound.send_error(&id, &from_http_error(error)).await;
             }
             Ok((response, body)) => {
                 if outbound.send(encode_response(&id, &response)).await.is_ok() {

@@ -13,7 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use tether_protocol::envelope::encode_error;
+use tether_protocol::{JsonRpcError, RequestId};
+
 use crate::config::{OUTBOUND_QUEUE_MESSAGES, OUTPUT_IN_FLIGHT_BYTES};
+use crate::metrics::Metrics;
 
 /// The sending side of one connection's outbound queue: serialised messages, bounded by
 /// [`OUTBOUND_QUEUE_MESSAGES`], and — for process output — by [`OUTPUT_IN_FLIGHT_BYTES`].
@@ -21,6 +25,7 @@ use crate::config::{OUTBOUND_QUEUE_MESSAGES, OUTPUT_IN_FLIGHT_BYTES};
 pub(crate) struct Outbound {
     queue: mpsc::Sender<Outgoing>,
     output_budget: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
 }
 
 /// A message on its way out. Its permit, if any, returns its bytes to the output budget once
@@ -36,10 +41,20 @@ pub(crate) struct Closed;
 
 impl Outbound {
     /// A new queue and its receiving end (the transport's writer).
-    pub(crate) fn channel() -> (Self, mpsc::Receiver<Outgoing>) {
+    pub(crate) fn channel(metrics: Arc<Metrics>) -> (Self, mpsc::Receiver<Outgoing>) {
         let (queue, receiver) = mpsc::channel(OUTBOUND_QUEUE_MESSAGES);
         let output_budget = Arc::new(Semaphore::new(OUTPUT_IN_FLIGHT_BYTES));
-        (Self { queue, output_budget }, receiver)
+        (Self { queue, output_budget, metrics }, receiver)
+    }
+
+    /// Queues an error response (counted by code in the metrics).
+    pub(crate) async fn send_error(
+        &self,
+        id: &RequestId,
+        error: &JsonRpcError,
+    ) -> Result<(), Closed> {
+        self.metrics.error_sent(error.code);
+        self.send(encode_error(id, error)).await
     }
 
     /// Queues a response or notification, waiting while the queue is full.
@@ -52,6 +67,7 @@ impl Outbound {
     /// resuming client can only get it back from what the server retained: keeping it well
     /// under the retained-output size is what makes a reconnect lossless.
     pub(crate) async fn send_output(&self, text: String) -> Result<(), Closed> {
+        self.metrics.output_sent(text.len());
         let bytes = text.len().clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
         let permit =
             self.output_budget.clone().acquire_many_owned(bytes).await.map_err(|_| Closed)?;

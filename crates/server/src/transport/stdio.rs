@@ -22,7 +22,7 @@ pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken)
         session_id = tracing::field::Empty
     );
     async move {
-        let (outbound, mut queue) = Outbound::channel();
+        let (outbound, mut queue) = Outbound::channel(server.metrics.clone());
         let writer = tokio::spawn(async move {
             let mut stdout = tokio::io::stdout();
             while let Some(outgoing) = queue.recv().await {

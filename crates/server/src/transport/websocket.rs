@@ -41,6 +41,7 @@ pub(crate) async fn serve(
     let app = Router::new()
         .route("/", any(upgrade))
         .route("/readyz", get(|| async { StatusCode::OK }))
+        .route("/metrics", get(metrics))
         .with_state(AppState { server, shutdown: shutdown.clone() });
     let tls = server_tls.clone();
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -74,6 +75,7 @@ async fn upgrade(
     }
     if let Err(refusal) = app.server.config.ws_auth.check(&headers) {
         debug!(%peer, reason = refusal.0, "websocket upgrade refused");
+        app.server.metrics.upgrade_refused();
         return (StatusCode::UNAUTHORIZED, refusal.0).into_response();
     }
     match upgrade {
@@ -86,13 +88,23 @@ async fn upgrade(
     }
 }
 
+/// `GET /metrics` (Prometheus text). With `--ws-auth`, it asks for the same credential as a
+/// WebSocket: what runs on a server is no one else's business.
+async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(refusal) = app.server.config.ws_auth.check(&headers) {
+        return (StatusCode::UNAUTHORIZED, refusal.0).into_response();
+    }
+    let text = app.server.metrics.render(&app.server.sessions.snapshot());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
 async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
     let connection = ConnectionId::next();
     let span = info_span!("connection", connection = connection.0, %peer, session_id = tracing::field::Empty);
     async move {
         debug!("websocket connected");
         let (mut sink, stream) = socket.split();
-        let (outbound, mut queue) = Outbound::channel();
+        let (outbound, mut queue) = Outbound::channel(app.server.metrics.clone());
         let ping_interval = app.server.config.ping_interval;
         let writer = tokio::spawn(async move {
             let mut ping = tokio::time::interval_at(

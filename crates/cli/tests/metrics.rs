@@ -1,0 +1,93 @@
+//! `GET /metrics` (Tether only: the reference has none) says what an operator needs to know:
+//! connections, sessions, processes, bytes streamed, resumes and errors — and, on a server with
+//! `--ws-auth`, only to whoever holds the credential.
+
+use std::time::Duration;
+
+use tether_testkit::{RpcClient, ServerProcess, Target};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+
+/// `GET /metrics` over plain HTTP/1.1: (status, body).
+async fn scrape(server: &ServerProcess, authorization: Option<&str>) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
+        server.addr()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// The value of the sample named exactly `name` (with its labels).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_happens() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut client = RpcClient::connect(&server.url).await.unwrap();
+    client.initialize(None).await.unwrap().unwrap();
+    let talker = common::exec("talker", "head -c 5000 /dev/zero; sleep 30");
+    client.ok("process/start", talker).await.unwrap();
+    let error = client.err("no/such/method", serde_json::json!({})).await.unwrap();
+    assert_eq!(error.code, -32601);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (status, text) = scrape(&server, None).await;
+        assert_eq!(status, 200);
+        if sample(&text, "tether_output_bytes_total") >= 5000.0 {
+            break text;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no output counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(sample(&text, "tether_connections"), 1.0);
+    assert_eq!(sample(&text, r#"tether_sessions{state="attached"}"#), 1.0);
+    assert_eq!(sample(&text, r#"tether_processes{state="running"}"#), 1.0);
+    assert_eq!(sample(&text, r#"tether_rpc_errors_total{code="-32601"}"#), 1.0);
+    assert_eq!(sample(&text, "tether_sessions_created_total"), 1.0);
+
+    drop(client);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = scrape(&server, None).await;
+        if sample(&text, r#"tether_sessions{state="detached"}"#) == 1.0 {
+            assert_eq!(sample(&text, "tether_connections"), 0.0);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the session did not detach:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_credential_when_the_server_has_one() {
+    let dir = std::env::temp_dir().join(format!("tether-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "metrics-token").unwrap();
+    let args = ["--ws-auth", "capability-token", "--ws-token-file", token.to_str().unwrap()];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    assert_eq!(scrape(&server, None).await, (401, "missing websocket bearer token".into()));
+    let (status, text) = scrape(&server, Some("Bearer metrics-token")).await;
+    assert_eq!(status, 200);
+    assert_eq!(sample(&text, "tether_upgrades_refused_total"), 0.0);
+    let refused = RpcClient::connect(&server.url).await;
+    assert!(refused.is_err());
+    let (_, text) = scrape(&server, Some("Bearer metrics-token")).await;
+    assert_eq!(sample(&text, "tether_upgrades_refused_total"), 1.0);
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,180 @@
+//! `GET /metrics`: the server's counters in Prometheus text format, for an operator's dashboard
+//! and alerts — connections, sessions, processes, bytes streamed, resumes, refusals and errors.
+//!
+//! Counters are plain atomics bumped where things happen; gauges of what exists now (sessions,
+//! processes) are read from the registry when scraped, so they can never drift.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// What the registry holds at the moment of a scrape.
+pub(crate) struct Snapshot {
+    pub sessions_attached: usize,
+    pub sessions_detached: usize,
+    pub processes_running: usize,
+    pub processes_exited: usize,
+}
+
+#[derive(Default)]
+pub(crate) struct Metrics {
+    connections_open: AtomicI64,
+    connections_total: AtomicU64,
+    upgrades_refused: AtomicU64,
+    output_bytes: AtomicU64,
+    sessions_created: AtomicU64,
+    sessions_resumed: AtomicU64,
+    /// JSON-RPC error responses sent, by code.
+    errors: Mutex<BTreeMap<i64, u64>>,
+}
+
+impl Metrics {
+    pub(crate) fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        self.connections_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn upgrade_refused(&self) {
+        self.upgrades_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn output_sent(&self, bytes: usize) {
+        self.output_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn session_created(&self) {
+        self.sessions_created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn session_resumed(&self) {
+        self.sessions_resumed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn error_sent(&self, code: i64) {
+        let mut errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        *errors.entry(code).or_default() += 1;
+    }
+
+    /// The exposition text.
+    pub(crate) fn render(&self, now: &Snapshot) -> String {
+        let mut text = String::with_capacity(2048);
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, f64)]| {
+            let _ = writeln!(text, "# HELP {name} {help}");
+            let _ = writeln!(text, "# TYPE {name} {kind}");
+            for (labels, value) in samples {
+                let _ = writeln!(text, "{name}{labels} {value}");
+            }
+        };
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64;
+        metric(
+            "tether_connections",
+            "gauge",
+            "Connections open now (WebSocket and stdio).",
+            &[("", self.connections_open.load(Ordering::Relaxed) as f64)],
+        );
+        metric(
+            "tether_connections_total",
+            "counter",
+            "Connections accepted since start.",
+            &[("", load(&self.connections_total))],
+        );
+        metric(
+            "tether_upgrades_refused_total",
+            "counter",
+            "WebSocket upgrades refused for a missing or wrong credential.",
+            &[("", load(&self.upgrades_refused))],
+        );
+        metric(
+            "tether_sessions",
+            "gauge",
+            "Sessions held now, attached to a connection or waiting for a resume.",
+            &[
+                (r#"{state="attached"}"#, now.sessions_attached as f64),
+                (r#"{state="detached"}"#, now.sessions_detached as f64),
+            ],
+        );
+        metric(
+            "tether_sessions_created_total",
+            "counter",
+            "Sessions created since start.",
+            &[("", load(&self.sessions_created))],
+        );
+        metric(
+            "tether_session_resumes_total",
+            "counter",
+            "Sessions resumed by a new connection since start (client recoveries).",
+            &[("", load(&self.sessions_resumed))],
+        );
+        metric(
+            "tether_processes",
+            "gauge",
+            "Processes held now: still running, or exited and still readable.",
+            &[
+                (r#"{state="running"}"#, now.processes_running as f64),
+                (r#"{state="exited"}"#, now.processes_exited as f64),
+            ],
+        );
+        metric(
+            "tether_output_bytes_total",
+            "counter",
+            "Process output and HTTP body bytes sent to clients, as encoded in messages.",
+            &[("", load(&self.output_bytes))],
+        );
+        let errors: Vec<(String, f64)> = self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(code, count)| (format!(r#"{{code="{code}"}}"#), *count as f64))
+            .collect();
+        let errors: Vec<(&str, f64)> = errors.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        metric(
+            "tether_rpc_errors_total",
+            "counter",
+            "JSON-RPC error responses sent, by code.",
+            &errors,
+        );
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let metrics = Metrics::default();
+        metrics.connection_opened();
+        metrics.connection_opened();
+        metrics.connection_closed();
+        metrics.error_sent(-32600);
+        metrics.error_sent(-32600);
+        metrics.error_sent(-32601);
+        metrics.output_sent(10);
+        let now = Snapshot {
+            sessions_attached: 1,
+            sessions_detached: 2,
+            processes_running: 3,
+            processes_exited: 4,
+        };
+        let text = metrics.render(&now);
+        for line in [
+            "# TYPE tether_connections gauge",
+            "tether_connections 1",
+            "tether_connections_total 2",
+            r#"tether_sessions{state="detached"} 2"#,
+            r#"tether_processes{state="running"} 3"#,
+            "tether_output_bytes_total 10",
+            r#"tether_rpc_errors_total{code="-32600"} 2"#,
+            r#"tether_rpc_errors_total{code="-32601"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+    }
+}
