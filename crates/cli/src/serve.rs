@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
+use tether_engine::process_table::DEFAULT_MAX_PROCESSES;
 use tether_server::auth::WsAuth;
 use tether_server::config::{
-    DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_PING_INTERVAL,
+    DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
 };
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
 use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig};
@@ -39,6 +41,18 @@ pub struct ServeArgs {
     /// Seconds a closed process stays readable; by default, for the session's lifetime.
     #[arg(long)]
     closed_process_retention_secs: Option<u64>,
+
+    /// Processes per session not yet finished at once; a start past it is refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES)]
+    max_processes_per_session: usize,
+
+    /// Sessions held at once (attached, or detached until they expire).
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS)]
+    max_sessions: usize,
+
+    /// WebSocket connections open at once; more get HTTP 503.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 
     /// Seconds between WebSocket pings.
     #[arg(long, default_value_t = DEFAULT_PING_INTERVAL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -188,7 +202,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         processes: ProcessTableConfig {
             retained_output_bytes: args.retain_output_bytes,
             closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
+            max_processes: args.max_processes_per_session,
         },
+        max_sessions: args.max_sessions,
+        max_connections: args.max_connections,
         ws_auth,
         insecure_no_auth: args.insecure_no_auth,
         tls,

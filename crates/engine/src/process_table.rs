@@ -24,13 +24,21 @@ pub struct ProcessTableConfig {
     /// How long a closed process stays readable (and its id taken). `None`: for as long as the
     /// session lives, as the reference keeps them.
     pub closed_process_retention: Option<Duration>,
+    /// Processes not yet closed at once; a start past it is refused. One client must not be
+    /// able to exhaust the machine's process table for everyone.
+    pub max_processes: usize,
 }
+
+/// Default for [`ProcessTableConfig::max_processes`]: far above what an agent runs at once,
+/// far below what the kernel allows.
+pub const DEFAULT_MAX_PROCESSES: usize = 4096;
 
 impl Default for ProcessTableConfig {
     fn default() -> Self {
         Self {
             retained_output_bytes: DEFAULT_RETAINED_OUTPUT_BYTES,
             closed_process_retention: None,
+            max_processes: DEFAULT_MAX_PROCESSES,
         }
     }
 }
@@ -75,6 +83,10 @@ impl ProcessTable {
         let mut processes = self.processes();
         if processes.contains_key(&params.process_id) {
             return Err(ProcessError::AlreadyExists(params.process_id));
+        }
+        let open = processes.values().filter(|process| !process.is_closed()).count();
+        if open >= self.config.max_processes {
+            return Err(ProcessError::TooManyProcesses(self.config.max_processes));
         }
         let mut spawned = process::spawn(request).map_err(ProcessError::Spawn)?;
         let stdin = spawned.stdin.take().map(process::start_stdin_writer);

@@ -46,12 +46,23 @@ pub const OUTPUT_IN_FLIGHT_BYTES: usize = 1024 * 1024;
 /// until one finishes.
 pub const DEFAULT_CONCURRENT_REQUESTS: usize = 64;
 
+/// Sessions a server holds at once, attached or detached: each can hold processes and
+/// retained output, so one client opening sessions in a loop must run into a wall.
+pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+
+/// WebSocket connections open at once. Past it, upgrades get `503`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub detached_session_ttl: Duration,
     pub ping_interval: Duration,
     pub concurrent_requests: usize,
     pub processes: ProcessTableConfig,
+    /// Sessions held at once ([`DEFAULT_MAX_SESSIONS`]).
+    pub max_sessions: usize,
+    /// WebSocket connections open at once ([`DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: usize,
     /// Who may open a WebSocket.
     pub ws_auth: WsAuth,
     /// Listen beyond loopback without authentication.
@@ -67,6 +78,8 @@ impl Default for ServerConfig {
             ping_interval: DEFAULT_PING_INTERVAL,
             concurrent_requests: DEFAULT_CONCURRENT_REQUESTS,
             processes: ProcessTableConfig::default(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             ws_auth: WsAuth::None,
             insecure_no_auth: false,
             tls: None,

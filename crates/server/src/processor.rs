@@ -223,8 +223,10 @@ impl Processor {
                 session
             }
             None => {
+                let max = self.state.config.max_sessions;
+                let session = sessions.create(self.connection, self.outbound.clone(), max)?;
                 self.state.metrics.session_created();
-                sessions.create(self.connection, self.outbound.clone())
+                session
             }
         };
         tracing::Span::current().record("session_id", session.id.as_str());

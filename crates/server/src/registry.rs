@@ -55,12 +55,25 @@ impl SessionRegistry {
         snapshot
     }
 
-    pub(crate) fn create(&self, connection: ConnectionId, outbound: Outbound) -> Arc<Session> {
+    /// A new session, unless the server already holds `max_sessions` (attached or waiting for
+    /// a resume).
+    pub(crate) fn create(
+        &self,
+        connection: ConnectionId,
+        outbound: Outbound,
+        max_sessions: usize,
+    ) -> Result<Arc<Session>, JsonRpcError> {
+        let mut sessions = self.sessions();
+        if sessions.len() >= max_sessions {
+            return Err(invalid_request(format!(
+                "too many sessions on this server: the limit is {max_sessions} (--max-sessions), detached ones included until they expire; resume an existing session or try again later"
+            )));
+        }
         let id = uuid::Uuid::new_v4().to_string();
         let session = Session::new(id.clone(), self.process_config.clone(), connection, outbound);
-        self.sessions().insert(id.clone(), session.clone());
+        sessions.insert(id.clone(), session.clone());
         info!(session_id = %id, connection = connection.0, "session created");
-        session
+        Ok(session)
     }
 
     /// Reattaches a detached session to `connection`.

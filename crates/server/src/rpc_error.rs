@@ -16,7 +16,9 @@ pub(crate) fn invalid_params(message: impl Into<String>) -> JsonRpcError {
 pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
     let code = match &error {
         ProcessError::InvalidParams(_) => INVALID_PARAMS,
-        ProcessError::AlreadyExists(_) | ProcessError::UnknownProcess(_) => INVALID_REQUEST,
+        ProcessError::AlreadyExists(_)
+        | ProcessError::UnknownProcess(_)
+        | ProcessError::TooManyProcesses(_) => INVALID_REQUEST,
         ProcessError::Spawn(_)
         | ProcessError::StdinClosed
         | ProcessError::StdinQueueFull(..)

@@ -19,6 +19,8 @@ pub(crate) struct ServerState {
     /// Computed once at start: the executor does not change under a running server.
     pub environment_info: EnvironmentInfo,
     pub metrics: Arc<Metrics>,
+    /// One permit per open WebSocket connection ([`ServerConfig::max_connections`]).
+    pub connections: Arc<tokio::sync::Semaphore>,
 }
 
 impl ServerState {
@@ -29,6 +31,7 @@ impl ServerState {
             fs: LocalFileSystem::new(),
             http: Arc::new(LocalHttpClient::new()),
             metrics: Arc::new(Metrics::default()),
+            connections: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
             config,
         })
     }

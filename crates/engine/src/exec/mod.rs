@@ -100,9 +100,9 @@ impl From<ProcessError> for ExecError {
     fn from(error: ProcessError) -> Self {
         let kind = match &error {
             ProcessError::InvalidParams(_) => ExecErrorKind::InvalidParams,
-            ProcessError::AlreadyExists(_) | ProcessError::UnknownProcess(_) => {
-                ExecErrorKind::InvalidRequest
-            }
+            ProcessError::AlreadyExists(_)
+            | ProcessError::UnknownProcess(_)
+            | ProcessError::TooManyProcesses(_) => ExecErrorKind::InvalidRequest,
             ProcessError::Spawn(_)
             | ProcessError::StdinClosed
             | ProcessError::StdinQueueFull(..)

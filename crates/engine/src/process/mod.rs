@@ -80,6 +80,11 @@ pub enum ProcessError {
     StdinQueueFull(ProcessId, usize),
     #[error("failed to signal process: {0}")]
     Signal(std::io::Error),
+    /// The session already runs as many processes as it may.
+    #[error(
+        "too many processes in this session: the limit is {0} not yet finished (--max-processes-per-session); wait for some to finish, or terminate them"
+    )]
+    TooManyProcesses(usize),
 }
 
 /// One running or finished child process.

@@ -78,14 +78,26 @@ async fn upgrade(
         app.server.metrics.upgrade_refused();
         return (StatusCode::UNAUTHORIZED, refusal.0).into_response();
     }
-    match upgrade {
-        Ok(upgrade) => upgrade
-            .max_message_size(MAX_MESSAGE_BYTES)
-            .max_frame_size(MAX_FRAME_BYTES)
-            .on_upgrade(move |socket| run_connection(socket, peer, app))
-            .into_response(),
-        Err(rejection) => rejection.into_response(),
-    }
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Ok(permit) = app.server.connections.clone().try_acquire_owned() else {
+        let limit = app.server.config.max_connections;
+        debug!(%peer, limit, "websocket upgrade refused: too many connections");
+        let message = format!(
+            "too many connections to this server: the limit is {limit} (--max-connections); try again later"
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    };
+    upgrade
+        .max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| async move {
+            run_connection(socket, peer, app).await;
+            drop(permit);
+        })
+        .into_response()
 }
 
 /// `GET /metrics` (Prometheus text). With `--ws-auth`, it asks for the same credential as a
