@@ -54,3 +54,64 @@ fn unit_params(params: Option<Value>) -> Result<(), JsonRpcError> {
     let params = params.filter(|p| !matches!(p, Value::Object(map) if map.is_empty()));
     params_of(params)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every method's params, decoded from any JSON at all: a typed call or a `-32602`/`-32600`,
+    //! never a panic.
+
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            (-1e9f64..1e9).prop_map(|f| json!(f)),
+            "[a-z:/._-]{0,16}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("processId".to_owned()),
+                        Just("argv".to_owned()),
+                        Just("cwd".to_owned()),
+                        Just("path".to_owned()),
+                        Just("url".to_owned()),
+                        Just("method".to_owned()),
+                        Just("chunk".to_owned()),
+                        Just("afterSeq".to_owned()),
+                        Just("handleId".to_owned()),
+                        Just("requestId".to_owned()),
+                        "[a-zA-Z]{1,10}",
+                    ],
+                    inner,
+                    0..6,
+                )
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        #[test]
+        fn params_of_every_method_decode_or_are_refused(
+            // `initialize` is decoded by the processor itself, before any `Call`.
+            method in prop::sample::select(
+                Method::ALL.into_iter().filter(|m| *m != Method::Initialize).collect::<Vec<_>>()
+            ),
+            params in prop::option::of(json_value()),
+        ) {
+            if let Err(error) = Call::decode(method, params) {
+                prop_assert!(error.code == -32602 || error.code == -32600, "{error:?}");
+            }
+        }
+    }
+}
