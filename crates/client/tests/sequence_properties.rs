@@ -17,7 +17,11 @@ fn output(seq: u64) -> ProcessEvent {
     ProcessEvent::Output {
         process_id: "p".into(),
         seq,
-        stream: if seq % 3 == 0 { ExecOutputStream::Stderr } else { ExecOutputStream::Stdout },
+        stream: if seq.is_multiple_of(3) {
+            ExecOutputStream::Stderr
+        } else {
+            ExecOutputStream::Stdout
+        },
         chunk: Bytes::from(format!("chunk {seq}")),
     }
 }
