@@ -1,0 +1,30 @@
+//! A short soak, as part of the suite: a few clients and processes for a few seconds through
+//! frequent cuts. Long runs are for people (see the binary's docs and the README).
+
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_loses_and_repeats_nothing() {
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tether-soak"))
+            .args(["--clients", "3", "--processes", "2", "--lines", "50000"])
+            .args(["--duration-secs", "6", "--min-cut-ms", "150", "--max-cut-ms", "600"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the soak finished")
+    .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{report}\n{errors}");
+    assert!(report.contains("| runs with lost or repeated bytes | 0 |"), "{report}");
+    assert!(report.contains("| runs failed loudly | 0 |"), "{report}");
+    let cuts: u64 = report
+        .lines()
+        .find_map(|line| line.strip_prefix("| connection cuts | "))
+        .and_then(|rest| rest.trim_end_matches(" |").parse().ok())
+        .unwrap();
+    assert!(cuts >= 5, "the connections were cut ({cuts} times):\n{report}");
+}
