@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
-use tether_engine::process_table::DEFAULT_MAX_PROCESSES;
+use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
 use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// Processes per session not yet finished at once; a start past it is refused.
     #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES)]
     max_processes_per_session: usize,
+
+    /// Output bytes a session's closed processes may go on retaining together; past it, those
+    /// that closed first are forgotten.
+    #[arg(long, default_value_t = DEFAULT_CLOSED_OUTPUT_BUDGET)]
+    closed_output_budget_bytes: usize,
 
     /// Sessions held at once (attached, or detached until they expire).
     #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS)]
@@ -203,6 +208,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             retained_output_bytes: args.retain_output_bytes,
             closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
             max_processes: args.max_processes_per_session,
+            closed_output_budget: args.closed_output_budget_bytes,
         },
         max_sessions: args.max_sessions,
         max_connections: args.max_connections,

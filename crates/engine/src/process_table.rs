@@ -27,7 +27,15 @@ pub struct ProcessTableConfig {
     /// Processes not yet closed at once; a start past it is refused. One client must not be
     /// able to exhaust the machine's process table for everyone.
     pub max_processes: usize,
+    /// Output bytes that closed processes may go on retaining, together. Past it, the
+    /// processes that closed first are forgotten (a read of one then says it is unknown), so a
+    /// long session that runs thousands of commands does not keep all their output forever.
+    pub closed_output_budget: usize,
 }
+
+/// Default for [`ProcessTableConfig::closed_output_budget`]: the last several commands' worth
+/// of output, per session.
+pub const DEFAULT_CLOSED_OUTPUT_BUDGET: usize = 64 * 1024 * 1024;
 
 /// Default for [`ProcessTableConfig::max_processes`]: far above what an agent runs at once,
 /// far below what the kernel allows.
@@ -39,6 +47,7 @@ impl Default for ProcessTableConfig {
             retained_output_bytes: DEFAULT_RETAINED_OUTPUT_BYTES,
             closed_process_retention: None,
             max_processes: DEFAULT_MAX_PROCESSES,
+            closed_output_budget: DEFAULT_CLOSED_OUTPUT_BUDGET,
         }
     }
 }
@@ -48,6 +57,8 @@ impl Default for ProcessTableConfig {
 pub struct ProcessTable {
     config: ProcessTableConfig,
     processes: Mutex<HashMap<ProcessId, Arc<LocalProcess>>>,
+    /// Closed processes, oldest first, with the output each retains (fixed once closed).
+    closed: Mutex<ClosedProcesses>,
     events: mpsc::Sender<ProcessEvent>,
     /// The executor's environment, read once: `envPolicy` filters it for every start.
     parent_env: Vec<(String, String)>,
@@ -58,7 +69,13 @@ impl ProcessTable {
         let parent_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        Arc::new(Self { config, processes: Mutex::new(HashMap::new()), events, parent_env })
+        Arc::new(Self {
+            config,
+            processes: Mutex::new(HashMap::new()),
+            closed: Mutex::new(ClosedProcesses::default()),
+            events,
+            parent_env,
+        })
     }
 
     fn processes(&self) -> MutexGuard<'_, HashMap<ProcessId, Arc<LocalProcess>>> {
@@ -108,6 +125,9 @@ impl ProcessTable {
         tokio::spawn(
             async move {
                 process::run_pump(local.clone(), spawned, tty, events).await;
+                if let Some(table) = table.upgrade() {
+                    table.closed(&local);
+                }
                 if let Some(retention) = retention {
                     tokio::time::sleep(retention).await;
                     if let Some(table) = table.upgrade() {
@@ -124,6 +144,27 @@ impl ProcessTable {
         let mut processes = self.processes();
         if processes.get(local.id()).is_some_and(|current| Arc::ptr_eq(current, local)) {
             processes.remove(local.id());
+        }
+        drop(processes);
+        self.closed_lock().remove(local);
+    }
+
+    fn closed_lock(&self) -> MutexGuard<'_, ClosedProcesses> {
+        self.closed.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a process's close, then forgets the oldest closed processes while their output
+    /// together is over the budget (the newest is kept whatever its size).
+    fn closed(&self, local: &Arc<LocalProcess>) {
+        let mut closed = self.closed_lock();
+        closed.push(local.clone());
+        while closed.bytes > self.config.closed_output_budget && closed.queue.len() > 1 {
+            let Some((oldest, _)) = closed.pop() else { break };
+            let mut processes = self.processes();
+            if processes.get(oldest.id()).is_some_and(|current| Arc::ptr_eq(current, &oldest)) {
+                processes.remove(oldest.id());
+                debug!(process_id = %oldest.id(), "closed process forgotten: the session's closed-output budget is spent");
+            }
         }
     }
 
@@ -214,4 +255,32 @@ fn validate<'a>(
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
     })
+}
+
+/// Closed processes in the order they closed, and the output they retain together.
+#[derive(Default)]
+struct ClosedProcesses {
+    queue: std::collections::VecDeque<(Arc<LocalProcess>, usize)>,
+    bytes: usize,
+}
+
+impl ClosedProcesses {
+    fn push(&mut self, process: Arc<LocalProcess>) {
+        let bytes = process.retained_bytes();
+        self.bytes += bytes;
+        self.queue.push_back((process, bytes));
+    }
+
+    fn pop(&mut self) -> Option<(Arc<LocalProcess>, usize)> {
+        let (process, bytes) = self.queue.pop_front()?;
+        self.bytes -= bytes;
+        Some((process, bytes))
+    }
+
+    fn remove(&mut self, process: &Arc<LocalProcess>) {
+        if let Some(at) = self.queue.iter().position(|(p, _)| Arc::ptr_eq(p, process)) {
+            let (_, bytes) = self.queue.remove(at).expect("the position is in range");
+            self.bytes -= bytes;
+        }
+    }
 }

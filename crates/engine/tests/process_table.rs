@@ -188,3 +188,27 @@ async fn dies_soon(pid: i32) -> bool {
     }
     false
 }
+
+/// A long session runs command after command: closed processes keep their output only within
+/// the session's budget, the first closed forgotten first, so memory stays bounded.
+#[tokio::test]
+async fn closed_processes_are_forgotten_oldest_first_past_the_output_budget() {
+    let (tx, mut rx) = mpsc::channel(128);
+    let config = ProcessTableConfig { closed_output_budget: 1000, ..ProcessTableConfig::default() };
+    let table = ProcessTable::new(config, tx);
+    for id in ["first", "second", "third"] {
+        table.start(params(id, "head -c 600 /dev/zero")).unwrap();
+        until_closed(&mut rx).await;
+        // The close is recorded right after it is published.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(table.get(&"first".into()).is_none(), "forgotten first");
+    assert!(table.get(&"second".into()).is_none(), "1,200 bytes is over the budget");
+    assert!(table.get(&"third".into()).is_some(), "the newest is kept");
+    // A process still running is never forgotten, whatever it retains.
+    table.start(params("running", "head -c 5000 /dev/zero; sleep 30")).unwrap();
+    table.start(params("fourth", "head -c 600 /dev/zero")).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(table.get(&"running".into()).is_some());
+    table.shutdown();
+}

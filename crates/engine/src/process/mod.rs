@@ -130,6 +130,11 @@ impl LocalProcess {
         self.state().output.is_closed()
     }
 
+    /// Output bytes retained for replays now.
+    pub fn retained_bytes(&self) -> usize {
+        self.state().output.bytes()
+    }
+
     /// The next sequence number this process will allocate.
     pub fn next_seq(&self) -> u64 {
         self.state().output.next_seq()

@@ -47,6 +47,11 @@ pub struct ReadWindow {
 }
 
 impl RetainedOutput {
+    /// Output bytes retained now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub(crate) fn new(byte_limit: usize) -> Self {
         Self {
             chunks: VecDeque::new(),
