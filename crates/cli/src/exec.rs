@@ -10,7 +10,7 @@ use clap::Args;
 use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
 use tether_protocol::PathUri;
-use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams};
+use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, PtySize};
 use tokio::io::AsyncReadExt;
 
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
@@ -88,33 +88,40 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         tls_ca_file: args.tls_ca_file.clone(),
         ..ClientOptions::default()
     };
-    let mut process = match (&args.resume, &args.process) {
+    let (mut process, resizable) = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
             let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {
                 anyhow::anyhow!(
                     "{e}; if the client that held the session is gone, the server notices within seconds: try again"
                 )
             })?;
+            let resizable = supports_pty_size(&client);
             let (process, truncated) = client.attach(process_id.as_str()).await?;
             if truncated {
                 eprintln!(
                     "tether exec: earlier output of {process_id} is no longer retained; showing the rest"
                 );
             }
-            process
+            (process, resizable)
         }
         _ => {
             let client = ExecServerClient::connect(&args.url, options).await?;
+            let resizable = supports_pty_size(&client);
             let process = client.start(start_params(&args, &client)?).await?;
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
             }
-            process
+            (process, resizable)
         }
     };
 
     // On a PTY the remote terminal echoes and interprets keys; ours must pass them through.
     let _raw = if args.tty { RawTerminal::enable() } else { None };
+    // And it follows our window's size, where the server can.
+    let mut window_changes = match args.tty && resizable {
+        true => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok(),
+        false => None,
+    };
     let mut stdin = tokio::io::stdin();
     let mut stdin_open = !args.no_stdin;
     let mut buffer = vec![0u8; 64 * 1024];
@@ -138,6 +145,12 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     process.write(buffer[..n].to_vec()).await?;
                 }
             },
+            Some(()) = next_window_change(&mut window_changes) => {
+                if let Some(size) = local_terminal_size() {
+                    // A resize that fails (the process just ended) changes nothing worth a word.
+                    let _ = process.resize(size.cols, size.rows).await;
+                }
+            }
             _ = tokio::signal::ctrl_c() => {
                 if interrupted {
                     process.terminate().await?;
@@ -182,7 +195,39 @@ fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<Ex
     params.env_policy = env_policy;
     params.tty = args.tty;
     params.pipe_stdin = !args.no_stdin;
+    if args.tty && supports_pty_size(client) {
+        params.pty_size = local_terminal_size();
+    }
     Ok(params)
+}
+
+/// Whether the server takes a terminal size (`tetherExtensions.ptySize`; the reference's PTY is
+/// always 24×80).
+fn supports_pty_size(client: &ExecServerClient) -> bool {
+    client
+        .environment_info()
+        .and_then(|info| info.capabilities.as_ref())
+        .and_then(|capabilities| capabilities.tether_extensions.as_ref())
+        .is_some_and(|extensions| extensions.pty_size)
+}
+
+/// The size of the terminal on our stdout (or stdin), if either is one.
+fn local_terminal_size() -> Option<PtySize> {
+    use std::os::fd::AsFd as _;
+    let (stdout, stdin) = (std::io::stdout(), std::io::stdin());
+    [stdout.as_fd(), stdin.as_fd()].into_iter().find_map(|fd| {
+        let size = rustix::termios::tcgetwinsize(fd).ok()?;
+        (size.ws_col > 0 && size.ws_row > 0)
+            .then_some(PtySize { cols: size.ws_col, rows: size.ws_row })
+    })
+}
+
+/// The next SIGWINCH, or never without a listener.
+async fn next_window_change(changes: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match changes {
+        Some(changes) => changes.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn write_out(stream: ExecOutputStream, bytes: &[u8]) -> anyhow::Result<()> {

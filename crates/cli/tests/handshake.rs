@@ -105,10 +105,10 @@ async fn initialize_is_accepted_once_per_connection(target: Target) {
 async fn unknown_methods_are_not_found_in_any_state(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
     let mut client = RpcClient::connect(&server.url).await.unwrap();
-    let error = client.err("process/resize", json!({})).await.unwrap();
+    let error = client.err("process/resizePty", json!({})).await.unwrap();
     assert_eq!(
         (error.code, error.message.as_str()),
-        (-32601, "exec-server stub does not implement `process/resize` yet")
+        (-32601, "exec-server stub does not implement `process/resizePty` yet")
     );
     client.initialize(None).await.unwrap().unwrap();
     for method in ["process/kill", "", "initialized", "shutdown"] {

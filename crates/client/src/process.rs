@@ -76,6 +76,15 @@ impl RemoteProcess {
     }
 
     /// Kills the process group; returns whether it was running.
+    /// Sets a `tty` process's terminal size (`process/resize`, a Tether extension: check the
+    /// server's `tetherExtensions.ptySize` first; the reference answers `-32601`). Safe to
+    /// resend: the last size wins.
+    pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), ClientError> {
+        let params = json!({"processId": self.registration.process_id, "cols": cols, "rows": rows});
+        let _: serde_json::Value = self.client.call("process/resize", &params, Retry::Safe).await?;
+        Ok(())
+    }
+
     pub async fn terminate(&self) -> Result<bool, ClientError> {
         let params = json!({"processId": self.registration.process_id});
         let response: TerminateResponse =

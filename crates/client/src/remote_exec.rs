@@ -47,6 +47,10 @@ impl ExecProcess for RemoteProcess {
         RemoteProcess::terminate(self).await.map_err(exec_error)
     }
 
+    async fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecError> {
+        RemoteProcess::resize(self, cols, rows).await.map_err(exec_error)
+    }
+
     async fn read(
         &self,
         after_seq: u64,

@@ -112,6 +112,7 @@ impl ProcessTable {
             spawned.pid,
             self.config.retained_output_bytes,
             stdin,
+            spawned.terminal.take(),
         );
         processes.insert(params.process_id.clone(), local.clone());
         drop(processes);
@@ -156,6 +157,7 @@ impl ProcessTable {
     /// Records a process's close, then forgets the oldest closed processes while their output
     /// together is over the budget (the newest is kept whatever its size).
     fn closed(&self, local: &Arc<LocalProcess>) {
+        local.release_terminal();
         let mut closed = self.closed_lock();
         closed.push(local.clone());
         while closed.bytes > self.config.closed_output_budget && closed.queue.len() > 1 {
@@ -196,6 +198,13 @@ impl ProcessTable {
     }
 
     /// Kills a running process; returns whether it was running.
+    /// Sets a `tty` process's terminal size.
+    pub fn resize(&self, process_id: &ProcessId, cols: u16, rows: u16) -> Result<(), ProcessError> {
+        let process =
+            self.get(process_id).ok_or_else(|| ProcessError::UnknownProcess(process_id.clone()))?;
+        process.resize(cols, rows)
+    }
+
     pub fn terminate(&self, process_id: &ProcessId) -> bool {
         self.get(process_id).is_some_and(|p| p.terminate())
     }
@@ -254,6 +263,16 @@ fn validate<'a>(
         env: child_env(&params.env, params.env_policy.as_ref(), parent_env.iter().cloned()),
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
+        pty_size: match params.pty_size {
+            None => (process::PTY_COLS, process::PTY_ROWS),
+            Some(size) if size.cols > 0 && size.rows > 0 => (size.cols, size.rows),
+            Some(size) => {
+                return Err(ProcessError::InvalidParams(format!(
+                    "ptySize must be at least 1×1, got {}×{}",
+                    size.cols, size.rows
+                )));
+            }
+        },
     })
 }
 

@@ -27,6 +27,8 @@ pub enum Method {
     FsClose,
     FsWatchMissing,
     HttpRequest,
+    /// Tether extension: a `tty` process's terminal size.
+    ProcessResize,
 }
 
 /// The one client→server notification: the handshake's second step.
@@ -43,7 +45,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 23] = [
+    pub const ALL: [Method; 24] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -67,6 +69,7 @@ impl Method {
         Method::FsClose,
         Method::FsWatchMissing,
         Method::HttpRequest,
+        Method::ProcessResize,
     ];
 
     pub fn name(self) -> &'static str {
@@ -94,6 +97,7 @@ impl Method {
             Method::FsClose => "fs/close",
             Method::FsWatchMissing => "fs/watchMissing",
             Method::HttpRequest => "http/request",
+            Method::ProcessResize => "process/resize",
         }
     }
 
@@ -110,7 +114,8 @@ impl Method {
             | Method::ProcessRead
             | Method::ProcessWrite
             | Method::ProcessSignal
-            | Method::ProcessTerminate => "exec",
+            | Method::ProcessTerminate
+            | Method::ProcessResize => "exec",
             Method::EnvironmentInfo => "environment info",
             Method::EnvironmentStatus => "environment status",
             Method::HttpRequest => "http",
@@ -134,7 +139,7 @@ mod tests {
         for method in Method::ALL {
             assert_eq!(Method::from_name(method.name()), Some(method));
         }
-        assert_eq!(Method::from_name("process/resize"), None);
+        assert_eq!(Method::from_name("process/resizePty"), None);
         assert_eq!(Method::from_name(""), None);
     }
 }

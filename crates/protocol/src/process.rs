@@ -77,6 +77,27 @@ pub struct ExecParams {
     /// Caller bookkeeping (`{threadId, toolCallId}`); carried, never interpreted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// Tether extension (`tetherExtensions.ptySize`): the terminal's size for a `tty` process;
+    /// 24×80 without it, as the reference's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty_size: Option<PtySize>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// `process/resize` params (Tether extension): a `tty` process's new terminal size; the
+/// process group gets `SIGWINCH`. Answered with `{}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeParams {
+    pub process_id: ProcessId,
+    pub cols: u16,
+    pub rows: u16,
 }
 
 impl ExecParams {
@@ -98,6 +119,7 @@ impl ExecParams {
             managed_network: None,
             network_proxy: None,
             metadata: None,
+            pty_size: None,
         }
     }
 }

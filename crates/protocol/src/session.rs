@@ -86,6 +86,19 @@ pub struct Capabilities {
     pub windows_mxc: bool,
     pub linux_root_write_preserves_devices: bool,
     pub linux_approved_root_write_preserves_restrictions: bool,
+    /// What Tether serves beyond the reference protocol; absent from the reference. A client
+    /// uses an extension only where its flag says so, and a client that knows none sees the
+    /// reference's protocol unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tether_extensions: Option<TetherExtensions>,
+}
+
+/// The Tether extensions a server serves (see the README's protocol section).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TetherExtensions {
+    /// `process/start {ptySize}` and `process/resize`.
+    pub pty_size: bool,
 }
 
 /// `environment/status` result.

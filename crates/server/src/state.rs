@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tether_engine::fs::LocalFileSystem;
 use tether_engine::http::LocalHttpClient;
-use tether_protocol::session::{Capabilities, EnvironmentInfo};
+use tether_protocol::session::{Capabilities, EnvironmentInfo, TetherExtensions};
 
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
@@ -40,5 +40,10 @@ impl ServerState {
 /// The optional features this server serves. Each flag gates request fields a client will
 /// send, so only what is really implemented is advertised.
 fn capabilities() -> Capabilities {
-    Capabilities { fs_watch_missing: true, http_header_env_vars: true, ..Capabilities::default() }
+    Capabilities {
+        fs_watch_missing: true,
+        http_header_env_vars: true,
+        tether_extensions: Some(TetherExtensions { pty_size: true }),
+        ..Capabilities::default()
+    }
 }

@@ -142,6 +142,10 @@ impl ExecProcess for LocalExecProcess {
         Ok(self.process.terminate())
     }
 
+    async fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecError> {
+        Ok(self.process.resize(cols, rows)?)
+    }
+
     async fn read(
         &self,
         after_seq: u64,

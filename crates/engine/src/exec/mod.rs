@@ -47,6 +47,10 @@ pub trait ExecProcess: Send + Sync {
     /// Kills the process group; returns whether the process was still running.
     async fn terminate(&self) -> Result<bool, ExecError>;
 
+    /// Sets a `tty` process's terminal size (a Tether extension: a remote executor that does
+    /// not advertise `tetherExtensions.ptySize` refuses it).
+    async fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecError>;
+
     /// Retained output after `after_seq` (a re-sync, or for a caller that polls); with
     /// `wait_ms`, waits that long for something new.
     async fn read(

@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
+pub use spawn::{PTY_COLS, PTY_ROWS};
 pub(crate) use spawn::{SpawnRequest, spawn};
 
 use retained::RetainedOutput;
@@ -99,6 +100,8 @@ pub struct LocalProcess {
     changed: Notify,
     /// `None` when stdin was closed at start (a pipe process without `pipeStdin`).
     stdin: Option<StdinQueue>,
+    /// A PTY process's terminal, for resizing; let go once the process has closed.
+    terminal: Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 struct ProcessState {
@@ -128,6 +131,32 @@ impl LocalProcess {
 
     pub fn is_closed(&self) -> bool {
         self.state().output.is_closed()
+    }
+
+    /// Sets a PTY process's terminal size; the kernel signals `SIGWINCH` to its foreground
+    /// process group.
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ProcessError> {
+        if cols == 0 || rows == 0 {
+            return Err(ProcessError::InvalidParams(format!(
+                "a terminal must be at least 1×1, got {cols}×{rows}"
+            )));
+        }
+        let terminal = self.terminal.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(terminal) = terminal.as_ref() else {
+            return Err(ProcessError::InvalidParams(format!(
+                "process {} has no terminal to resize: it was started without `tty`, or has closed",
+                self.id
+            )));
+        };
+        let size =
+            rustix::termios::Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        rustix::termios::tcsetwinsize(terminal, size)
+            .map_err(|e| ProcessError::Signal(std::io::Error::from(e)))
+    }
+
+    /// Lets go of the terminal (the process has closed; its descriptor must not linger).
+    pub(crate) fn release_terminal(&self) {
+        self.terminal.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Output bytes retained for replays now.
@@ -277,6 +306,7 @@ pub(crate) fn new_process(
     pgid: rustix::process::Pid,
     retained_output_bytes: usize,
     stdin: Option<StdinQueue>,
+    terminal: Option<std::os::fd::OwnedFd>,
 ) -> Arc<LocalProcess> {
     Arc::new(LocalProcess {
         id,
@@ -287,6 +317,7 @@ pub(crate) fn new_process(
         }),
         changed: Notify::new(),
         stdin,
+        terminal: Mutex::new(terminal),
     })
 }
 

@@ -23,6 +23,8 @@ pub(crate) struct SpawnRequest<'a> {
     pub env: BTreeMap<String, String>,
     pub tty: bool,
     pub pipe_stdin: bool,
+    /// (cols, rows) of a PTY.
+    pub pty_size: (u16, u16),
 }
 
 pub(crate) type Reader = Box<dyn AsyncRead + Unpin + Send>;
@@ -35,6 +37,8 @@ pub(crate) struct Spawned {
     pub primary: Reader,
     pub secondary: Option<Reader>,
     pub stdin: Option<Writer>,
+    /// A second handle on a PTY's master, to resize the terminal later.
+    pub terminal: Option<std::os::fd::OwnedFd>,
 }
 
 pub(crate) fn spawn(request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
@@ -75,7 +79,14 @@ fn spawn_pipes(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Sp
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let stdin = child.stdin.take().map(|s| Box::new(s) as Writer);
-    Ok(Spawned { child, pid, primary: Box::new(stdout), secondary: Some(Box::new(stderr)), stdin })
+    Ok(Spawned {
+        child,
+        pid,
+        primary: Box::new(stdout),
+        secondary: Some(Box::new(stderr)),
+        stdin,
+        terminal: None,
+    })
 }
 
 fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spawned> {
@@ -90,7 +101,9 @@ fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spaw
         }
     };
     let (pty, pts) = pty_process::open().map_err(pty_error)?;
-    pty.resize(pty_process::Size::new(PTY_ROWS, PTY_COLS)).map_err(pty_error)?;
+    let (cols, rows) = request.pty_size;
+    pty.resize(pty_process::Size::new(rows, cols)).map_err(pty_error)?;
+    let terminal = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
     let command = pty_process::Command::new(program)
         .args(&request.argv[1..])
         .current_dir(&request.cwd)
@@ -111,6 +124,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spaw
         primary: Box::new(reader),
         secondary: None,
         stdin: Some(Box::new(writer)),
+        terminal: Some(terminal),
     })
 }
 

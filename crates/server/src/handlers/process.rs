@@ -3,8 +3,8 @@
 use serde_json::Value;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::process::{
-    ExecParams, ReadParams, SignalParams, SignalResponse, TerminateParams, TerminateResponse,
-    WriteParams, WriteResponse,
+    ExecParams, ReadParams, ResizeParams, SignalParams, SignalResponse, TerminateParams,
+    TerminateResponse, WriteParams, WriteResponse,
 };
 use tether_protocol::{JsonRpcError, Method, RequestId};
 
@@ -18,6 +18,8 @@ pub(crate) enum ProcessCall {
     Write(WriteParams),
     Signal(SignalParams),
     Terminate(TerminateParams),
+    /// Tether extension.
+    Resize(ResizeParams),
 }
 
 impl ProcessCall {
@@ -38,6 +40,7 @@ impl ProcessCall {
             }
             Method::ProcessSignal => ProcessCall::Signal(params_of(params)?),
             Method::ProcessTerminate => ProcessCall::Terminate(params_of(params)?),
+            Method::ProcessResize => ProcessCall::Resize(params_of(params)?),
             _ => return Ok(None),
         }))
     }
@@ -68,6 +71,12 @@ pub(crate) fn run(
         ProcessCall::Terminate(params) => {
             let running = processes.terminate(&params.process_id);
             Ok(encode_response(id, &TerminateResponse { running }))
+        }
+        ProcessCall::Resize(params) => {
+            processes
+                .resize(&params.process_id, params.cols, params.rows)
+                .map_err(from_process_error)?;
+            Ok(encode_response(id, &serde_json::json!({})))
         }
         ProcessCall::Read(_) => unreachable!("reads are scheduled by the processor"),
     }

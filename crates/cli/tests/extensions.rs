@@ -1,0 +1,134 @@
+//! Tether's extensions to the protocol, each advertised in `tetherExtensions` and each additive:
+//! a client that sends only the reference's messages sees the reference's behaviour, on Tether
+//! as on the reference.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tether_testkit::server::tether_binary;
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+use tokio::io::AsyncReadExt;
+
+mod common;
+
+against_both!(a_client_that_knows_no_extension_sees_the_reference_protocol);
+
+/// Everything a process printed, from its notifications.
+async fn output_of(client: &mut RpcClient, process_id: &str) -> String {
+    let events = client.process_events(process_id).await.unwrap();
+    let chunks: Vec<Value> = events
+        .iter()
+        .filter(|event| event["method"] == "process/output")
+        .map(|event| event["params"].clone())
+        .collect();
+    common::text(&Value::Array(chunks))
+}
+
+fn tty(id: &str, script: &str) -> Value {
+    let mut params = common::exec(id, script);
+    params["tty"] = json!(true);
+    params
+}
+
+async fn a_client_that_knows_no_extension_sees_the_reference_protocol(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let extensions = &init["environmentInfo"]["capabilities"]["tetherExtensions"];
+    match target {
+        Target::Tether => assert_eq!(extensions["ptySize"], true, "{init}"),
+        Target::Reference => assert!(extensions.is_null(), "{init}"),
+    }
+    // A terminal is 24×80 unless a size is asked for.
+    client.ok("process/start", tty("plain", "stty size")).await.unwrap();
+    assert_eq!(output_of(&mut client, "plain").await.trim(), "24 80");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_starts_at_the_size_asked_and_follows_resizes() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let mut sized = tty("sized", "stty size");
+    sized["ptySize"] = json!({"cols": 132, "rows": 40});
+    client.ok("process/start", sized).await.unwrap();
+    assert_eq!(output_of(&mut client, "sized").await.trim(), "40 132");
+
+    let script = "trap 'stty size; exit 0' WINCH; echo ready; while :; do sleep 0.05; done";
+    client.ok("process/start", tty("resized", script)).await.unwrap();
+    let ready_seq = loop {
+        let notification = client.notification().await.unwrap();
+        if notification["method"] == "process/output" {
+            break notification["params"]["seq"].as_u64().unwrap();
+        }
+    };
+    client
+        .ok("process/resize", json!({"processId": "resized", "cols": 100, "rows": 30}))
+        .await
+        .unwrap();
+    let events = client.process_events_after("resized", ready_seq).await.unwrap();
+    let chunks: Vec<Value> = events
+        .iter()
+        .filter(|event| event["method"] == "process/output")
+        .map(|event| event["params"].clone())
+        .collect();
+    assert!(common::text(&Value::Array(chunks)).contains("30 100"));
+
+    let refused = client
+        .err("process/resize", json!({"processId": "resized", "cols": 0, "rows": 5}))
+        .await
+        .unwrap();
+    assert_eq!(refused.code, -32602, "{}", refused.message);
+    client.ok("process/start", common::exec("piped", "sleep 5")).await.unwrap();
+    let refused = client
+        .err("process/resize", json!({"processId": "piped", "cols": 80, "rows": 24}))
+        .await
+        .unwrap();
+    assert!(
+        refused.code == -32602 && refused.message.contains("no terminal"),
+        "{}",
+        refused.message
+    );
+    let unknown = client
+        .err("process/resize", json!({"processId": "nobody", "cols": 80, "rows": 24}))
+        .await
+        .unwrap();
+    assert!(unknown.message.contains("unknown process id nobody"), "{}", unknown.message);
+}
+
+/// `tether exec --tty` inside a real terminal: the remote terminal gets its size at the start
+/// and again whenever the window changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_exec_tty_carries_the_local_window_size() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (pty, pts) = pty_process::open().unwrap();
+    pty.resize(pty_process::Size::new(33, 111)).unwrap();
+    let script =
+        "stty size; trap 'stty size; exit 0' WINCH; echo ready; while :; do sleep 0.05; done";
+    let mut child = pty_process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--tty", "--", "sh", "-c", script])
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn(pts)
+        .unwrap();
+    let (mut reader, writer) = pty.into_split();
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    let mut read_until = async |needle: &str, seen: &mut String| {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while !seen.contains(needle) {
+                let n = reader.read(&mut buffer).await.unwrap();
+                assert!(n > 0, "the terminal closed; seen: {seen:?}");
+                seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{needle:?} never came; seen: {seen:?}"));
+    };
+    read_until("ready", &mut seen).await;
+    assert!(seen.contains("33 111"), "{seen:?}");
+    writer.resize(pty_process::Size::new(44, 120)).unwrap();
+    read_until("44 120", &mut seen).await;
+    let status =
+        tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
