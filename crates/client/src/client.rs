@@ -355,7 +355,11 @@ impl ExecServerClient {
         loop {
             let connection = self.connected().await?;
             match connection.call(method, params).await {
-                Err(ClientError::Disconnected(_)) if retry == Retry::Safe => continue,
+                Err(ClientError::Disconnected(_)) if retry == Retry::Safe => {
+                    // Let the connection's tasks run and report the drop before trying again.
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 Err(ClientError::Disconnected(reason)) => {
                     return Err(ClientError::Disconnected(format!(
                         "`{method}` may or may not have taken effect: {reason}"

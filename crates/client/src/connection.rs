@@ -93,9 +93,13 @@ impl Connection {
             .map_err(connect_error)?;
         let (mut sink, mut stream) = socket.split();
         let (writer, mut frames) = mpsc::unbounded_channel::<Frame>();
+        // A write that fails ends the connection at once: the reader may not notice a broken
+        // socket for a while, and calls meanwhile must not be sent into the void.
+        let (write_failed, mut writer_gone) = mpsc::channel::<String>(1);
         tokio::spawn(async move {
             while let Some(frame) = frames.recv().await {
-                if sink.send(frame).await.is_err() {
+                if let Err(error) = sink.send(frame).await {
+                    let _ = write_failed.try_send(format!("transport error: {error}"));
                     break;
                 }
             }
@@ -109,7 +113,11 @@ impl Connection {
             // calls waiting on it fail for good instead of being sent again on the next
             // connection, where the same answer would break that one too.
             let (reason, broken) = loop {
-                let frame = match stream.next().await {
+                let next = tokio::select! {
+                    next = stream.next() => next,
+                    Some(reason) = writer_gone.recv() => break (reason, false),
+                };
+                let frame = match next {
                     Some(Ok(frame)) => frame,
                     Some(Err(tungstenite::Error::Capacity(error))) => {
                         break (
@@ -190,7 +198,12 @@ impl Connection {
         }
         let text = encode_request(&RequestId::Integer(id), method, params);
         if self.writer.send(Frame::text(text)).is_err() {
-            self.calls.lock().unwrap().waiting.remove(&id);
+            // The writer is gone: the connection is over, whether or not the reader has seen
+            // it yet. Marked so, a caller that retries waits for the next connection instead of
+            // coming straight back here.
+            let mut calls = self.calls.lock().unwrap();
+            calls.waiting.remove(&id);
+            calls.closed.get_or_insert_with(|| "connection closed".into());
             return Err(ClientError::Disconnected("connection closed".into()));
         }
         let value =

@@ -8,8 +8,8 @@ async fn a_short_soak_loses_and_repeats_nothing() {
     let output = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::process::Command::new(env!("CARGO_BIN_EXE_tether-soak"))
-            .args(["--clients", "3", "--processes", "2", "--lines", "50000"])
-            .args(["--duration-secs", "6", "--min-cut-ms", "150", "--max-cut-ms", "600"])
+            .args(["--clients", "6", "--processes", "3", "--lines", "50000"])
+            .args(["--duration-secs", "8", "--min-cut-ms", "100", "--max-cut-ms", "500"])
             .kill_on_drop(true)
             .output(),
     )
