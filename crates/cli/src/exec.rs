@@ -11,6 +11,7 @@ use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
 use tether_protocol::PathUri;
 use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, PtySize};
+use tether_protocol::session::TetherExtensions;
 use tokio::io::AsyncReadExt;
 
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
@@ -88,32 +89,34 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         tls_ca_file: args.tls_ca_file.clone(),
         ..ClientOptions::default()
     };
-    let (mut process, resizable) = match (&args.resume, &args.process) {
+    let (mut process, extensions) = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
             let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {
                 anyhow::anyhow!(
                     "{e}; if the client that held the session is gone, the server notices within seconds: try again"
                 )
             })?;
-            let resizable = supports_pty_size(&client);
+            let extensions = extensions_of(&client);
             let (process, truncated) = client.attach(process_id.as_str()).await?;
             if truncated {
                 eprintln!(
                     "tether exec: earlier output of {process_id} is no longer retained; showing the rest"
                 );
             }
-            (process, resizable)
+            (process, extensions)
         }
         _ => {
             let client = ExecServerClient::connect(&args.url, options).await?;
-            let resizable = supports_pty_size(&client);
+            let extensions = extensions_of(&client);
             let process = client.start(start_params(&args, &client)?).await?;
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
             }
-            (process, resizable)
+            (process, extensions)
         }
     };
+    let resizable = extensions.pty_size;
+    let closable = extensions.close_stdin && !args.tty;
 
     // On a PTY the remote terminal echoes and interprets keys; ours must pass them through.
     let _raw = if args.tty { RawTerminal::enable() } else { None };
@@ -139,8 +142,14 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 None => bail!("the process's stream ended without a close"),
             },
             read = stdin.read(&mut buffer), if stdin_open => match read {
-                // The protocol cannot close a process's stdin; stop forwarding.
-                Ok(0) | Err(_) => stdin_open = false,
+                // End of our input is the end of the command's, where the server can say so
+                // (a terminal's end of input is a Ctrl-D, which is forwarded like any key).
+                Ok(0) | Err(_) => {
+                    stdin_open = false;
+                    if closable {
+                        process.close_stdin().await?;
+                    }
+                }
                 Ok(n) => {
                     process.write(buffer[..n].to_vec()).await?;
                 }
@@ -195,20 +204,19 @@ fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<Ex
     params.env_policy = env_policy;
     params.tty = args.tty;
     params.pipe_stdin = !args.no_stdin;
-    if args.tty && supports_pty_size(client) {
+    if args.tty && extensions_of(client).pty_size {
         params.pty_size = local_terminal_size();
     }
     Ok(params)
 }
 
-/// Whether the server takes a terminal size (`tetherExtensions.ptySize`; the reference's PTY is
-/// always 24×80).
-fn supports_pty_size(client: &ExecServerClient) -> bool {
+/// The Tether extensions the server serves (none for the reference).
+fn extensions_of(client: &ExecServerClient) -> TetherExtensions {
     client
         .environment_info()
         .and_then(|info| info.capabilities.as_ref())
-        .and_then(|capabilities| capabilities.tether_extensions.as_ref())
-        .is_some_and(|extensions| extensions.pty_size)
+        .and_then(|capabilities| capabilities.tether_extensions.clone())
+        .unwrap_or_default()
 }
 
 /// The size of the terminal on our stdout (or stdin), if either is one.

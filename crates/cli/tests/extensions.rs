@@ -36,7 +36,10 @@ async fn a_client_that_knows_no_extension_sees_the_reference_protocol(target: Ta
     let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
     let extensions = &init["environmentInfo"]["capabilities"]["tetherExtensions"];
     match target {
-        Target::Tether => assert_eq!(extensions["ptySize"], true, "{init}"),
+        Target::Tether => {
+            assert_eq!(extensions["ptySize"], true, "{init}");
+            assert_eq!(extensions["closeStdin"], true, "{init}");
+        }
         Target::Reference => assert!(extensions.is_null(), "{init}"),
     }
     // A terminal is 24×80 unless a size is asked for.
@@ -131,4 +134,49 @@ async fn tether_exec_tty_carries_the_local_window_size() {
     let status =
         tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_stdin_ends_the_input_after_what_was_written() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let mut counter = common::exec("counter", "wc -c");
+    counter["pipeStdin"] = json!(true);
+    client.ok("process/start", counter).await.unwrap();
+    let write = |id: &str| json!({"processId": "counter", "chunk": "aGVsbG8=", "writeId": id});
+    let written = client.ok("process/write", write("1")).await.unwrap();
+    assert_eq!(written["status"], "accepted");
+    client.ok("process/closeStdin", json!({"processId": "counter"})).await.unwrap();
+    client.ok("process/closeStdin", json!({"processId": "counter"})).await.unwrap();
+    let late = client.ok("process/write", write("2")).await.unwrap();
+    assert_eq!(late["status"], "stdinClosed");
+    assert_eq!(output_of(&mut client, "counter").await.trim(), "5");
+
+    client.ok("process/start", tty("terminal", "sleep 5")).await.unwrap();
+    let refused = client.err("process/closeStdin", json!({"processId": "terminal"})).await.unwrap();
+    assert!(refused.code == -32602 && refused.message.contains("Ctrl-D"), "{}", refused.message);
+}
+
+/// `tether exec` passes the end of its own input on: `printf hello | tether exec -- wc -c`
+/// ends (on a server without `closeStdin`, `wc` would wait for more forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_exec_forwards_the_end_of_its_input() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--", "wc", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, b"hello").await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "5");
+    assert_eq!(output.status.code(), Some(0));
 }

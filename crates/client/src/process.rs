@@ -85,6 +85,15 @@ impl RemoteProcess {
         Ok(())
     }
 
+    /// Ends a pipe process's input after what was written (`process/closeStdin`, a Tether
+    /// extension: check `tetherExtensions.closeStdin`). Safe to resend.
+    pub async fn close_stdin(&self) -> Result<(), ClientError> {
+        let params = json!({"processId": self.registration.process_id});
+        let _: serde_json::Value =
+            self.client.call("process/closeStdin", &params, Retry::Safe).await?;
+        Ok(())
+    }
+
     pub async fn terminate(&self) -> Result<bool, ClientError> {
         let params = json!({"processId": self.registration.process_id});
         let response: TerminateResponse =

@@ -51,6 +51,10 @@ impl ExecProcess for RemoteProcess {
         RemoteProcess::resize(self, cols, rows).await.map_err(exec_error)
     }
 
+    async fn close_stdin(&self) -> Result<(), ExecError> {
+        RemoteProcess::close_stdin(self).await.map_err(exec_error)
+    }
+
     async fn read(
         &self,
         after_seq: u64,

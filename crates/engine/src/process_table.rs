@@ -205,6 +205,13 @@ impl ProcessTable {
         process.resize(cols, rows)
     }
 
+    /// Ends a pipe process's input after what was written.
+    pub fn close_stdin(&self, process_id: &ProcessId) -> Result<(), ProcessError> {
+        let process =
+            self.get(process_id).ok_or_else(|| ProcessError::UnknownProcess(process_id.clone()))?;
+        process.close_stdin()
+    }
+
     pub fn terminate(&self, process_id: &ProcessId) -> bool {
         self.get(process_id).is_some_and(|p| p.terminate())
     }

@@ -29,6 +29,8 @@ pub enum Method {
     HttpRequest,
     /// Tether extension: a `tty` process's terminal size.
     ProcessResize,
+    /// Tether extension: the end of a pipe process's input.
+    ProcessCloseStdin,
 }
 
 /// The one client→server notification: the handshake's second step.
@@ -45,7 +47,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 24] = [
+    pub const ALL: [Method; 25] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -70,6 +72,7 @@ impl Method {
         Method::FsWatchMissing,
         Method::HttpRequest,
         Method::ProcessResize,
+        Method::ProcessCloseStdin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +101,7 @@ impl Method {
             Method::FsWatchMissing => "fs/watchMissing",
             Method::HttpRequest => "http/request",
             Method::ProcessResize => "process/resize",
+            Method::ProcessCloseStdin => "process/closeStdin",
         }
     }
 
@@ -115,7 +119,8 @@ impl Method {
             | Method::ProcessWrite
             | Method::ProcessSignal
             | Method::ProcessTerminate
-            | Method::ProcessResize => "exec",
+            | Method::ProcessResize
+            | Method::ProcessCloseStdin => "exec",
             Method::EnvironmentInfo => "environment info",
             Method::EnvironmentStatus => "environment status",
             Method::HttpRequest => "http",

@@ -90,6 +90,14 @@ pub struct PtySize {
     pub rows: u16,
 }
 
+/// `process/closeStdin` params (Tether extension): end a pipe process's input after what was
+/// written; later writes answer `stdinClosed`. Answered with `{}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseStdinParams {
+    pub process_id: ProcessId,
+}
+
 /// `process/resize` params (Tether extension): a `tty` process's new terminal size; the
 /// process group gets `SIGWINCH`. Answered with `{}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

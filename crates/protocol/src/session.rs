@@ -99,6 +99,8 @@ pub struct Capabilities {
 pub struct TetherExtensions {
     /// `process/start {ptySize}` and `process/resize`.
     pub pty_size: bool,
+    /// `process/closeStdin`.
+    pub close_stdin: bool,
 }
 
 /// `environment/status` result.

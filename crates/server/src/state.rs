@@ -43,7 +43,7 @@ fn capabilities() -> Capabilities {
     Capabilities {
         fs_watch_missing: true,
         http_header_env_vars: true,
-        tether_extensions: Some(TetherExtensions { pty_size: true }),
+        tether_extensions: Some(TetherExtensions { pty_size: true, close_stdin: true }),
         ..Capabilities::default()
     }
 }

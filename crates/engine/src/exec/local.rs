@@ -146,6 +146,10 @@ impl ExecProcess for LocalExecProcess {
         Ok(self.process.resize(cols, rows)?)
     }
 
+    async fn close_stdin(&self) -> Result<(), ExecError> {
+        Ok(self.process.close_stdin()?)
+    }
+
     async fn read(
         &self,
         after_seq: u64,

@@ -51,6 +51,10 @@ pub trait ExecProcess: Send + Sync {
     /// not advertise `tetherExtensions.ptySize` refuses it).
     async fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecError>;
 
+    /// Ends a pipe process's input after what was written (a Tether extension, like
+    /// [`resize`](Self::resize): `tetherExtensions.closeStdin`).
+    async fn close_stdin(&self) -> Result<(), ExecError>;
+
     /// Retained output after `after_seq` (a re-sync, or for a caller that polls); with
     /// `wait_ms`, waits that long for something new.
     async fn read(

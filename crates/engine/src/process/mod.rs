@@ -217,9 +217,27 @@ impl LocalProcess {
         if state.write_ids.contains(write_id) {
             return Ok(WriteStatus::Accepted);
         }
-        stdin.push(&self.id, chunk)?;
+        if !stdin.push(&self.id, chunk)? {
+            return Ok(WriteStatus::StdinClosed);
+        }
         state.write_ids.remember(write_id);
         Ok(WriteStatus::Accepted)
+    }
+
+    /// Ends a pipe process's input after what was written (the child reads end of file);
+    /// later writes answer `stdinClosed`. A terminal has no input to close: its end of input
+    /// is a Ctrl-D typed on it, which a client writes like any other key.
+    pub fn close_stdin(&self) -> Result<(), ProcessError> {
+        if self.terminal.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return Err(ProcessError::InvalidParams(format!(
+                "process {} runs on a terminal, whose input cannot be closed: write byte 0x04 (Ctrl-D) to signal end of input",
+                self.id
+            )));
+        }
+        if let Some(stdin) = &self.stdin {
+            stdin.close();
+        }
+        Ok(())
     }
 
     /// Sends SIGINT to the process group, as Ctrl-C at a terminal does. A process that already

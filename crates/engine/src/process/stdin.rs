@@ -1,8 +1,8 @@
 //! A process's stdin: writes are queued and applied in order by one writer task, so a
 //! `process/write` is answered at once even when the child is not reading.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tether_protocol::ProcessId;
@@ -18,21 +18,32 @@ use super::ProcessError;
 pub const STDIN_QUEUE_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 
 pub(crate) struct StdinQueue {
-    tx: mpsc::UnboundedSender<Bytes>,
+    /// `None` once the client closed stdin: the writer task writes what is queued, then
+    /// closes the pipe, and the child reads end of input.
+    tx: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     queued: Arc<AtomicUsize>,
 }
 
 impl StdinQueue {
-    pub(crate) fn push(&self, process_id: &ProcessId, chunk: Bytes) -> Result<(), ProcessError> {
+    /// Queues `chunk`; `Ok(false)` if stdin was closed by the client already.
+    pub(crate) fn push(&self, process_id: &ProcessId, chunk: Bytes) -> Result<bool, ProcessError> {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(tx) = tx.as_ref() else { return Ok(false) };
         if chunk.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let queued = self.queued.load(Ordering::Acquire);
         if queued + chunk.len() > STDIN_QUEUE_LIMIT_BYTES {
             return Err(ProcessError::StdinQueueFull(process_id.clone(), queued));
         }
         self.queued.fetch_add(chunk.len(), Ordering::AcqRel);
-        self.tx.send(chunk).map_err(|_| ProcessError::StdinClosed)
+        tx.send(chunk).map_err(|_| ProcessError::StdinClosed)?;
+        Ok(true)
+    }
+
+    /// Ends the input after what is queued. Closing twice is closing once.
+    pub(crate) fn close(&self) {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 }
 
@@ -54,6 +65,8 @@ where
             }
             pending.fetch_sub(chunk.len(), Ordering::AcqRel);
         }
+        // Closed by the client (or the process is gone): the child reads end of input.
+        let _ = writer.shutdown().await;
     });
-    StdinQueue { tx, queued }
+    StdinQueue { tx: Mutex::new(Some(tx)), queued }
 }

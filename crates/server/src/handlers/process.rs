@@ -3,8 +3,8 @@
 use serde_json::Value;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::process::{
-    ExecParams, ReadParams, ResizeParams, SignalParams, SignalResponse, TerminateParams,
-    TerminateResponse, WriteParams, WriteResponse,
+    CloseStdinParams, ExecParams, ReadParams, ResizeParams, SignalParams, SignalResponse,
+    TerminateParams, TerminateResponse, WriteParams, WriteResponse,
 };
 use tether_protocol::{JsonRpcError, Method, RequestId};
 
@@ -20,6 +20,8 @@ pub(crate) enum ProcessCall {
     Terminate(TerminateParams),
     /// Tether extension.
     Resize(ResizeParams),
+    /// Tether extension.
+    CloseStdin(CloseStdinParams),
 }
 
 impl ProcessCall {
@@ -41,6 +43,7 @@ impl ProcessCall {
             Method::ProcessSignal => ProcessCall::Signal(params_of(params)?),
             Method::ProcessTerminate => ProcessCall::Terminate(params_of(params)?),
             Method::ProcessResize => ProcessCall::Resize(params_of(params)?),
+            Method::ProcessCloseStdin => ProcessCall::CloseStdin(params_of(params)?),
             _ => return Ok(None),
         }))
     }
@@ -76,6 +79,10 @@ pub(crate) fn run(
             processes
                 .resize(&params.process_id, params.cols, params.rows)
                 .map_err(from_process_error)?;
+            Ok(encode_response(id, &serde_json::json!({})))
+        }
+        ProcessCall::CloseStdin(params) => {
+            processes.close_stdin(&params.process_id).map_err(from_process_error)?;
             Ok(encode_response(id, &serde_json::json!({})))
         }
         ProcessCall::Read(_) => unreachable!("reads are scheduled by the processor"),
