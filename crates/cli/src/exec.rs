@@ -59,12 +59,16 @@ pub struct ExecArgs {
     /// Reattach to a process started earlier in this session (by a `tether exec` that died,
     /// say) instead of starting a command: its retained output is replayed, then it is followed
     /// to its exit.
-    #[arg(long, value_name = "SESSION", requires = "process", conflicts_with = "command")]
+    #[arg(long, value_name = "SESSION", conflicts_with = "command")]
     resume: Option<String>,
 
     /// The process to reattach to, with `--resume`.
     #[arg(long, value_name = "ID", requires = "resume")]
     process: Option<String>,
+
+    /// With `--resume`: list the session's processes (to find the one to reattach to) and exit.
+    #[arg(long, requires = "resume", conflicts_with_all = ["process", "command"])]
+    list: bool,
 
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required_unless_present = "resume", value_name = "COMMAND")]
@@ -83,12 +87,36 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
 }
 
 async fn run(args: ExecArgs) -> anyhow::Result<i32> {
+    if args.resume.is_some() && args.process.is_none() && !args.list {
+        bail!(
+            "--resume needs --process ID to reattach to, or --list to see the session's processes"
+        );
+    }
     let options = ClientOptions {
         client_name: "tether-exec".into(),
         bearer_token: crate::credentials::exec_server_token(args.token_file.as_deref())?,
         tls_ca_file: args.tls_ca_file.clone(),
         ..ClientOptions::default()
     };
+    if let (Some(session), true) = (&args.resume, args.list) {
+        let client = ExecServerClient::resume(&args.url, session, options).await?;
+        if !extensions_of(&client).process_list {
+            bail!("this server cannot list a session's processes (it does not serve process/list)");
+        }
+        println!("PROCESS\tSTATE\tEXIT\tNEXT_SEQ\tCOMMAND");
+        for process in client.list_processes().await? {
+            let exit = process.exit_code.map_or("-".to_owned(), |code| code.to_string());
+            let state = format!("{:?}", process.state).to_lowercase();
+            println!(
+                "{}\t{state}\t{exit}\t{}\t{}",
+                process.process_id,
+                process.next_seq,
+                process.argv.join(" ")
+            );
+        }
+        client.disconnect();
+        return Ok(0);
+    }
     let (mut process, extensions) = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
             let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {

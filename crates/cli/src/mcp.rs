@@ -146,13 +146,18 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
         }
         McpAction::Call { tool, .. } => {
             let mut notifications = client.subscribe();
-            let reporter = tokio::spawn(async move {
-                while let Ok(notification) = notifications.recv().await {
-                    report(&notification);
+            let call = client.call_tool(&tool, arguments);
+            tokio::pin!(call);
+            let result = loop {
+                tokio::select! {
+                    result = &mut call => break result,
+                    Ok(notification) = notifications.recv() => report(&notification),
                 }
-            });
-            let result = client.call_tool(&tool, arguments).await;
-            reporter.abort();
+            };
+            // What came before the answer is published before it: report all of it.
+            while let Ok(notification) = notifications.try_recv() {
+                report(&notification);
+            }
             let result = result.with_context(|| format!("calling {tool}"))?;
             print_result(&result, args.json)?;
             if result.is_error == Some(true) { 2 } else { 0 }

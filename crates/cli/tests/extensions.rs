@@ -180,3 +180,74 @@ async fn tether_exec_forwards_the_end_of_its_input() {
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "5");
     assert_eq!(output.status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lists_its_processes_and_reads_say_what_was_dropped() {
+    let server = ServerProcess::start_with(Target::Tether, &["--retain-output-bytes", "1000"])
+        .await
+        .unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let extensions = &init["environmentInfo"]["capabilities"]["tetherExtensions"];
+    assert_eq!(
+        (&extensions["processList"], &extensions["oldestRetainedSeq"]),
+        (&json!(true), &json!(true))
+    );
+    client.ok("process/start", common::exec("sleeper", "sleep 30")).await.unwrap();
+    let talk = "for i in 1 2 3 4 5 6 7 8 9 10; do head -c 500 /dev/zero; sleep 0.02; done; exit 4";
+    client.ok("process/start", common::exec("talker", talk)).await.unwrap();
+    client.process_events("talker").await.unwrap();
+
+    let list = client.ok("process/list", json!({})).await.unwrap();
+    let processes = list["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{list}");
+    let sleeper = &processes[0];
+    assert_eq!(sleeper["processId"], "sleeper");
+    assert_eq!(sleeper["state"], "running");
+    assert_eq!(sleeper["argv"], json!(["/bin/sh", "-c", "sleep 30"]));
+    assert_eq!(sleeper["exitCode"], Value::Null);
+    let talker = &processes[1];
+    assert_eq!((&talker["state"], &talker["exitCode"]), (&json!("closed"), &json!(4)));
+
+    // 5,000 bytes of output in ten writes, 1,000 retained: a read says where what is left
+    // begins.
+    let read =
+        client.ok("process/read", json!({"processId": "talker", "afterSeq": 0})).await.unwrap();
+    let oldest = read["oldestRetainedSeq"].as_u64().unwrap();
+    let first_chunk = read["chunks"][0]["seq"].as_u64().unwrap();
+    assert!(oldest > 1 && oldest == first_chunk, "oldest {oldest}, first chunk {first_chunk}");
+    let fresh = client.ok("process/read", json!({"processId": "sleeper"})).await.unwrap();
+    assert_eq!(fresh["oldestRetainedSeq"], 1, "nothing dropped");
+}
+
+/// `tether exec --resume SESSION --list`: a harness that lost track of its processes finds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_exec_lists_a_sessions_processes() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let session = {
+        let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+        client.ok("process/start", common::exec("long-job", "sleep 30")).await.unwrap();
+        init["sessionId"].as_str().unwrap().to_owned()
+    };
+    // The first client is gone; once the server notices, the session can be resumed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let output = loop {
+        let output = tokio::process::Command::new(tether_binary().unwrap())
+            .args(["exec", "--url", &server.url, "--resume", &session, "--list"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        if output.status.success() || tokio::time::Instant::now() > deadline {
+            break output;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("long-job\trunning\t-\t") && line.ends_with("sleep 30")),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

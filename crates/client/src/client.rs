@@ -29,8 +29,8 @@ use tether_protocol::method::{
     HTTP_REQUEST_BODY_DELTA, INITIALIZED, PROCESS_CLOSED, PROCESS_EXITED, PROCESS_OUTPUT,
 };
 use tether_protocol::process::{
-    ExecParams, ExecResponse, ProcessClosedNotification, ProcessExitedNotification,
-    ProcessOutputNotification, ReadResponse,
+    ExecParams, ExecResponse, ListResponse, ProcessClosedNotification, ProcessExitedNotification,
+    ProcessOutputNotification, ProcessSummary, ReadResponse,
 };
 use tether_protocol::session::{EnvironmentInfo, InitializeParams, InitializeResponse};
 use tether_protocol::{Notification, ProcessId};
@@ -257,6 +257,13 @@ impl ExecServerClient {
                 Err(error)
             }
         }
+    }
+
+    /// The session's processes (`process/list`, a Tether extension: check
+    /// `tetherExtensions.processList`; the reference answers `-32601`).
+    pub async fn list_processes(&self) -> Result<Vec<ProcessSummary>, ClientError> {
+        let list: ListResponse = self.call("process/list", &json!({}), Retry::Safe).await?;
+        Ok(list.processes)
     }
 
     /// Follows a process already running (or finished) in this session, from the oldest output

@@ -118,6 +118,7 @@ impl RemoteProcess {
                 closed: true,
                 failure: Some(message),
                 sandbox_denied: false,
+                oldest_retained_seq: None,
             });
         }
         let params = json!({

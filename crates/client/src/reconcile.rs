@@ -125,6 +125,7 @@ mod tests {
             closed,
             failure: None,
             sandbox_denied: false,
+            oldest_retained_seq: None,
         }
     }
 

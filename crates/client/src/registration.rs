@@ -299,6 +299,7 @@ mod tests {
             closed: false,
             failure: None,
             sandbox_denied: false,
+            oldest_retained_seq: None,
         }
     }
 
@@ -347,6 +348,7 @@ mod tests {
             closed: false,
             failure: None,
             sandbox_denied: false,
+            oldest_retained_seq: None,
         };
         registration.catch_up(&read).unwrap();
         assert_eq!(published(&mut updates), (vec![2, 3, 4], false));

@@ -106,6 +106,7 @@ proptest! {
             closed: true,
             failure: None,
             sandbox_denied: false,
+            oldest_retained_seq: None,
         };
         let exit_published = exit_seq <= last_published;
         let known = Known {

@@ -86,6 +86,13 @@ impl ProcessTable {
         self.processes().get(id).cloned()
     }
 
+    /// What `process/list` says: every process, by id.
+    pub fn summaries(&self) -> Vec<tether_protocol::process::ProcessSummary> {
+        let mut summaries: Vec<_> = self.list().iter().map(|p| p.summary()).collect();
+        summaries.sort_by(|a, b| a.process_id.as_str().cmp(b.process_id.as_str()));
+        summaries
+    }
+
     /// Every process of the table, in no particular order.
     pub fn list(&self) -> Vec<Arc<LocalProcess>> {
         self.processes().values().cloned().collect()
@@ -113,6 +120,8 @@ impl ProcessTable {
             self.config.retained_output_bytes,
             stdin,
             spawned.terminal.take(),
+            params.argv.clone(),
+            params.tty,
         );
         processes.insert(params.process_id.clone(), local.clone());
         drop(processes);

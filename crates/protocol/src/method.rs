@@ -31,6 +31,8 @@ pub enum Method {
     ProcessResize,
     /// Tether extension: the end of a pipe process's input.
     ProcessCloseStdin,
+    /// Tether extension: the session's processes.
+    ProcessList,
 }
 
 /// The one client→server notification: the handshake's second step.
@@ -47,7 +49,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 25] = [
+    pub const ALL: [Method; 26] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -73,6 +75,7 @@ impl Method {
         Method::HttpRequest,
         Method::ProcessResize,
         Method::ProcessCloseStdin,
+        Method::ProcessList,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +105,7 @@ impl Method {
             Method::HttpRequest => "http/request",
             Method::ProcessResize => "process/resize",
             Method::ProcessCloseStdin => "process/closeStdin",
+            Method::ProcessList => "process/list",
         }
     }
 
@@ -120,7 +124,8 @@ impl Method {
             | Method::ProcessSignal
             | Method::ProcessTerminate
             | Method::ProcessResize
-            | Method::ProcessCloseStdin => "exec",
+            | Method::ProcessCloseStdin
+            | Method::ProcessList => "exec",
             Method::EnvironmentInfo => "environment info",
             Method::EnvironmentStatus => "environment status",
             Method::HttpRequest => "http",

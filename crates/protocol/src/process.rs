@@ -90,6 +90,37 @@ pub struct PtySize {
     pub rows: u16,
 }
 
+/// `process/list` result (Tether extension, `tetherExtensions.processList`; the params are
+/// `{}`): the session's processes, for a client that lost track of them (a harness restarted
+/// and resumed its session) to reattach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListResponse {
+    pub processes: Vec<ProcessSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessSummary {
+    pub process_id: ProcessId,
+    pub argv: Vec<String>,
+    pub tty: bool,
+    pub state: ProcessState,
+    pub exit_code: Option<i32>,
+    /// The sequence the next event will carry: a client that saw everything has seen this - 1.
+    pub next_seq: u64,
+    pub oldest_retained_seq: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessState {
+    Running,
+    /// Exited; output may still come (a grandchild holds the pipes).
+    Exited,
+    /// Exited and every output stream ended: nothing more will come.
+    Closed,
+}
+
 /// `process/closeStdin` params (Tether extension): end a pipe process's input after what was
 /// written; later writes answer `stdinClosed`. Answered with `{}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +255,11 @@ pub struct ReadResponse {
     pub failure: Option<String>,
     #[serde(default)]
     pub sandbox_denied: bool,
+    /// Tether extension (`tetherExtensions.oldestRetainedSeq`): the oldest sequence a read can
+    /// still return. A client that has seen less than `oldestRetainedSeq - 1` knows output
+    /// after what it saw was dropped, rather than inferring it from holes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_retained_seq: Option<u64>,
 }
 
 /// `process/write` params.

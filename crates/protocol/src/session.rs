@@ -101,6 +101,10 @@ pub struct TetherExtensions {
     pub pty_size: bool,
     /// `process/closeStdin`.
     pub close_stdin: bool,
+    /// `process/list`.
+    pub process_list: bool,
+    /// `oldestRetainedSeq` in `process/read` results.
+    pub oldest_retained_seq: bool,
 }
 
 /// `environment/status` result.

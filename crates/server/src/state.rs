@@ -43,7 +43,12 @@ fn capabilities() -> Capabilities {
     Capabilities {
         fs_watch_missing: true,
         http_header_env_vars: true,
-        tether_extensions: Some(TetherExtensions { pty_size: true, close_stdin: true }),
+        tether_extensions: Some(TetherExtensions {
+            pty_size: true,
+            close_stdin: true,
+            process_list: true,
+            oldest_retained_seq: true,
+        }),
         ..Capabilities::default()
     }
 }

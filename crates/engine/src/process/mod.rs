@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tether_protocol::ProcessId;
-use tether_protocol::process::{ExecOutputStream, ReadResponse, WriteStatus};
+use tether_protocol::process::{
+    ExecOutputStream, ProcessState as RunState, ProcessSummary, ReadResponse, WriteStatus,
+};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -102,6 +104,9 @@ pub struct LocalProcess {
     stdin: Option<StdinQueue>,
     /// A PTY process's terminal, for resizing; let go once the process has closed.
     terminal: Mutex<Option<std::os::fd::OwnedFd>>,
+    /// As started, for `process/list`.
+    argv: Vec<String>,
+    tty: bool,
 }
 
 struct ProcessState {
@@ -127,6 +132,26 @@ impl LocalProcess {
 
     pub fn has_exited(&self) -> bool {
         self.state().output.exit().is_some()
+    }
+
+    /// What `process/list` says of this process.
+    pub fn summary(&self) -> ProcessSummary {
+        let state = self.state();
+        let output = &state.output;
+        let exit_code = output.exit().map(|(_, code)| code);
+        ProcessSummary {
+            process_id: self.id.clone(),
+            argv: self.argv.clone(),
+            tty: self.tty,
+            state: match (output.is_closed(), exit_code) {
+                (true, _) => RunState::Closed,
+                (false, Some(_)) => RunState::Exited,
+                (false, None) => RunState::Running,
+            },
+            exit_code,
+            next_seq: output.next_seq(),
+            oldest_retained_seq: output.oldest_readable_seq(),
+        }
     }
 
     pub fn is_closed(&self) -> bool {
@@ -284,6 +309,7 @@ fn to_response(window: ReadWindow) -> ReadResponse {
         closed: window.closed,
         failure: None,
         sandbox_denied: false,
+        oldest_retained_seq: Some(window.oldest_readable_seq),
     }
 }
 
@@ -325,6 +351,8 @@ pub(crate) fn new_process(
     retained_output_bytes: usize,
     stdin: Option<StdinQueue>,
     terminal: Option<std::os::fd::OwnedFd>,
+    argv: Vec<String>,
+    tty: bool,
 ) -> Arc<LocalProcess> {
     Arc::new(LocalProcess {
         id,
@@ -336,6 +364,8 @@ pub(crate) fn new_process(
         changed: Notify::new(),
         stdin,
         terminal: Mutex::new(terminal),
+        argv,
+        tty,
     })
 }
 

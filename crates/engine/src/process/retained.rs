@@ -34,6 +34,8 @@ pub(crate) struct RetainedOutput {
     next_seq: u64,
     exit: Option<(u64, i32)>,
     closed_seq: Option<u64>,
+    /// The last sequence whose output was dropped to stay within the limits (0: none).
+    evicted_through: u64,
 }
 
 /// A window of retained output, as `process/read` returns it.
@@ -41,6 +43,7 @@ pub(crate) struct RetainedOutput {
 pub struct ReadWindow {
     pub chunks: Vec<ProcessOutputChunk>,
     pub next_seq: u64,
+    pub oldest_readable_seq: u64,
     pub exit_code: Option<i32>,
     pub exited: bool,
     pub closed: bool,
@@ -56,6 +59,7 @@ impl RetainedOutput {
         Self {
             chunks: VecDeque::new(),
             bytes: 0,
+            evicted_through: 0,
             byte_limit,
             next_seq: 1,
             exit: None,
@@ -73,6 +77,7 @@ impl RetainedOutput {
         {
             if let Some(dropped) = self.chunks.pop_front() {
                 self.bytes -= dropped.chunk.len();
+                self.evicted_through = dropped.seq;
             }
         }
         seq
@@ -113,6 +118,12 @@ impl RetainedOutput {
         self.chunks.front().map(|c| c.seq)
     }
 
+    /// The oldest sequence a read can still return: everything before it that was output has
+    /// been dropped (1 when nothing was).
+    pub(crate) fn oldest_readable_seq(&self) -> u64 {
+        self.evicted_through + 1
+    }
+
     /// Whether a reader that has seen everything up to `after_seq` has something new to see:
     /// a chunk, the exit, or the close.
     pub(crate) fn has_news_after(&self, after_seq: u64) -> bool {
@@ -146,6 +157,7 @@ impl RetainedOutput {
         ReadWindow {
             chunks,
             next_seq,
+            oldest_readable_seq: self.oldest_readable_seq(),
             exit_code: self.exit.map(|(_, code)| code),
             exited: self.exit.is_some(),
             closed: self.closed_seq.is_some(),

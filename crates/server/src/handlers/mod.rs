@@ -50,7 +50,7 @@ pub(crate) fn params_of<T: DeserializeOwned>(params: Option<Value>) -> Result<T,
 }
 
 /// Methods without params accept absent params, `null`, or `{}`.
-fn unit_params(params: Option<Value>) -> Result<(), JsonRpcError> {
+pub(crate) fn unit_params(params: Option<Value>) -> Result<(), JsonRpcError> {
     let params = params.filter(|p| !matches!(p, Value::Object(map) if map.is_empty()));
     params_of(params)
 }

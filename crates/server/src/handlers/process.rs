@@ -3,8 +3,8 @@
 use serde_json::Value;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::process::{
-    CloseStdinParams, ExecParams, ReadParams, ResizeParams, SignalParams, SignalResponse,
-    TerminateParams, TerminateResponse, WriteParams, WriteResponse,
+    CloseStdinParams, ExecParams, ListResponse, ReadParams, ResizeParams, SignalParams,
+    SignalResponse, TerminateParams, TerminateResponse, WriteParams, WriteResponse,
 };
 use tether_protocol::{JsonRpcError, Method, RequestId};
 
@@ -22,6 +22,8 @@ pub(crate) enum ProcessCall {
     Resize(ResizeParams),
     /// Tether extension.
     CloseStdin(CloseStdinParams),
+    /// Tether extension.
+    List,
 }
 
 impl ProcessCall {
@@ -44,6 +46,10 @@ impl ProcessCall {
             Method::ProcessTerminate => ProcessCall::Terminate(params_of(params)?),
             Method::ProcessResize => ProcessCall::Resize(params_of(params)?),
             Method::ProcessCloseStdin => ProcessCall::CloseStdin(params_of(params)?),
+            Method::ProcessList => {
+                super::unit_params(params)?;
+                ProcessCall::List
+            }
             _ => return Ok(None),
         }))
     }
@@ -84,6 +90,9 @@ pub(crate) fn run(
         ProcessCall::CloseStdin(params) => {
             processes.close_stdin(&params.process_id).map_err(from_process_error)?;
             Ok(encode_response(id, &serde_json::json!({})))
+        }
+        ProcessCall::List => {
+            Ok(encode_response(id, &ListResponse { processes: processes.summaries() }))
         }
         ProcessCall::Read(_) => unreachable!("reads are scheduled by the processor"),
     }
