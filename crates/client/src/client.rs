@@ -56,6 +56,10 @@ pub const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(25);
 /// Pause between reconnect attempts: short, because an outage usually ends abruptly and every
 /// millisecond after that is latency the user sees.
 pub const DEFAULT_RECOVERY_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+/// Pings while connected: cheap, and what lets a dead connection be noticed.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Three missed pings: long enough for a busy server, short beside the recovery deadline.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Clone)]
 pub struct ClientOptions {
@@ -70,6 +74,12 @@ pub struct ClientOptions {
     pub initialize_timeout: Duration,
     pub recovery_timeout: Duration,
     pub recovery_retry_interval: Duration,
+    /// How often to ping the server when connected (`None`: never). Any frame from the server
+    /// (a pong, output, an answer) shows the connection is alive.
+    pub keepalive_interval: Option<Duration>,
+    /// Silence after which a connection is presumed dead and the session recovered on a new
+    /// one, instead of waiting for TCP to notice.
+    pub keepalive_timeout: Duration,
     /// Largest message accepted from the server. One that is larger breaks the connection (the
     /// session recovers) and fails the calls waiting on it, which are not sent again.
     pub max_message_bytes: usize,
@@ -86,6 +96,8 @@ impl Default for ClientOptions {
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
             recovery_retry_interval: DEFAULT_RECOVERY_RETRY_INTERVAL,
             max_message_bytes: crate::connection::MAX_INCOMING_MESSAGE_BYTES,
+            keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
         }
     }
 }
@@ -101,6 +113,8 @@ impl std::fmt::Debug for ClientOptions {
             .field("recovery_timeout", &self.recovery_timeout)
             .field("recovery_retry_interval", &self.recovery_retry_interval)
             .field("max_message_bytes", &self.max_message_bytes)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_timeout", &self.keepalive_timeout)
             .finish()
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
@@ -52,6 +53,13 @@ pub(crate) struct Connection {
 /// `fs/readFile` answer for the biggest file a server reads whole (512 MiB, 683 MiB as base64),
 /// with room for the envelope. The library's default, 64 MiB, would fail any file over 48 MiB.
 pub const MAX_INCOMING_MESSAGE_BYTES: usize = 720 * 1024 * 1024;
+
+/// When to ping the server, and how long a silence means the connection is dead.
+struct Keepalive {
+    enabled: bool,
+    interval: Duration,
+    timeout: Duration,
+}
 
 impl Connection {
     /// Opens a connection; its notifications and its end go to `events`.
@@ -108,15 +116,36 @@ impl Connection {
         let calls = Arc::new(Mutex::new(Calls { waiting: HashMap::new(), closed: None }));
         let reader_calls = calls.clone();
         let reader_writer = writer.clone();
+        let keepalive = Keepalive {
+            enabled: options.keepalive_interval.is_some(),
+            interval: options.keepalive_interval.unwrap_or(Duration::from_secs(3600)),
+            timeout: options.keepalive_timeout,
+        };
         let reader = tokio::spawn(async move {
             // Why the connection ended, and whether the server broke the protocol: then the
             // calls waiting on it fail for good instead of being sent again on the next
             // connection, where the same answer would break that one too.
+            let mut heard = tokio::time::Instant::now();
+            let mut ping = tokio::time::interval_at(heard + keepalive.interval, keepalive.interval);
             let (reason, broken) = loop {
                 let next = tokio::select! {
                     next = stream.next() => next,
                     Some(reason) = writer_gone.recv() => break (reason, false),
+                    _ = ping.tick(), if keepalive.enabled => {
+                        // Silence past the deadline is a dead connection (a peer gone without
+                        // a word, a network that swallows packets): recover now rather than when
+                        // TCP gives up, minutes later.
+                        if heard.elapsed() > keepalive.timeout {
+                            break (
+                                format!("no answer from the exec-server within {:?}", keepalive.timeout),
+                                false,
+                            );
+                        }
+                        let _ = reader_writer.send(Frame::Ping(Default::default()));
+                        continue;
+                    }
                 };
+                heard = tokio::time::Instant::now();
                 let frame = match next {
                     Some(Ok(frame)) => frame,
                     Some(Err(tungstenite::Error::Capacity(error))) => {

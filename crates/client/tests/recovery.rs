@@ -12,6 +12,7 @@ mod common;
 use common::{drain, expected_lines};
 
 against_both!(
+    a_silent_connection_is_noticed_and_replaced,
     output_survives_repeated_cuts_byte_exact,
     stdin_writes_are_applied_once_across_cuts,
     an_outage_longer_than_the_recovery_deadline_fails_every_handle,
@@ -176,4 +177,30 @@ async fn a_backlog_larger_than_any_connection_carries_is_caught_up_in_pages() {
         "the backlog took several connections: {}",
         proxy.connections() - connections_before
     );
+}
+
+/// A connection that goes silent without closing (answers held back somewhere on the way) is
+/// declared dead after the keep-alive timeout and replaced; the process streams on, byte-exact.
+/// Without pings the client would wait for TCP, which here never gives up.
+async fn a_silent_connection_is_noticed_and_replaced(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options = ClientOptions {
+        keepalive_interval: Some(Duration::from_millis(100)),
+        keepalive_timeout: Duration::from_millis(600),
+        ..ClientOptions::default()
+    };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let script = "i=1; while [ $i -le 100 ]; do echo line-$i; i=$((i+1)); sleep 0.02; done";
+    let mut process = client.start(params("steady", script)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let connections = proxy.connections();
+    proxy.freeze_downstream();
+    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(expected_lines(100, "line")).unwrap()
+    );
+    assert_eq!(code, 0);
+    assert!(proxy.connections() > connections, "a new connection replaced the silent one");
 }
