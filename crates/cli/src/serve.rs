@@ -12,7 +12,7 @@ use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PRO
 use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
+    DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT,
 };
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
 use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig};
@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// Seconds a closed process stays readable; by default, for the session's lifetime.
     #[arg(long)]
     closed_process_retention_secs: Option<u64>,
+
+    /// Seconds of silence from a WebSocket client (no frame, not even a pong) before its
+    /// connection is closed and its session detached, ready to be resumed.
+    #[arg(long, default_value_t = DEFAULT_PONG_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pong_timeout_secs: u64,
 
     /// Processes per session not yet finished at once; a start past it is refused.
     #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES)]
@@ -203,6 +208,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
         ping_interval: Duration::from_secs(args.ping_interval_secs),
+        pong_timeout: Duration::from_secs(args.pong_timeout_secs),
         concurrent_requests: args.concurrent_requests as usize,
         processes: ProcessTableConfig {
             retained_output_bytes: args.retain_output_bytes,

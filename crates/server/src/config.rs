@@ -18,6 +18,10 @@ pub const DEFAULT_DETACHED_SESSION_TTL: Duration = Duration::from_secs(80);
 /// and proxies from dropping an idle connection and surface a dead one on the next write.
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
 
+/// Silence from a WebSocket client (no frame at all, not even a pong) after which its
+/// connection is closed and its session detached: two missed pings at the default interval.
+pub const DEFAULT_PONG_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Largest WebSocket message (after reassembly) and stdio line accepted: the reference's
 /// ceiling. A bigger message ends that connection, not the server.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -57,6 +61,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub struct ServerConfig {
     pub detached_session_ttl: Duration,
     pub ping_interval: Duration,
+    /// See [`DEFAULT_PONG_TIMEOUT`].
+    pub pong_timeout: Duration,
     pub concurrent_requests: usize,
     pub processes: ProcessTableConfig,
     /// Sessions held at once ([`DEFAULT_MAX_SESSIONS`]).
@@ -76,6 +82,7 @@ impl Default for ServerConfig {
         Self {
             detached_session_ttl: DEFAULT_DETACHED_SESSION_TTL,
             ping_interval: DEFAULT_PING_INTERVAL,
+            pong_timeout: DEFAULT_PONG_TIMEOUT,
             concurrent_requests: DEFAULT_CONCURRENT_REQUESTS,
             processes: ProcessTableConfig::default(),
             max_sessions: DEFAULT_MAX_SESSIONS,

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::extract::ws::{
@@ -118,7 +119,14 @@ async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
         let (mut sink, stream) = socket.split();
         let (outbound, mut queue) = Outbound::channel(app.server.metrics.clone());
         let ping_interval = app.server.config.ping_interval;
+        let pong_timeout = app.server.config.pong_timeout;
+        // When the client was last heard from (any frame, a pong included), in ms since `start`.
+        let start = tokio::time::Instant::now();
+        let heard = Arc::new(AtomicU64::new(0));
+        let heard_by_reader = heard.clone();
+        let (dead, dead_signal) = tokio::sync::oneshot::channel::<()>();
         let writer = tokio::spawn(async move {
+            let mut dead = Some(dead);
             let mut ping = tokio::time::interval_at(
                 tokio::time::Instant::now() + ping_interval,
                 ping_interval,
@@ -134,6 +142,17 @@ async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
                         None => break,
                     },
                     _ = ping.tick() => {
+                        // A client that answers nothing, not even pings, is gone (or stuck):
+                        // end the connection so its session detaches and can be resumed.
+                        let silent_ms = (start.elapsed().as_millis() as u64)
+                            .saturating_sub(heard.load(Ordering::Relaxed));
+                        if silent_ms > pong_timeout.as_millis() as u64 {
+                            debug!(silent_ms, "no answer to pings; closing the connection");
+                            if let Some(dead) = dead.take() {
+                                let _ = dead.send(());
+                            }
+                            break;
+                        }
                         if sink.send(Message::Ping(Default::default())).await.is_err() {
                             break;
                         }
@@ -163,6 +182,10 @@ async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
         // Text and binary frames both carry one JSON document; pings are answered by the
         // WebSocket layer; a close frame, an error or a protocol violation ends the connection.
         let inbound = stream
+            .take_until(dead_signal)
+            .inspect(move |_| {
+                heard_by_reader.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+            })
             .take_while(|m| {
                 std::future::ready(matches!(m, Ok(m) if !matches!(m, Message::Close(_))))
             })
