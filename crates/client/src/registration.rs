@@ -157,17 +157,9 @@ impl Registration {
             };
             publish(&mut state, event);
         }
-        let through = last + run as u64;
         let pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
-        state.reorder = ReorderBuffer::new(through);
-        for event in pending.into_iter().filter(|e| e.seq() > through) {
-            match state.reorder.push(event) {
-                Ok(ready) => ready.into_iter().for_each(|e| publish(&mut state, e)),
-                Err(error) => {
-                    fail(&mut state, format!("process {} failed: {error}", self.process_id));
-                    return None;
-                }
-            }
+        if !restart_ordering(&mut state, &self.process_id, last + run as u64, pending) {
+            return None;
         }
         (run == fresh.len()).then_some(bytes)
     }
@@ -200,17 +192,7 @@ impl Registration {
         for event in events {
             publish(&mut state, event);
         }
-        // Restart ordering after what was just published, and feed it what arrived beyond.
-        state.reorder = ReorderBuffer::new(caught_up_to);
-        for event in pending.into_iter().filter(|e| e.seq() > caught_up_to) {
-            match state.reorder.push(event) {
-                Ok(ready) => ready.into_iter().for_each(|e| publish(&mut state, e)),
-                Err(error) => {
-                    fail(&mut state, format!("process {} failed: {error}", self.process_id));
-                    break;
-                }
-            }
-        }
+        restart_ordering(&mut state, &self.process_id, caught_up_to, pending);
         Ok(())
     }
 
@@ -221,6 +203,27 @@ impl Registration {
             fail(&mut state, message);
         }
     }
+}
+
+/// Restarts ordering after `through` (just published) and feeds it the `pending` events
+/// beyond, publishing what is then in order. Returns false if that failed the process.
+fn restart_ordering(
+    state: &mut State,
+    process_id: &ProcessId,
+    through: u64,
+    pending: Vec<ProcessEvent>,
+) -> bool {
+    state.reorder = ReorderBuffer::new(through);
+    for event in pending.into_iter().filter(|e| e.seq() > through) {
+        match state.reorder.push(event) {
+            Ok(ready) => ready.into_iter().for_each(|e| publish(state, e)),
+            Err(error) => {
+                fail(state, format!("process {process_id} failed: {error}"));
+                return false;
+            }
+        }
+    }
+    true
 }
 
 fn publish(state: &mut State, event: ProcessEvent) {
