@@ -156,7 +156,7 @@ impl HttpClientAdapter {
     async fn send(
         &self,
         params: HttpRequestParams,
-        mcp: (&str, &str),
+        carrying: Carrying<'_>,
     ) -> Result<(HttpRequestResponse, HttpBodyStream), AdapterError> {
         let has_session_id = has_header(&params.headers, SESSION_ID);
         let has_authorization = has_header(&params.headers, "authorization");
@@ -169,11 +169,16 @@ impl HttpClientAdapter {
         self.http.request_streamed(params).await.map_err(|error| {
             let invalid = matches!(error, HttpError::Invalid(_));
             if !invalid {
+                // Worked out only now: a failed send is rare, and every message would pay.
+                let (mcp_method, mcp_request_id) = match carrying {
+                    Carrying::Message(message) => mcp_identity(message),
+                    Carrying::Nothing(what) => (what.to_owned(), "<none>".to_owned()),
+                };
                 send_failure::log(SendFailure {
                     http_method,
                     endpoint: &url,
-                    mcp_method: mcp.0,
-                    mcp_request_id: mcp.1,
+                    mcp_method: &mcp_method,
+                    mcp_request_id: &mcp_request_id,
                     has_session_id,
                     has_authorization,
                     error: &error,
@@ -224,6 +229,14 @@ fn media_type_is(content_type: Option<&str>, expected: &str) -> bool {
     content_type
         .and_then(|value| value.split(';').next())
         .is_some_and(|essence| essence.trim().eq_ignore_ascii_case(expected))
+}
+
+/// What a request carries, for the failure log: a message, or nothing (an event stream, the
+/// session's end).
+#[derive(Clone, Copy)]
+enum Carrying<'a> {
+    Message(&'a ClientJsonRpcMessage),
+    Nothing(&'static str),
 }
 
 /// The MCP method and request id of a message, for the failure log.
@@ -374,9 +387,8 @@ impl StreamableHttpClient for HttpClientAdapter {
             value_env_var: None,
         });
         let body = serde_json::to_vec(&message)?;
-        let (mcp_method, mcp_id) = mcp_identity(&message);
         let params = request("POST", &uri, headers, Some(body));
-        let (response, body) = self.send(params, (&mcp_method, &mcp_id)).await?;
+        let (response, body) = self.send(params, Carrying::Message(&message)).await?;
 
         if let Some(error) = auth_failure(&response) {
             return Err(error);
@@ -441,7 +453,7 @@ impl StreamableHttpClient for HttpClientAdapter {
         let headers =
             self.headers(JSON, auth_header.as_deref(), Some(&session_id), &custom_headers)?;
         let params = request("DELETE", &uri, headers, None);
-        let (response, _) = self.send(params, ("<session end>", "<none>")).await?;
+        let (response, _) = self.send(params, Carrying::Nothing("<session end>")).await?;
         match response.status {
             // Not offered, or the session is already gone: either way nothing is left to end.
             200..=299 | 404 | 405 => Ok(()),
@@ -489,7 +501,7 @@ impl StreamableHttpClient for HttpClientAdapter {
             });
         }
         let params = request("GET", &uri, headers, None);
-        let (response, body) = self.send(params, ("<event stream>", "<none>")).await?;
+        let (response, body) = self.send(params, Carrying::Nothing("<event stream>")).await?;
         if response.status == 405 {
             return Err(StreamableHttpError::ServerDoesNotSupportSse);
         }
