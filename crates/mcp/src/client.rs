@@ -124,21 +124,9 @@ impl McpClient {
             }
             McpServerConfig::Http(_) => info_span!("mcp_connect", placement, transport = "http"),
         };
-        async {
-            let mut attempt = 0;
-            loop {
-                match Self::connect_once(environment, server, &options).await {
-                    Err(error) if error.is_no_response() && attempt < RETRY_DELAYS.len() => {
-                        debug!(%error, attempt, "no response to initialize; retrying");
-                        tokio::time::sleep(RETRY_DELAYS[attempt]).await;
-                        attempt += 1;
-                    }
-                    result => return result,
-                }
-            }
-        }
-        .instrument(span)
-        .await
+        retry_if_no_response("initialize", || Self::connect_once(environment, server, &options))
+            .instrument(span)
+            .await
     }
 
     async fn connect_once(
@@ -206,26 +194,14 @@ impl McpClient {
 
     /// Every tool the server offers (all pages). Sent again, twice at most, if no response came.
     pub async fn list_tools(&self) -> Result<Vec<Tool>, McpError> {
-        let mut attempt = 0;
-        loop {
-            let listed = tokio::time::timeout(
-                self.options.request_timeout,
-                self.service.peer().list_all_tools(),
-            )
-            .await;
-            let result = match listed {
-                Err(_) => Err(McpError::Timeout(self.options.request_timeout)),
+        let timeout = self.options.request_timeout;
+        retry_if_no_response("tools/list", || async {
+            match tokio::time::timeout(timeout, self.service.peer().list_all_tools()).await {
+                Err(_) => Err(McpError::Timeout(timeout)),
                 Ok(result) => result.map_err(|e| McpError::from_service(e, self.stdio_end())),
-            };
-            match result {
-                Err(error) if error.is_no_response() && attempt < RETRY_DELAYS.len() => {
-                    debug!(%error, attempt, "no response to tools/list; retrying");
-                    tokio::time::sleep(RETRY_DELAYS[attempt]).await;
-                    attempt += 1;
-                }
-                result => return result,
             }
-        }
+        })
+        .await
     }
 
     /// Calls a tool once. Its progress reaches [`subscribe`](Self::subscribe)rs. Never resent:
@@ -258,6 +234,28 @@ impl McpClient {
 
     fn stdio_end(&self) -> Option<String> {
         self.stdio_end.as_ref().and_then(|end| end.lock().unwrap().describe())
+    }
+}
+
+/// Runs `attempt`, and again after each of [`RETRY_DELAYS`] while it gets no response at all:
+/// for requests that change nothing (`what` names it in the log).
+async fn retry_if_no_response<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, McpError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, McpError>>,
+{
+    let mut delays = RETRY_DELAYS.iter();
+    loop {
+        match attempt().await {
+            Err(error) if error.is_no_response() => match delays.next() {
+                Some(delay) => {
+                    debug!(%error, what, "no response; retrying");
+                    tokio::time::sleep(*delay).await;
+                }
+                None => return Err(error),
+            },
+            result => return result,
+        }
     }
 }
 
