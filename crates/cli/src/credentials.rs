@@ -1,6 +1,6 @@
-//! The bearer token a client command presents to an exec-server started with `--ws-auth`:
-//! from a file, or from the environment — never a command-line argument, which any user on the
-//! machine can read in `ps`.
+//! The bearer tokens client commands present (to an exec-server started with `--ws-auth`, to
+//! an MCP server over HTTP): from a file, or from the environment — never a command-line
+//! argument, which any user on the machine can read in `ps`.
 
 use std::path::Path;
 
@@ -11,6 +11,12 @@ pub const TOKEN_VARIABLE: &str = "TETHER_TOKEN";
 
 /// The token from `file` (trimmed), else from `TETHER_TOKEN`, else none.
 pub fn exec_server_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    token(file, TOKEN_VARIABLE)
+}
+
+/// A bearer token from `file` (trimmed; an empty one is an error), else from the environment
+/// variable `variable`, else none.
+pub fn token(file: Option<&Path>, variable: &str) -> anyhow::Result<Option<String>> {
     if let Some(file) = file {
         let token = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read the token file {}", file.display()))?;
@@ -18,5 +24,5 @@ pub fn exec_server_token(file: Option<&Path>) -> anyhow::Result<Option<String>> 
         anyhow::ensure!(!token.is_empty(), "the token file {} is empty", file.display());
         return Ok(Some(token.to_owned()));
     }
-    Ok(std::env::var(TOKEN_VARIABLE).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
+    Ok(std::env::var(variable).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
 }

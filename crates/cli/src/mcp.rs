@@ -189,15 +189,7 @@ fn server_config(args: &McpArgs) -> anyhow::Result<McpServerConfig> {
         }));
     }
     let url = args.http.clone().context("give --stdio or --http")?;
-    let bearer_token = match &args.token_file {
-        Some(file) => Some(
-            std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read the token file {}", file.display()))?
-                .trim()
-                .to_owned(),
-        ),
-        None => std::env::var(TOKEN_VARIABLE).ok().filter(|token| !token.is_empty()),
-    };
+    let bearer_token = crate::credentials::token(args.token_file.as_deref(), TOKEN_VARIABLE)?;
     let headers = args
         .headers
         .iter()
