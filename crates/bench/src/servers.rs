@@ -60,14 +60,8 @@ impl Server {
 
     /// Resident memory of the server process, in bytes.
     pub fn rss_bytes(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .context("no VmRSS")?
-            .parse()?;
-        Ok(kb * 1024)
+        let kib = tether_testkit::process_stats::rss_kib(self.pid).context("no VmRSS")?;
+        Ok(kib * 1024)
     }
 
     /// CPU time the server process has used so far (user + system), in seconds.

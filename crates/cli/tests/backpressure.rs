@@ -12,13 +12,7 @@ use tether_testkit::{ServerProcess, Target, shell_params};
 use tokio_tungstenite::tungstenite::Message;
 
 fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kb| kb.parse().ok())
-        .unwrap()
+    tether_testkit::process_stats::rss_kib(pid).expect("the server is running")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

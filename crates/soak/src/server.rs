@@ -85,14 +85,7 @@ impl Sampler {
 }
 
 fn sample(pid: u32) -> Option<Sample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    let rss_kb = tether_testkit::process_stats::rss_kib(pid)?;
+    let fds = tether_testkit::process_stats::open_fds(pid)?;
     Some(Sample { rss_kb, fds })
 }
