@@ -16,7 +16,11 @@ against_both!(a_client_that_knows_no_extension_sees_the_reference_protocol);
 
 /// Everything a process printed, from its notifications.
 async fn output_of(client: &mut RpcClient, process_id: &str) -> String {
-    let events = client.process_events(process_id).await.unwrap();
+    output_text(&client.process_events(process_id).await.unwrap())
+}
+
+/// The output among a process's notifications, as text.
+fn output_text(events: &[Value]) -> String {
     let chunks: Vec<Value> = events
         .iter()
         .filter(|event| event["method"] == "process/output")
@@ -69,12 +73,7 @@ async fn a_terminal_starts_at_the_size_asked_and_follows_resizes() {
         .await
         .unwrap();
     let events = client.process_events_after("resized", ready_seq).await.unwrap();
-    let chunks: Vec<Value> = events
-        .iter()
-        .filter(|event| event["method"] == "process/output")
-        .map(|event| event["params"].clone())
-        .collect();
-    assert!(common::text(&Value::Array(chunks)).contains("30 100"));
+    assert!(output_text(&events).contains("30 100"));
 
     let refused = client
         .err("process/resize", json!({"processId": "resized", "cols": 0, "rows": 5}))
