@@ -253,7 +253,7 @@ impl LocalProcess {
     /// later writes answer `stdinClosed`. A terminal has no input to close: its end of input
     /// is a Ctrl-D typed on it, which a client writes like any other key.
     pub fn close_stdin(&self) -> Result<(), ProcessError> {
-        if self.terminal.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+        if self.tty {
             return Err(ProcessError::InvalidParams(format!(
                 "process {} runs on a terminal, whose input cannot be closed: write byte 0x04 (Ctrl-D) to signal end of input",
                 self.id
