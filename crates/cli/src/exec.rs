@@ -10,9 +10,11 @@ use clap::Args;
 use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
 use tether_protocol::PathUri;
-use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, PtySize};
-use tether_protocol::session::TetherExtensions;
+use tether_protocol::process::{
+    EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, ProcessSignal, PtySize,
+};
 use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
 
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
 const TETHER_FAILURE: i32 = 255;
@@ -100,7 +102,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     };
     if let (Some(session), true) = (&args.resume, args.list) {
         let client = ExecServerClient::resume(&args.url, session, options).await?;
-        if !extensions_of(&client).process_list {
+        if !client.tether_extensions().process_list {
             bail!("this server cannot list a session's processes (it does not serve process/list)");
         }
         println!("PROCESS\tSTATE\tEXIT\tNEXT_SEQ\tCOMMAND");
@@ -124,7 +126,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     "{e}; if the client that held the session is gone, the server notices within seconds: try again"
                 )
             })?;
-            let extensions = extensions_of(&client);
+            let extensions = client.tether_extensions();
             let (process, truncated) = client.attach(process_id.as_str()).await?;
             if truncated {
                 eprintln!(
@@ -135,7 +137,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         }
         _ => {
             let client = ExecServerClient::connect(&args.url, options).await?;
-            let extensions = extensions_of(&client);
+            let extensions = client.tether_extensions();
             let process = client.start(start_params(&args, &client)?).await?;
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
@@ -153,6 +155,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         true => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok(),
         false => None,
     };
+    // Signals sent to us go to the command, where the server can deliver them.
+    let mut forwarded = forward_signals(&extensions.signals);
     let mut stdin = tokio::io::stdin();
     let mut stdin_open = !args.no_stdin;
     let mut buffer = vec![0u8; 64 * 1024];
@@ -187,6 +191,9 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     // A resize that fails (the process just ended) changes nothing worth a word.
                     let _ = process.resize(size.cols, size.rows).await;
                 }
+            }
+            Some(signal) = forwarded.recv() => {
+                process.signal(signal).await?;
             }
             _ = tokio::signal::ctrl_c() => {
                 if interrupted {
@@ -232,19 +239,10 @@ fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<Ex
     params.env_policy = env_policy;
     params.tty = args.tty;
     params.pipe_stdin = !args.no_stdin;
-    if args.tty && extensions_of(client).pty_size {
+    if args.tty && client.tether_extensions().pty_size {
         params.pty_size = local_terminal_size();
     }
     Ok(params)
-}
-
-/// The Tether extensions the server serves (none for the reference).
-fn extensions_of(client: &ExecServerClient) -> TetherExtensions {
-    client
-        .environment_info()
-        .and_then(|info| info.capabilities.as_ref())
-        .and_then(|capabilities| capabilities.tether_extensions.clone())
-        .unwrap_or_default()
 }
 
 /// The size of the terminal on our stdout (or stdin), if either is one.
@@ -259,6 +257,37 @@ fn local_terminal_size() -> Option<PtySize> {
 }
 
 /// The next SIGWINCH, or never without a listener.
+/// Forwards SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to `tether exec` to the
+/// command, for those the server delivers (`tetherExtensions.signals`); the others keep their
+/// default action here, which ends `tether exec` and leaves the command running, as before.
+/// (SIGINT has its own handling: the first goes to the command, the second terminates it.)
+fn forward_signals(delivered: &[ProcessSignal]) -> mpsc::UnboundedReceiver<ProcessSignal> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let kinds = [
+        (ProcessSignal::Terminate, SignalKind::terminate()),
+        (ProcessSignal::Hangup, SignalKind::hangup()),
+        (ProcessSignal::Quit, SignalKind::quit()),
+        (ProcessSignal::User1, SignalKind::user_defined1()),
+        (ProcessSignal::User2, SignalKind::user_defined2()),
+    ];
+    for (name, kind) in kinds {
+        if !delivered.contains(&name) {
+            continue;
+        }
+        let Ok(mut arrivals) = signal(kind) else { continue };
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            while arrivals.recv().await.is_some() {
+                if sender.send(name).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    receiver
+}
+
 async fn next_window_change(changes: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
     match changes {
         Some(changes) => changes.recv().await,

@@ -218,6 +218,117 @@ async fn a_session_lists_its_processes_and_reads_say_what_was_dropped() {
     assert_eq!(fresh["oldestRetainedSeq"], 1, "nothing dropped");
 }
 
+/// The output of one process as it arrives, until `needle` has appeared in it.
+async fn output_until(client: &mut RpcClient, process_id: &str, needle: &str, seen: &mut String) {
+    while !seen.contains(needle) {
+        let notification = client.notification().await.unwrap_or_else(|e| {
+            panic!("{needle:?} never came from {process_id} ({e}); seen: {seen:?}")
+        });
+        if notification["method"] == "process/output"
+            && notification["params"]["processId"] == process_id
+        {
+            seen.push_str(&common::text(&json!([notification["params"]])));
+        }
+    }
+}
+
+/// Each advertised signal reaches the whole process group (a grandchild a shell started in the
+/// background too), `kill` ends it with 128 + 9, and a name outside the list is refused with
+/// the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_advertised_signal_reaches_the_process_group() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let advertised = &init["environmentInfo"]["capabilities"]["tetherExtensions"]["signals"];
+    assert_eq!(
+        advertised,
+        &json!(["interrupt", "terminate", "kill", "hangup", "quit", "user1", "user2"])
+    );
+    let traps =
+        |who: &str| format!("for s in TERM HUP QUIT USR1 USR2; do trap \"echo {who}-$s\" $s; done");
+    let script = format!(
+        "{}; sh -c '{}; echo grandchild-ready; while :; do sleep 0.05; done' & \
+         echo leader-ready; while :; do sleep 0.05; done",
+        traps("leader"),
+        traps("grandchild"),
+    );
+    client.ok("process/start", common::exec("group", &script)).await.unwrap();
+    let mut seen = String::new();
+    output_until(&mut client, "group", "leader-ready", &mut seen).await;
+    output_until(&mut client, "group", "grandchild-ready", &mut seen).await;
+    for (name, trapped) in [
+        ("terminate", "TERM"),
+        ("hangup", "HUP"),
+        ("quit", "QUIT"),
+        ("user1", "USR1"),
+        ("user2", "USR2"),
+    ] {
+        let answer = client
+            .ok("process/signal", json!({"processId": "group", "signal": name}))
+            .await
+            .unwrap();
+        assert_eq!(answer, json!({}));
+        // A shell starts background jobs with SIGQUIT ignored, for good: only the leader
+        // can trap it.
+        let whom: &[&str] = if trapped == "QUIT" { &["leader"] } else { &["leader", "grandchild"] };
+        for who in whom {
+            output_until(&mut client, "group", &format!("{who}-{trapped}"), &mut seen).await;
+        }
+    }
+
+    let refused = client
+        .err("process/signal", json!({"processId": "group", "signal": "SIGTERM"}))
+        .await
+        .unwrap();
+    assert_eq!(refused.code, -32602);
+    assert_eq!(
+        refused.message,
+        "unknown variant `SIGTERM`, expected one of `interrupt`, `terminate`, `kill`, `hangup`, `quit`, `user1`, `user2`"
+    );
+
+    client.ok("process/signal", json!({"processId": "group", "signal": "kill"})).await.unwrap();
+    let exited = loop {
+        let notification = client.notification().await.unwrap();
+        if notification["method"] == "process/exited" {
+            break notification;
+        }
+    };
+    assert_eq!(exited["params"]["exitCode"], 137);
+}
+
+/// `tether exec` passes SIGTERM (and the other forwarded signals) on to the command, which
+/// decides what to do with it; `tether exec` exits with the command's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_exec_forwards_a_terminate_signal_to_the_command() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let script = "trap 'echo cleaned-up; exit 3' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--no-stdin", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 256];
+    while !seen.ends_with(b"ready\n") {
+        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read(&mut buffer))
+            .await
+            .expect("the command never said it was ready")
+            .unwrap();
+        assert!(n > 0, "tether exec ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    stdout.read_to_end(&mut seen).await.unwrap();
+    let status =
+        tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+    assert_eq!(String::from_utf8_lossy(&seen), "ready\ncleaned-up\n");
+    assert_eq!(status.code(), Some(3));
+}
+
 /// `tether exec --resume SESSION --list`: a harness that lost track of its processes finds them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tether_exec_lists_a_sessions_processes() {

@@ -32,7 +32,9 @@ use tether_protocol::process::{
     ExecParams, ExecResponse, ListResponse, ProcessClosedNotification, ProcessExitedNotification,
     ProcessOutputNotification, ProcessSummary, ReadResponse,
 };
-use tether_protocol::session::{EnvironmentInfo, InitializeParams, InitializeResponse};
+use tether_protocol::session::{
+    EnvironmentInfo, InitializeParams, InitializeResponse, TetherExtensions,
+};
 use tether_protocol::{Notification, ProcessId};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -219,6 +221,14 @@ impl ExecServerClient {
     /// What the server reported about its environment when the session started.
     pub fn environment_info(&self) -> Option<&EnvironmentInfo> {
         self.inner.environment_info.as_ref()
+    }
+
+    /// The Tether extensions the server serves; none (all flags off) for the reference.
+    pub fn tether_extensions(&self) -> TetherExtensions {
+        self.environment_info()
+            .and_then(|info| info.capabilities.as_ref())
+            .and_then(|capabilities| capabilities.tether_extensions.clone())
+            .unwrap_or_default()
     }
 
     /// Where the session stands now.
@@ -724,7 +734,7 @@ fn is_retryable(error: &ClientError) -> bool {
         ClientError::Server { code, message, .. } => {
             *code == SESSION_ALREADY_ATTACHED || message == "JSON-RPC transport closed"
         }
-        ClientError::Failed(_) | ClientError::Protocol(_) => false,
+        ClientError::Failed(_) | ClientError::Protocol(_) | ClientError::Unsupported(_) => false,
     }
 }
 

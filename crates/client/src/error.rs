@@ -24,6 +24,10 @@ pub enum ClientError {
     /// Could not connect or complete the handshake.
     #[error("cannot connect to the exec-server: {0}")]
     Connect(String),
+    /// The server does not serve what was asked (a Tether extension the reference lacks); the
+    /// request was not sent.
+    #[error("exec-server does not support this: {0}")]
+    Unsupported(String),
     /// The server sent something this client cannot understand.
     #[error("exec-server protocol error: {0}")]
     Protocol(String),

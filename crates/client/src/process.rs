@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde_json::json;
 use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::process::{
-    ReadResponse, SignalResponse, TerminateResponse, WriteResponse, WriteStatus,
+    ProcessSignal, ReadResponse, SignalResponse, TerminateResponse, WriteResponse, WriteStatus,
 };
 use tether_protocol::{ByteChunk, ProcessId};
 use tokio::sync::mpsc;
@@ -70,12 +70,26 @@ impl RemoteProcess {
 
     /// Sends SIGINT. Not resent after a drop (a second interrupt is not the same as one).
     pub async fn interrupt(&self) -> Result<(), ClientError> {
-        let params = json!({"processId": self.registration.process_id, "signal": "interrupt"});
+        self.signal(ProcessSignal::Interrupt).await
+    }
+
+    /// Sends `signal` to the process group. Signals other than `Interrupt` are a Tether
+    /// extension: one the server does not list in `tetherExtensions.signals` fails here,
+    /// unsent, with [`ClientError::Unsupported`]. Not resent after a drop (a signal delivered
+    /// twice is not the same as once).
+    pub async fn signal(&self, signal: ProcessSignal) -> Result<(), ClientError> {
+        if signal != ProcessSignal::Interrupt
+            && !self.client.tether_extensions().signals.contains(&signal)
+        {
+            return Err(ClientError::Unsupported(format!(
+                "this exec-server does not deliver the `{signal}` signal (only `interrupt`); use terminate() to end the process"
+            )));
+        }
+        let params = json!({"processId": self.registration.process_id, "signal": signal});
         let _: SignalResponse = self.client.call("process/signal", &params, Retry::Never).await?;
         Ok(())
     }
 
-    /// Kills the process group; returns whether it was running.
     /// Sets a `tty` process's terminal size (`process/resize`, a Tether extension: check the
     /// server's `tetherExtensions.ptySize` first; the reference answers `-32601`). Safe to
     /// resend: the last size wins.
@@ -94,6 +108,7 @@ impl RemoteProcess {
         Ok(())
     }
 
+    /// Kills the process group; returns whether it was running.
     pub async fn terminate(&self) -> Result<bool, ClientError> {
         let params = json!({"processId": self.registration.process_id});
         let response: TerminateResponse =

@@ -11,7 +11,7 @@ use tether_engine::ProcessUpdate;
 use tether_engine::exec::{ExecBackend, ExecError, ExecErrorKind, ExecProcess};
 use tether_protocol::ProcessId;
 use tether_protocol::error::{INVALID_PARAMS, INVALID_REQUEST};
-use tether_protocol::process::{ExecParams, ReadResponse, WriteStatus};
+use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
 
 use crate::client::ExecServerClient;
 use crate::error::ClientError;
@@ -39,8 +39,8 @@ impl ExecProcess for RemoteProcess {
         RemoteProcess::write(self, bytes).await.map_err(exec_error)
     }
 
-    async fn interrupt(&self) -> Result<(), ExecError> {
-        RemoteProcess::interrupt(self).await.map_err(exec_error)
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), ExecError> {
+        RemoteProcess::signal(self, signal).await.map_err(exec_error)
     }
 
     async fn terminate(&self) -> Result<bool, ExecError> {
@@ -81,6 +81,9 @@ pub(crate) fn exec_error(error: ClientError) -> ExecError {
         error @ (ClientError::Disconnected(_)
         | ClientError::Failed(_)
         | ClientError::Connect(_)) => ExecError::new(ExecErrorKind::Unreachable, error.to_string()),
+        error @ ClientError::Unsupported(_) => {
+            ExecError::new(ExecErrorKind::InvalidParams, error.to_string())
+        }
         error @ ClientError::Protocol(_) => {
             ExecError::new(ExecErrorKind::Internal, error.to_string())
         }

@@ -5,7 +5,8 @@
 #[path = "../../engine/tests/exec_process/shared.rs"]
 mod shared;
 
-use tether_client::{ClientOptions, ExecServerClient};
+use tether_client::{ClientError, ClientOptions, ExecServerClient};
+use tether_protocol::process::ProcessSignal;
 use tether_testkit::{ServerProcess, Target};
 
 /// Two tests per scenario — on Tether and on the reference — each with a server and a session
@@ -51,6 +52,28 @@ on_remote_backend!(
     invalid_starts_are_refused_with_the_executors_words,
     a_process_id_is_not_reused,
 );
+
+/// Tether only: signals beyond `interrupt` are an extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminate_signal_lets_the_process_clean_up() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    shared::a_terminate_signal_lets_the_process_clean_up(&client).await
+}
+
+/// The reference delivers only `interrupt`: asking it for another signal fails in the client,
+/// unsent, saying so, and the process goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_the_server_does_not_deliver_is_refused_before_sending() {
+    let server = ServerProcess::start(Target::Reference).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    let params = shared::params("p", "echo ready; sleep 30");
+    let process = client.start(params).await.unwrap();
+    let error = process.signal(ProcessSignal::Terminate).await.unwrap_err();
+    assert!(matches!(error, ClientError::Unsupported(_)), "{error:?}");
+    assert!(error.to_string().contains("`terminate`"), "{error}");
+    assert!(process.terminate().await.unwrap(), "the process was still running");
+}
 
 /// Tether only: output the process wrote before it exited is numbered before its exit. The
 /// reference reads each stream and the exit in separate tasks, so it sometimes reports the exit

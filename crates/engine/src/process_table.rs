@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tether_protocol::process::{
-    ExecParams, ExecResponse, ReadParams, ReadResponse, SandboxType, WriteStatus,
+    ExecParams, ExecResponse, ProcessSignal, ReadParams, ReadResponse, SandboxType, WriteStatus,
 };
 use tether_protocol::{ByteChunk, ProcessId};
 use tokio::sync::mpsc;
@@ -198,15 +198,18 @@ impl ProcessTable {
         }
     }
 
-    /// SIGINT to a running process; unknown or finished processes are left alone.
-    pub fn interrupt(&self, process_id: &ProcessId) -> Result<(), ProcessError> {
+    /// Signals a running process's group; unknown or finished processes are left alone.
+    pub fn signal(
+        &self,
+        process_id: &ProcessId,
+        signal: ProcessSignal,
+    ) -> Result<(), ProcessError> {
         match self.get(process_id) {
-            Some(process) => process.interrupt(),
+            Some(process) => process.signal(signal),
             None => Ok(()),
         }
     }
 
-    /// Kills a running process; returns whether it was running.
     /// Sets a `tty` process's terminal size.
     pub fn resize(&self, process_id: &ProcessId, cols: u16, rows: u16) -> Result<(), ProcessError> {
         let process =

@@ -28,6 +28,7 @@ on_local_backend!(
     a_pty_process_reads_what_is_typed,
     without_piped_stdin_writes_report_stdin_closed,
     interrupt_reaches_the_process_like_ctrl_c,
+    a_terminate_signal_lets_the_process_clean_up,
     terminate_kills_a_running_process_and_says_whether_it_ran,
     reads_return_what_was_retained_after_a_sequence,
     a_read_can_wait_for_output,

@@ -295,11 +295,59 @@ pub struct SignalParams {
     pub signal: ProcessSignal,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A signal `process/signal` delivers to a process's group. The reference knows only
+/// `interrupt`; the others are a Tether extension, advertised in
+/// `tetherExtensions.signals`. An unknown name is refused with the list of accepted ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ProcessSignal {
     /// SIGINT, as Ctrl-C at a terminal.
     Interrupt,
+    /// SIGTERM: asks the process to end, letting it clean up.
+    Terminate,
+    /// SIGKILL: ends the process at once (`process/terminate` does the same and says whether
+    /// it was running).
+    Kill,
+    /// SIGHUP: its terminal went away; daemons read it as "reload".
+    Hangup,
+    /// SIGQUIT, as Ctrl-\ at a terminal.
+    Quit,
+    /// SIGUSR1.
+    User1,
+    /// SIGUSR2.
+    User2,
+}
+
+impl ProcessSignal {
+    /// Every signal a Tether server delivers, in the order its errors list them.
+    pub const ALL: [ProcessSignal; 7] = [
+        ProcessSignal::Interrupt,
+        ProcessSignal::Terminate,
+        ProcessSignal::Kill,
+        ProcessSignal::Hangup,
+        ProcessSignal::Quit,
+        ProcessSignal::User1,
+        ProcessSignal::User2,
+    ];
+
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessSignal::Interrupt => "interrupt",
+            ProcessSignal::Terminate => "terminate",
+            ProcessSignal::Kill => "kill",
+            ProcessSignal::Hangup => "hangup",
+            ProcessSignal::Quit => "quit",
+            ProcessSignal::User1 => "user1",
+            ProcessSignal::User2 => "user2",
+        }
+    }
+}
+
+impl std::fmt::Display for ProcessSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -477,11 +525,31 @@ mod tests {
         assert!(!terminate.running);
     }
 
+    /// The reference knows only `interrupt` and refuses `kill` (the fixture); Tether delivers
+    /// more, and its refusal of an unknown name lists every one it accepts.
+    #[test]
+    fn signals_beyond_interrupt_are_accepted_and_unknown_ones_listed() {
+        let fixture = exchange(fixture!("signal_bad_variant"));
+        let params = fixture["request"]["params"].clone();
+        assert_eq!(params["signal"], "kill");
+        let decoded: SignalParams = serde_json::from_value(params).unwrap();
+        assert_eq!(decoded.signal, ProcessSignal::Kill);
+        for signal in ProcessSignal::ALL {
+            let text = serde_json::to_value(signal).unwrap();
+            assert_eq!(text, signal.as_str());
+            assert_eq!(serde_json::from_value::<ProcessSignal>(text).unwrap(), signal);
+        }
+        let error = serde_json::from_value::<ProcessSignal>(serde_json::json!("Interrupt"));
+        assert_eq!(
+            error.unwrap_err().to_string(),
+            "unknown variant `Interrupt`, expected one of `interrupt`, `terminate`, `kill`, `hangup`, `quit`, `user1`, `user2`"
+        );
+    }
+
     #[test]
     fn decode_errors_read_as_the_reference_reports_them() {
         let cases = [
             (fixture!("start_missing_env"), "process/start"),
-            (fixture!("signal_bad_variant"), "process/signal"),
             (fixture!("write_bad_base64"), "process/write"),
         ];
         for (text, method) in cases {
@@ -489,7 +557,6 @@ mod tests {
             let params = fixture["request"]["params"].clone();
             let error = match method {
                 "process/start" => serde_json::from_value::<ExecParams>(params).unwrap_err(),
-                "process/signal" => serde_json::from_value::<SignalParams>(params).unwrap_err(),
                 _ => serde_json::from_value::<WriteParams>(params).unwrap_err(),
             };
             assert_eq!(fixture["response"]["error"]["code"], crate::error::INVALID_PARAMS);

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::PathUri;
+use crate::process::ProcessSignal;
 
 /// `initialize` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +106,8 @@ pub struct TetherExtensions {
     pub process_list: bool,
     /// `oldestRetainedSeq` in `process/read` results.
     pub oldest_retained_seq: bool,
+    /// Every signal `process/signal` delivers (the reference delivers only `interrupt`).
+    pub signals: Vec<ProcessSignal>,
 }
 
 /// `environment/status` result.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use tether_engine::fs::LocalFileSystem;
 use tether_engine::http::LocalHttpClient;
+use tether_protocol::process::ProcessSignal;
 use tether_protocol::session::{Capabilities, EnvironmentInfo, TetherExtensions};
 
 use crate::config::ServerConfig;
@@ -48,6 +49,7 @@ fn capabilities() -> Capabilities {
             close_stdin: true,
             process_list: true,
             oldest_retained_seq: true,
+            signals: ProcessSignal::ALL.to_vec(),
         }),
         ..Capabilities::default()
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use tether_protocol::ProcessId;
-use tether_protocol::process::{ExecParams, ReadResponse, WriteStatus};
+use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
 use tokio::sync::mpsc;
 
 use super::{ExecBackend, ExecError, ExecProcess, ProcessUpdate};
@@ -134,8 +134,8 @@ impl ExecProcess for LocalExecProcess {
         Ok(self.process.write(bytes, &write_id)?)
     }
 
-    async fn interrupt(&self) -> Result<(), ExecError> {
-        Ok(self.process.interrupt()?)
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), ExecError> {
+        Ok(self.process.signal(signal)?)
     }
 
     async fn terminate(&self) -> Result<bool, ExecError> {

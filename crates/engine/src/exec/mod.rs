@@ -14,7 +14,7 @@ mod local;
 use async_trait::async_trait;
 use bytes::Bytes;
 use tether_protocol::ProcessId;
-use tether_protocol::process::{ExecParams, ReadResponse, WriteStatus};
+use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
 
 pub use local::LocalExecBackend;
 
@@ -41,8 +41,15 @@ pub trait ExecProcess: Send + Sync {
     /// remote implementation has to resend it.
     async fn write(&self, bytes: Bytes) -> Result<WriteStatus, ExecError>;
 
-    /// SIGINT to the process group, as Ctrl-C at a terminal. A finished process is left alone.
-    async fn interrupt(&self) -> Result<(), ExecError>;
+    /// Sends `signal` to the process group. A finished process is left alone. Signals other
+    /// than `Interrupt` are a Tether extension: a remote executor that does not list them in
+    /// `tetherExtensions.signals` refuses them.
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), ExecError>;
+
+    /// SIGINT to the process group, as Ctrl-C at a terminal.
+    async fn interrupt(&self) -> Result<(), ExecError> {
+        self.signal(ProcessSignal::Interrupt).await
+    }
 
     /// Kills the process group; returns whether the process was still running.
     async fn terminate(&self) -> Result<bool, ExecError>;

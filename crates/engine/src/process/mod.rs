@@ -17,7 +17,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tether_protocol::ProcessId;
 use tether_protocol::process::{
-    ExecOutputStream, ProcessState as RunState, ProcessSummary, ReadResponse, WriteStatus,
+    ExecOutputStream, ProcessSignal, ProcessState as RunState, ProcessSummary, ReadResponse,
+    WriteStatus,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -265,13 +266,23 @@ impl LocalProcess {
         Ok(())
     }
 
-    /// Sends SIGINT to the process group, as Ctrl-C at a terminal does. A process that already
-    /// exited is left alone.
-    pub fn interrupt(&self) -> Result<(), ProcessError> {
+    /// Sends `signal` to the process group, so that the grandchildren a shell started get it
+    /// too, as they would from a terminal. A process that already exited is left alone.
+    pub fn signal(&self, signal: ProcessSignal) -> Result<(), ProcessError> {
         if self.has_exited() {
             return Ok(());
         }
-        match rustix::process::kill_process_group(self.pgid, rustix::process::Signal::INT) {
+        use rustix::process::Signal;
+        let number = match signal {
+            ProcessSignal::Interrupt => Signal::INT,
+            ProcessSignal::Terminate => Signal::TERM,
+            ProcessSignal::Kill => Signal::KILL,
+            ProcessSignal::Hangup => Signal::HUP,
+            ProcessSignal::Quit => Signal::QUIT,
+            ProcessSignal::User1 => Signal::USR1,
+            ProcessSignal::User2 => Signal::USR2,
+        };
+        match rustix::process::kill_process_group(self.pgid, number) {
             Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
             Err(e) => Err(ProcessError::Signal(e.into())),
         }

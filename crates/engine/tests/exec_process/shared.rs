@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tether_engine::exec::{ExecBackend, ExecErrorKind, ExecProcess};
 use tether_engine::{ProcessEvent, ProcessUpdate};
-use tether_protocol::process::{ExecOutputStream, WriteStatus};
+use tether_protocol::process::{ExecOutputStream, ProcessSignal, WriteStatus};
 pub use tether_testkit::shell_params as params;
 
 /// A handle that says nothing for this long is broken.
@@ -176,6 +176,18 @@ pub async fn interrupt_reaches_the_process_like_ctrl_c(exec: &dyn ExecBackend) {
     assert_eq!((&followed.stdout[..], followed.exit_code), (&b"trapped\n"[..], Some(7)));
     // A finished process is left alone.
     process.interrupt().await.unwrap();
+}
+
+/// A Tether extension (the reference delivers only `interrupt`): a process asked to end with
+/// SIGTERM gets to clean up first.
+pub async fn a_terminate_signal_lets_the_process_clean_up(exec: &dyn ExecBackend) {
+    let script = "trap 'echo cleaning up; exit 3' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut process = exec.start(params("p", script)).await.unwrap();
+    let seen = wait_for_output(process.as_mut(), "ready").await;
+
+    process.signal(ProcessSignal::Terminate).await.unwrap();
+    let followed = follow_after(process.as_mut(), seen).await;
+    assert_eq!((&followed.stdout[..], followed.exit_code), (&b"cleaning up\n"[..], Some(3)));
 }
 
 pub async fn terminate_kills_a_running_process_and_says_whether_it_ran(exec: &dyn ExecBackend) {

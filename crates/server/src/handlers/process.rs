@@ -74,7 +74,7 @@ pub(crate) fn run(
             Ok(encode_response(id, &WriteResponse { status }))
         }
         ProcessCall::Signal(params) => {
-            processes.interrupt(&params.process_id).map_err(from_process_error)?;
+            processes.signal(&params.process_id, params.signal).map_err(from_process_error)?;
             Ok(encode_response(id, &SignalResponse {}))
         }
         ProcessCall::Terminate(params) => {
