@@ -1,6 +1,7 @@
 //! `tether serve`: run the exec-server.
 
 use std::io::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
+use tether_engine::process::{DEFAULT_SPILL_BYTES_PER_PROCESS, SpillConfig};
 use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
 use tether_server::auth::WsAuth;
 use tether_server::config::{
@@ -34,9 +36,21 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_DETACHED_SESSION_TTL.as_secs())]
     session_ttl_secs: u64,
 
-    /// Output bytes retained per process for replays after a reconnect.
-    #[arg(long, default_value_t = ProcessTableConfig::default().retained_output_bytes)]
+    /// Output bytes retained in memory per process for replays after a reconnect (the
+    /// newest; older output is dropped, or spilled with `--spill-output-dir`).
+    #[arg(long, alias = "retain-output", default_value_t = ProcessTableConfig::default().retained_output_bytes)]
     retain_output_bytes: usize,
+
+    /// Keep the output memory lets go of in this directory instead of dropping it, so that a
+    /// client away for minutes still catches up on every byte. The files are unnamed: they
+    /// never show up in the directory and vanish with their process.
+    #[arg(long, value_name = "DIR")]
+    spill_output_dir: Option<std::path::PathBuf>,
+
+    /// Disk bytes per process for `--spill-output-dir` (the oldest spilled output is dropped
+    /// past it); a session's closed processes share one more such allowance.
+    #[arg(long, default_value_t = DEFAULT_SPILL_BYTES_PER_PROCESS, requires = "spill_output_dir")]
+    spill_output_bytes: u64,
 
     /// Seconds a closed process stays readable; by default, for the session's lifetime.
     #[arg(long)]
@@ -205,6 +219,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         _ => None,
     };
+    let spill = match &args.spill_output_dir {
+        Some(dir) => {
+            let spill =
+                SpillConfig { dir: dir.clone(), bytes_per_process: args.spill_output_bytes };
+            spill.validate().map_err(|e| anyhow::anyhow!("--spill-output-dir: {e}"))?;
+            Some(spill)
+        }
+        None => None,
+    };
     let config = ServerConfig {
         detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
         ping_interval: Duration::from_secs(args.ping_interval_secs),
@@ -215,6 +238,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
             max_processes: args.max_processes_per_session,
             closed_output_budget: args.closed_output_budget_bytes,
+            spill: spill.map(Arc::new),
         },
         max_sessions: args.max_sessions,
         max_connections: args.max_connections,

@@ -329,6 +329,57 @@ async fn tether_exec_forwards_a_terminate_signal_to_the_command() {
     assert_eq!(status.code(), Some(3));
 }
 
+/// A server that spills output (`--spill-output-dir`) still answers a reference client's read
+/// the reference way: without `maxBytes`, at most what memory holds comes back, with `nextSeq`
+/// after the last chunk, and reading on from there returns the rest without a gap. Closed
+/// processes share one spill allowance: the oldest give theirs up first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spilled_output_reads_back_in_pieces_a_reference_client_can_follow() {
+    let spill_dir = std::env::temp_dir();
+    let server = ServerProcess::start_with(
+        Target::Tether,
+        &[
+            "--retain-output-bytes",
+            "65536",
+            "--spill-output-dir",
+            spill_dir.to_str().unwrap(),
+            "--spill-output-bytes",
+            "1048576",
+        ],
+    )
+    .await
+    .unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    for id in ["first", "second", "third"] {
+        client.ok("process/start", common::exec(id, "seq 1 120000")).await.unwrap();
+        client.process_events(id).await.unwrap();
+    }
+    let expected: String = (1..=120000).map(|i| format!("{i}\n")).collect();
+    let (mut text, mut after, mut reads) = (String::new(), 0u64, 0);
+    loop {
+        let read = client
+            .ok("process/read", json!({"processId": "third", "afterSeq": after}))
+            .await
+            .unwrap();
+        assert_eq!(read["oldestRetainedSeq"], 1, "the newest closed process keeps its spill");
+        let piece = common::text(&read["chunks"]);
+        assert!(piece.len() <= 65536 + 65536, "a read carries about what memory holds");
+        text += &piece;
+        reads += 1;
+        let next = read["nextSeq"].as_u64().unwrap();
+        if read["chunks"].as_array().unwrap().is_empty() || next - 1 == after {
+            break;
+        }
+        after = next - 1;
+    }
+    assert!(text == expected, "{} of {} bytes read back", text.len(), expected.len());
+    assert!(reads > 5, "{reads} reads");
+    let first =
+        client.ok("process/read", json!({"processId": "first", "afterSeq": 0})).await.unwrap();
+    assert!(first["oldestRetainedSeq"].as_u64().unwrap() > 1, "{}", first["oldestRetainedSeq"]);
+    assert!(first["exited"].as_bool().unwrap() && first["closed"].as_bool().unwrap());
+}
+
 /// `tether exec --resume SESSION --list`: a harness that lost track of its processes finds them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tether_exec_lists_a_sessions_processes() {

@@ -121,6 +121,56 @@ async fn output_lost_during_an_outage_fails_only_that_process() {
     assert_eq!(client.status(), ConnectionStatus::Connected);
 }
 
+/// Tether only (`--spill-output-dir`): the same outage with output spilled to disk loses
+/// nothing. Memory keeps 64 KiB per process; the 4.6 MB a process wrote meanwhile comes back
+/// from the spill, byte for byte. A process that wrote more than its spill holds still fails
+/// alone and loudly, and the spill directory stays empty (the files have no names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_spilled_to_disk_outlasts_an_outage() {
+    let spill_dir = std::env::temp_dir().join(format!("tether-spill-test-{}", std::process::id()));
+    std::fs::create_dir_all(&spill_dir).unwrap();
+    let server = ServerProcess::start_with(
+        Target::Tether,
+        &[
+            "--retain-output-bytes",
+            "65536",
+            "--spill-output-dir",
+            spill_dir.to_str().unwrap(),
+            "--spill-output-bytes",
+            "8388608",
+        ],
+    )
+    .await
+    .unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let options =
+        ClientOptions { recovery_timeout: Duration::from_secs(20), ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
+    let mut kept = client.start(params("kept", "sleep 0.3; seq 1 600000")).await.unwrap();
+    let mut overflowing = client
+        .start(params("overflowing", "sleep 0.3; head -c 12000000 /dev/zero; sleep 30"))
+        .await
+        .unwrap();
+    proxy.set_down(true);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 0, "spill files have no names");
+    proxy.set_down(false);
+
+    let (out, _, code, _) = drain(&mut kept).await.unwrap();
+    let expected: String = (1..=600000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        out == expected.as_bytes(),
+        "output differs ({} of {} bytes)",
+        out.len(),
+        expected.len()
+    );
+    assert_eq!(code, 0);
+    let failure = drain(&mut overflowing).await.unwrap_err();
+    assert!(failure.contains("no longer retained"), "{failure}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&spill_dir);
+}
+
 /// Tether only: a fast producer (no pauses at all) keeps every byte through cuts. The server
 /// bounds the output in flight per connection below what it retains per process, so a drop
 /// never loses more than it can replay. (The reference, with 1 MiB retained and up to 128

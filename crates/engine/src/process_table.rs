@@ -1,6 +1,7 @@
 //! The processes of one session, keyed by the client's process ids.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tracing::{Instrument, debug, info_span};
 use crate::env_policy::child_env;
 use crate::process::{
     self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, ProcessError, ProcessEvent, SpawnRequest,
+    SpillConfig,
 };
 
 /// Limits that shape a table's processes.
@@ -31,6 +33,10 @@ pub struct ProcessTableConfig {
     /// processes that closed first are forgotten (a read of one then says it is unknown), so a
     /// long session that runs thousands of commands does not keep all their output forever.
     pub closed_output_budget: usize,
+    /// Where output memory lets go of is kept on disk instead of dropped; `None`: dropped.
+    /// Closed processes together keep one process's allowance; the oldest closed give their
+    /// spilled output up first.
+    pub spill: Option<Arc<SpillConfig>>,
 }
 
 /// Default for [`ProcessTableConfig::closed_output_budget`]: the last several commands' worth
@@ -48,6 +54,7 @@ impl Default for ProcessTableConfig {
             closed_process_retention: None,
             max_processes: DEFAULT_MAX_PROCESSES,
             closed_output_budget: DEFAULT_CLOSED_OUTPUT_BUDGET,
+            spill: None,
         }
     }
 }
@@ -59,6 +66,8 @@ pub struct ProcessTable {
     processes: Mutex<HashMap<ProcessId, Arc<LocalProcess>>>,
     /// Closed processes, oldest first, with the output each retains (fixed once closed).
     closed: Mutex<ClosedProcesses>,
+    /// Processes started and not yet closed: what `max_processes` limits.
+    unfinished: AtomicUsize,
     events: mpsc::Sender<ProcessEvent>,
     /// The executor's environment, read once: `envPolicy` filters it for every start.
     parent_env: Vec<(String, String)>,
@@ -73,6 +82,7 @@ impl ProcessTable {
             config,
             processes: Mutex::new(HashMap::new()),
             closed: Mutex::new(ClosedProcesses::default()),
+            unfinished: AtomicUsize::new(0),
             events,
             parent_env,
         })
@@ -108,8 +118,8 @@ impl ProcessTable {
         if processes.contains_key(&params.process_id) {
             return Err(ProcessError::AlreadyExists(params.process_id));
         }
-        let open = processes.values().filter(|process| !process.is_closed()).count();
-        if open >= self.config.max_processes {
+        // Counted under the table lock, like the spawn, so concurrent starts cannot overshoot.
+        if self.unfinished.load(Ordering::Relaxed) >= self.config.max_processes {
             return Err(ProcessError::TooManyProcesses(self.config.max_processes));
         }
         let mut spawned = process::spawn(request).map_err(ProcessError::Spawn)?;
@@ -117,13 +127,17 @@ impl ProcessTable {
         let local = process::new_process(
             params.process_id.clone(),
             spawned.pid,
-            self.config.retained_output_bytes,
+            process::RetainedOutput::new(
+                self.config.retained_output_bytes,
+                self.config.spill.clone(),
+            ),
             stdin,
             spawned.terminal.take(),
             params.argv.clone(),
             params.tty,
         );
         processes.insert(params.process_id.clone(), local.clone());
+        self.unfinished.fetch_add(1, Ordering::Relaxed);
         drop(processes);
 
         debug!(process_id = %params.process_id, pid = local.pid(), tty = params.tty, "process started");
@@ -164,13 +178,18 @@ impl ProcessTable {
     }
 
     /// Records a process's close, then forgets the oldest closed processes while their output
-    /// together is over the budget (the newest is kept whatever its size).
+    /// together is over the budget (the newest is kept whatever its size). Spilled output has
+    /// its own allowance: the oldest closed processes give theirs up first.
     fn closed(&self, local: &Arc<LocalProcess>) {
         local.release_terminal();
+        self.unfinished.fetch_sub(1, Ordering::Relaxed);
         let mut closed = self.closed_lock();
         closed.push(local.clone());
+        if let Some(spill) = &self.config.spill {
+            closed.discard_spills_beyond(spill.bytes_per_process);
+        }
         while closed.bytes > self.config.closed_output_budget && closed.queue.len() > 1 {
-            let Some((oldest, _)) = closed.pop() else { break };
+            let Some(oldest) = closed.pop() else { break };
             let mut processes = self.processes();
             if processes.get(oldest.id()).is_some_and(|current| Arc::ptr_eq(current, &oldest)) {
                 processes.remove(oldest.id());
@@ -295,30 +314,62 @@ fn validate<'a>(
     })
 }
 
-/// Closed processes in the order they closed, and the output they retain together.
+/// Closed processes in the order they closed, and the output they retain together (in
+/// memory, and spilled to disk).
 #[derive(Default)]
 struct ClosedProcesses {
-    queue: std::collections::VecDeque<(Arc<LocalProcess>, usize)>,
+    queue: std::collections::VecDeque<ClosedProcess>,
     bytes: usize,
+    spilled: u64,
+}
+
+/// A closed process, with what it was counted for (its output no longer changes).
+struct ClosedProcess {
+    process: Arc<LocalProcess>,
+    bytes: usize,
+    spilled: u64,
 }
 
 impl ClosedProcesses {
     fn push(&mut self, process: Arc<LocalProcess>) {
-        let bytes = process.retained_bytes();
+        let (bytes, spilled) = (process.retained_bytes(), process.spilled_bytes());
         self.bytes += bytes;
-        self.queue.push_back((process, bytes));
+        self.spilled += spilled;
+        self.queue.push_back(ClosedProcess { process, bytes, spilled });
     }
 
-    fn pop(&mut self) -> Option<(Arc<LocalProcess>, usize)> {
-        let (process, bytes) = self.queue.pop_front()?;
-        self.bytes -= bytes;
-        Some((process, bytes))
+    /// Has the oldest closed processes give up their spilled output while the closed
+    /// processes' spills together are over `allowance`; the newest keeps its own.
+    fn discard_spills_beyond(&mut self, allowance: u64) {
+        let newest = self.queue.len().saturating_sub(1);
+        for closed in self.queue.iter_mut().take(newest) {
+            if self.spilled <= allowance {
+                break;
+            }
+            if closed.spilled > 0 {
+                closed.process.discard_spill();
+                self.spilled -= closed.spilled;
+                debug!(process_id = %closed.process.id(), spilled = closed.spilled, "closed process's spilled output dropped: the session's spill allowance for closed processes is spent");
+                closed.spilled = 0;
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<Arc<LocalProcess>> {
+        let closed = self.queue.pop_front()?;
+        self.forget(&closed);
+        Some(closed.process)
     }
 
     fn remove(&mut self, process: &Arc<LocalProcess>) {
-        if let Some(at) = self.queue.iter().position(|(p, _)| Arc::ptr_eq(p, process)) {
-            let (_, bytes) = self.queue.remove(at).expect("the position is in range");
-            self.bytes -= bytes;
+        if let Some(at) = self.queue.iter().position(|c| Arc::ptr_eq(&c.process, process)) {
+            let closed = self.queue.remove(at).expect("the position is in range");
+            self.forget(&closed);
         }
+    }
+
+    fn forget(&mut self, closed: &ClosedProcess) {
+        self.bytes -= closed.bytes;
+        self.spilled -= closed.spilled;
     }
 }

@@ -8,6 +8,7 @@
 mod pump;
 mod retained;
 mod spawn;
+mod spill;
 mod stdin;
 
 use std::collections::{HashSet, VecDeque};
@@ -26,8 +27,12 @@ use tokio::time::Instant;
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
 pub use spawn::{PTY_COLS, PTY_ROWS};
 pub(crate) use spawn::{SpawnRequest, spawn};
+pub use spill::{
+    DEFAULT_SPILL_BYTES_PER_PROCESS, MIN_SPILL_BYTES_PER_PROCESS, SPILLED_CHUNKS_PER_PROCESS,
+    SpillConfig,
+};
 
-use retained::RetainedOutput;
+pub(crate) use retained::RetainedOutput;
 use stdin::StdinQueue;
 
 /// How many `writeId`s each process remembers, so a retried write is applied once.
@@ -185,9 +190,19 @@ impl LocalProcess {
         self.terminal.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
-    /// Output bytes retained for replays now.
+    /// Output bytes retained in memory for replays now.
     pub fn retained_bytes(&self) -> usize {
         self.state().output.bytes()
+    }
+
+    /// Output bytes spilled to disk for replays now.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.state().output.spilled_bytes()
+    }
+
+    /// Gives up the output spilled to disk (its file is freed); reads then say it is gone.
+    pub(crate) fn discard_spill(&self) {
+        self.state().output.discard_spill();
     }
 
     /// The next sequence number this process will allocate.
@@ -214,7 +229,7 @@ impl LocalProcess {
             tokio::pin!(changed);
             changed.as_mut().enable();
             {
-                let state = self.state();
+                let mut state = self.state();
                 let news = state.output.has_news_after(after_seq);
                 if news || deadline.is_none_or(|d| Instant::now() >= d) {
                     return to_response(state.output.read(after_seq, max_bytes));
@@ -359,7 +374,7 @@ impl WriteIds {
 pub(crate) fn new_process(
     id: ProcessId,
     pgid: rustix::process::Pid,
-    retained_output_bytes: usize,
+    output: RetainedOutput,
     stdin: Option<StdinQueue>,
     terminal: Option<std::os::fd::OwnedFd>,
     argv: Vec<String>,
@@ -368,10 +383,7 @@ pub(crate) fn new_process(
     Arc::new(LocalProcess {
         id,
         pgid,
-        state: Mutex::new(ProcessState {
-            output: RetainedOutput::new(retained_output_bytes),
-            write_ids: WriteIds::new(),
-        }),
+        state: Mutex::new(ProcessState { output, write_ids: WriteIds::new() }),
         changed: Notify::new(),
         stdin,
         terminal: Mutex::new(terminal),

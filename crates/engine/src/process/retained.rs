@@ -1,10 +1,14 @@
 //! The bounded history of one process's output, and its sequence counter.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tether_protocol::ByteChunk;
 use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk};
+use tracing::warn;
+
+use super::spill::{Spill, SpillConfig};
 
 /// Output kept per process for `process/read` replays, by default: the last 8 MiB.
 ///
@@ -26,6 +30,10 @@ pub const RETAINED_OUTPUT_CHUNKS: usize = 50_000;
 ///
 /// One counter, starting at 1, numbers output chunks, the exit and the close alike. Exit and
 /// close are remembered as their sequence numbers and never stored as chunks.
+///
+/// The newest output is held in memory, up to `byte_limit`. With a spill configured, what
+/// memory lets go of moves to a bounded file on disk ([`Spill`]) instead of being dropped;
+/// everything in the spill is older than everything in memory.
 #[derive(Debug)]
 pub(crate) struct RetainedOutput {
     chunks: VecDeque<ProcessOutputChunk>,
@@ -36,6 +44,9 @@ pub(crate) struct RetainedOutput {
     closed_seq: Option<u64>,
     /// The last sequence whose output was dropped to stay within the limits (0: none).
     evicted_through: u64,
+    /// Where to spill, until the spill is made (at the first eviction) or has failed.
+    spill_config: Option<Arc<SpillConfig>>,
+    spill: Option<Spill>,
 }
 
 /// A window of retained output, as `process/read` returns it.
@@ -55,7 +66,12 @@ impl RetainedOutput {
         self.bytes
     }
 
-    pub(crate) fn new(byte_limit: usize) -> Self {
+    /// Output bytes spilled to disk now.
+    pub(crate) fn spilled_bytes(&self) -> u64 {
+        self.spill.as_ref().map_or(0, Spill::bytes)
+    }
+
+    pub(crate) fn new(byte_limit: usize, spill_config: Option<Arc<SpillConfig>>) -> Self {
         Self {
             chunks: VecDeque::new(),
             bytes: 0,
@@ -64,10 +80,13 @@ impl RetainedOutput {
             next_seq: 1,
             exit: None,
             closed_seq: None,
+            spill_config,
+            spill: None,
         }
     }
 
-    /// Numbers a chunk and keeps it, dropping whole chunks from the front to stay in bounds.
+    /// Numbers a chunk and keeps it, moving whole chunks from the front to the spill (or
+    /// dropping them, without one) to stay in bounds.
     pub(crate) fn push_output(&mut self, stream: ExecOutputStream, bytes: Bytes) -> u64 {
         let seq = self.allocate();
         self.bytes += bytes.len();
@@ -75,12 +94,49 @@ impl RetainedOutput {
         while self.chunks.len() > 1
             && (self.bytes > self.byte_limit || self.chunks.len() > RETAINED_OUTPUT_CHUNKS)
         {
-            if let Some(dropped) = self.chunks.pop_front() {
-                self.bytes -= dropped.chunk.len();
-                self.evicted_through = dropped.seq;
+            if let Some(oldest) = self.chunks.pop_front() {
+                self.bytes -= oldest.chunk.len();
+                self.retire(oldest);
             }
         }
         seq
+    }
+
+    /// Moves a chunk memory no longer holds to the spill, or drops it.
+    fn retire(&mut self, chunk: ProcessOutputChunk) {
+        if self.spill.is_none()
+            && let Some(config) = self.spill_config.take()
+        {
+            match Spill::create(&config) {
+                Ok(spill) => self.spill = Some(spill),
+                Err(error) => {
+                    warn!(%error, dir = %config.dir.display(), "cannot spill output to disk; older output is dropped instead")
+                }
+            }
+        }
+        let Some(spill) = &mut self.spill else {
+            self.evicted_through = chunk.seq;
+            return;
+        };
+        match spill.push(&chunk) {
+            Ok(Some(dropped)) => self.evicted_through = dropped,
+            Ok(None) => {}
+            Err(error) => {
+                warn!(%error, "writing spilled output failed; the spill is given up");
+                self.discard_spill();
+                self.evicted_through = chunk.seq;
+            }
+        }
+    }
+
+    /// Drops what the spill holds (a closed process giving up its disk, or a failed file):
+    /// reads then say it is gone.
+    pub(crate) fn discard_spill(&mut self) {
+        if let Some(spill) = self.spill.take()
+            && let Some(last) = spill.last_seq()
+        {
+            self.evicted_through = self.evicted_through.max(last);
+        }
     }
 
     pub(crate) fn record_exit(&mut self, code: i32) -> u64 {
@@ -113,9 +169,12 @@ impl RetainedOutput {
         self.closed_seq.is_some()
     }
 
-    /// The oldest sequence number still held, if any chunk is.
+    /// The oldest sequence number still held, on disk or in memory, if any chunk is.
     pub(crate) fn oldest_retained_seq(&self) -> Option<u64> {
-        self.chunks.front().map(|c| c.seq)
+        self.spill
+            .as_ref()
+            .and_then(Spill::first_seq)
+            .or_else(|| self.chunks.front().map(|c| c.seq))
     }
 
     /// The oldest sequence a read can still return: everything before it that was output has
@@ -138,20 +197,40 @@ impl RetainedOutput {
     /// sequence, which also steps over an exit and a close. With a budget it is one past the last
     /// chunk returned (so the exit and close are reported again on the next read), or the
     /// process's next sequence when no chunk was returned — as the reference computes it.
-    pub(crate) fn read(&self, after_seq: u64, max_bytes: Option<usize>) -> ReadWindow {
-        let start = self.chunks.partition_point(|c| c.seq <= after_seq);
+    ///
+    /// A read that reaches into spilled output gets at most as much as memory holds (the
+    /// spill may hold far more than one message should carry), and stops at
+    /// [`RETAINED_OUTPUT_CHUNKS`] chunks; cut short, its `next_seq` follows its last chunk, as
+    /// a budgeted read's does, and the reader continues from there.
+    pub(crate) fn read(&mut self, after_seq: u64, max_bytes: Option<usize>) -> ReadWindow {
+        let from_spill = self.spill.as_ref().is_some_and(|spill| spill.has_after(after_seq));
+        let mut budget = Budget {
+            limit: max_bytes.or(from_spill.then_some(self.byte_limit)),
+            bytes: 0,
+            chunks: 0,
+            cut: false,
+        };
         let mut chunks = Vec::new();
-        let mut total = 0usize;
-        for chunk in self.chunks.range(start..) {
-            let within_budget = max_bytes.is_none_or(|budget| total + chunk.chunk.len() <= budget);
-            if !chunks.is_empty() && !within_budget {
-                break;
+        if from_spill && let Some(spill) = &self.spill {
+            match spill.read_after(after_seq, |len| budget.admit(len)) {
+                Ok(spilled) => chunks = spilled,
+                Err(error) => {
+                    warn!(%error, "reading spilled output failed; the spill is given up");
+                    self.discard_spill();
+                    budget = Budget { limit: max_bytes, bytes: 0, chunks: 0, cut: false };
+                }
             }
-            total += chunk.chunk.len();
-            chunks.push(chunk.clone());
         }
-        let next_seq = match (max_bytes, chunks.last()) {
-            (Some(_), Some(last)) => last.seq + 1,
+        if !budget.cut {
+            let after = chunks.last().map_or(after_seq, |c: &ProcessOutputChunk| c.seq);
+            let start = self.chunks.partition_point(|c| c.seq <= after);
+            chunks.extend(
+                self.chunks.range(start..).take_while(|c| budget.admit(c.chunk.len())).cloned(),
+            );
+        }
+        let continue_after_last = max_bytes.is_some() || budget.cut;
+        let next_seq = match (continue_after_last, chunks.last()) {
+            (true, Some(last)) => last.seq + 1,
             _ => self.next_seq,
         };
         ReadWindow {
@@ -165,6 +244,28 @@ impl RetainedOutput {
     }
 }
 
+/// What a read may still take: bytes within the limit (the first chunk always) and chunks
+/// within [`RETAINED_OUTPUT_CHUNKS`]. `cut` once something was left out.
+struct Budget {
+    limit: Option<usize>,
+    bytes: usize,
+    chunks: usize,
+    cut: bool,
+}
+
+impl Budget {
+    fn admit(&mut self, len: usize) -> bool {
+        let within_bytes = self.limit.is_none_or(|limit| self.bytes + len <= limit);
+        if self.cut || (self.chunks > 0 && !within_bytes) || self.chunks >= RETAINED_OUTPUT_CHUNKS {
+            self.cut = true;
+            return false;
+        }
+        self.bytes += len;
+        self.chunks += 1;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,7 +276,7 @@ mod tests {
 
     #[test]
     fn output_exit_and_close_share_one_sequence() {
-        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES);
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, None);
         assert_eq!(out(&mut retained, "a"), 1);
         assert_eq!(retained.record_exit(0), 2);
         assert_eq!(out(&mut retained, "late"), 3);
@@ -189,7 +290,7 @@ mod tests {
 
     #[test]
     fn byte_budget_keeps_whole_chunks_and_always_returns_one() {
-        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES);
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, None);
         out(&mut retained, "abcdef");
         out(&mut retained, "ghij");
         let seqs = |w: ReadWindow| (w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), w.next_seq);
@@ -205,7 +306,7 @@ mod tests {
 
     #[test]
     fn with_a_budget_next_seq_follows_the_last_chunk_returned() {
-        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES);
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, None);
         out(&mut retained, "hello");
         out(&mut retained, "ab");
         retained.record_exit(0);
@@ -220,7 +321,7 @@ mod tests {
 
     #[test]
     fn evicts_whole_chunks_from_the_front() {
-        let mut retained = RetainedOutput::new(10);
+        let mut retained = RetainedOutput::new(10, None);
         out(&mut retained, "1234");
         out(&mut retained, "5678");
         out(&mut retained, "9abc");
@@ -231,14 +332,83 @@ mod tests {
 
     #[test]
     fn a_single_chunk_over_the_limit_is_kept() {
-        let mut retained = RetainedOutput::new(2);
+        let mut retained = RetainedOutput::new(2, None);
         out(&mut retained, "12345");
         assert_eq!(retained.read(0, None).chunks.len(), 1);
     }
 
+    fn spilling(memory: usize) -> RetainedOutput {
+        let config = SpillConfig {
+            dir: std::env::temp_dir(),
+            bytes_per_process: super::super::spill::MIN_SPILL_BYTES_PER_PROCESS,
+        };
+        RetainedOutput::new(memory, Some(Arc::new(config)))
+    }
+
+    fn text(window: &ReadWindow) -> String {
+        window.chunks.iter().map(|c| String::from_utf8_lossy(&c.chunk.0).into_owned()).collect()
+    }
+
+    /// Memory holds the newest 10 bytes; the rest is on disk. A budgeted read pages through
+    /// both without a seam; a read without a budget that reaches the spill is cut at what
+    /// memory holds and says where to go on.
+    #[test]
+    fn spilled_output_reads_back_in_order_with_the_memory_after_it() {
+        let mut retained = spilling(10);
+        let all: String = (0..40).map(|n| format!("{n:03}|")).collect();
+        for n in 0..40 {
+            out(&mut retained, &format!("{n:03}|"));
+        }
+        retained.record_exit(0);
+        retained.record_close();
+        assert!(retained.bytes() <= 10);
+        assert_eq!(retained.spilled_bytes() as usize + retained.bytes(), 160);
+        assert_eq!(retained.oldest_retained_seq(), Some(1));
+        assert_eq!(retained.oldest_readable_seq(), 1);
+
+        let (mut paged, mut after) = (String::new(), 0);
+        loop {
+            let window = retained.read(after, Some(24));
+            if window.chunks.is_empty() {
+                break;
+            }
+            paged += &text(&window);
+            after = window.next_seq - 1;
+        }
+        assert_eq!(paged, all);
+
+        let first = retained.read(0, None);
+        assert_eq!(text(&first), all[..8], "cut at what memory holds (10 bytes, whole chunks)");
+        assert_eq!(first.next_seq, 3, "a cut read continues after its last chunk");
+        let (mut unbudgeted, mut after) = (String::new(), 0);
+        let last = loop {
+            let window = retained.read(after, None);
+            unbudgeted += &text(&window);
+            if window.next_seq == retained.next_seq() {
+                break window;
+            }
+            after = window.next_seq - 1;
+        };
+        assert_eq!(unbudgeted, all);
+        assert!(last.exited && last.closed);
+    }
+
+    #[test]
+    fn a_discarded_spill_reads_as_dropped_output() {
+        let mut retained = spilling(10);
+        for n in 0..10 {
+            out(&mut retained, &format!("{n:03}|"));
+        }
+        retained.discard_spill();
+        assert_eq!(retained.spilled_bytes(), 0);
+        let window = retained.read(0, None);
+        assert_eq!(window.oldest_readable_seq, window.chunks[0].seq);
+        assert_eq!(text(&window), "008|009|");
+    }
+
     #[test]
     fn chunk_count_is_bounded() {
-        let mut retained = RetainedOutput::new(usize::MAX);
+        let mut retained = RetainedOutput::new(usize::MAX, None);
         for _ in 0..RETAINED_OUTPUT_CHUNKS + 10 {
             out(&mut retained, "x");
         }
