@@ -688,9 +688,16 @@ async fn resume(inner: &Arc<Inner>) -> Result<Arc<Connection>, ClientError> {
 /// Most output bytes asked for in one catch-up page.
 const CATCH_UP_PAGE_BYTES: usize = 1024 * 1024;
 
-/// Catches one process up on a fresh connection: pages while the backlog is large, then one
-/// complete read for the rest (see [`Registration::publish_page`]). The outer error is the
-/// connection's (the attempt ends); the inner one is this process's.
+/// Catches one process up on a fresh connection: reads pages of its backlog, publishing each,
+/// until a page finds nothing new — that answer (no chunks, so its `nextSeq` is the process's
+/// next sequence) also says whether the process exited and closed, and completes the
+/// catch-up. A page with a hole in it (an exit, or output the server dropped) hands over to
+/// one complete read, which places the exit and the close (see [`Registration::publish_page`]).
+/// The outer error is the connection's (the attempt ends); the inner one is this process's.
+///
+/// Pages, not one complete read, because no server promises to answer everything at once: a
+/// server that spills output to disk answers in pieces, and a page published survives the next
+/// drop where one large answer might never arrive whole over a flaky link.
 async fn catch_up(
     connection: &Connection,
     registration: &Registration,
@@ -710,22 +717,23 @@ async fn catch_up(
             }
         }
     };
-    loop {
+    let last_read = loop {
         let page = match read(Some(CATCH_UP_PAGE_BYTES)).await? {
             Ok(page) => page,
             Err(error) => return Ok(Err(error)),
         };
-        // A page well short of the budget was the whole backlog: the complete read is small.
-        match registration.publish_page(&page) {
-            Some(bytes) if bytes >= CATCH_UP_PAGE_BYTES / 2 => continue,
-            _ => break,
+        let last_published = registration.last_published();
+        if page.failure.is_some() || page.chunks.iter().all(|chunk| chunk.seq <= last_published) {
+            break page;
         }
-    }
-    let caught_up = match read(None).await? {
-        Ok(read) => registration.catch_up(&read).map_err(|e| e.to_string()),
-        Err(error) => Err(error),
+        if !registration.publish_page(&page) {
+            match read(None).await? {
+                Ok(complete) => break complete,
+                Err(error) => return Ok(Err(error)),
+            }
+        }
     };
-    Ok(caught_up)
+    Ok(registration.catch_up(&last_read).map_err(|e| e.to_string()))
 }
 
 fn is_retryable(error: &ClientError) -> bool {

@@ -124,17 +124,14 @@ impl Registration {
     /// Publishes the leading run of a catch-up page: chunks that follow what was published
     /// with no hole between them. Pages let a large backlog be caught up in parts that each
     /// survive a later drop (the next attempt reads on from here), where one read of it all
-    /// might never arrive whole over a flaky link. Returns the bytes published if the whole
-    /// page was such a run, so paging may go on; `None` when it held a hole (an exit, or output
-    /// the server dropped) or nothing new: the rest then comes from one complete read, whose
-    /// answer places exits and closes (see [`crate::reconcile`]).
-    pub(crate) fn publish_page(
-        &self,
-        page: &tether_protocol::process::ReadResponse,
-    ) -> Option<usize> {
+    /// might never arrive whole over a flaky link. Returns whether the whole page was such a
+    /// run, so paging may go on; false when it held a hole (an exit, or output the server
+    /// dropped) or nothing new: the rest then comes from one complete read, whose answer
+    /// places exits and closes (see [`crate::reconcile`]).
+    pub(crate) fn publish_page(&self, page: &tether_protocol::process::ReadResponse) -> bool {
         let mut state = self.state();
         if state.finished.is_some() || page.failure.is_some() {
-            return None;
+            return false;
         }
         let last = state.reorder.last_published();
         let fresh: Vec<_> = page.chunks.iter().filter(|chunk| chunk.seq > last).collect();
@@ -144,11 +141,9 @@ impl Registration {
             .take_while(|(chunk, expected)| chunk.seq == *expected)
             .count();
         if run == 0 {
-            return None;
+            return false;
         }
-        let mut bytes = 0;
         for chunk in &fresh[..run] {
-            bytes += chunk.chunk.0.len();
             let event = ProcessEvent::Output {
                 process_id: self.process_id.clone(),
                 seq: chunk.seq,
@@ -158,10 +153,8 @@ impl Registration {
             publish(&mut state, event);
         }
         let pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
-        if !restart_ordering(&mut state, &self.process_id, last + run as u64, pending) {
-            return None;
-        }
-        (run == fresh.len()).then_some(bytes)
+        restart_ordering(&mut state, &self.process_id, last + run as u64, pending)
+            && run == fresh.len()
     }
 
     /// Merges a catch-up read into the stream (see [`crate::reconcile`]).
@@ -313,13 +306,13 @@ mod tests {
         registration.push(out(5)); // early, waits in the reorder buffer
         registration.begin_catch_up();
         // A page with an already published chunk and a whole run after it: paging goes on.
-        assert_eq!(registration.publish_page(&read_of(&[1, 2, 3], 4)), Some(4));
+        assert!(registration.publish_page(&read_of(&[1, 2, 3], 4)));
         assert_eq!(published(&mut updates), (vec![1, 2, 3], false));
         // A hole (an exit, or lost output) stops paging after the run before it.
-        assert_eq!(registration.publish_page(&read_of(&[4, 6], 7)), None);
+        assert!(!registration.publish_page(&read_of(&[4, 6], 7)));
         assert_eq!(published(&mut updates), (vec![4, 5], false), "the early 5 now in order");
         // Nothing new: stop.
-        assert_eq!(registration.publish_page(&read_of(&[], 7)), None);
+        assert!(!registration.publish_page(&read_of(&[], 7)));
         assert_eq!(registration.last_published(), 5);
         // The complete read places the rest.
         registration.catch_up(&read_of(&[6], 7)).unwrap();
