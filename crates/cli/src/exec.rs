@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate};
+use tether_client::{ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
 use tether_protocol::PathUri;
 use tether_protocol::process::{
@@ -72,6 +73,17 @@ pub struct ExecArgs {
     #[arg(long, requires = "resume", conflicts_with_all = ["process", "command"])]
     list: bool,
 
+    /// Seconds of silence from the server (pings go out every third of it) before the
+    /// connection is presumed dead and the session resumed on a new one; 0: no pings, wait for
+    /// TCP to notice.
+    #[arg(long, default_value_t = tether_client::DEFAULT_KEEPALIVE_TIMEOUT.as_secs())]
+    keepalive_timeout_secs: u64,
+
+    /// Seconds to go on trying to resume the session after a drop before giving up (the
+    /// command keeps running on the executor; `--resume` can reattach later).
+    #[arg(long, default_value_t = tether_client::DEFAULT_RECOVERY_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    recovery_timeout_secs: u64,
+
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required_unless_present = "resume", value_name = "COMMAND")]
     command: Vec<String>,
@@ -98,6 +110,10 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         client_name: "tether-exec".into(),
         bearer_token: crate::credentials::exec_server_token(args.token_file.as_deref())?,
         tls_ca_file: args.tls_ca_file.clone(),
+        keepalive_interval: (args.keepalive_timeout_secs > 0)
+            .then(|| Duration::from_secs(args.keepalive_timeout_secs) / 3),
+        keepalive_timeout: Duration::from_secs(args.keepalive_timeout_secs.max(1)),
+        recovery_timeout: Duration::from_secs(args.recovery_timeout_secs),
         ..ClientOptions::default()
     };
     if let (Some(session), true) = (&args.resume, args.list) {
@@ -119,32 +135,31 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         client.disconnect();
         return Ok(0);
     }
-    let (mut process, extensions) = match (&args.resume, &args.process) {
+    let (client, mut process) = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
             let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {
                 anyhow::anyhow!(
                     "{e}; if the client that held the session is gone, the server notices within seconds: try again"
                 )
             })?;
-            let extensions = client.tether_extensions();
             let (process, truncated) = client.attach(process_id.as_str()).await?;
             if truncated {
                 eprintln!(
                     "tether exec: earlier output of {process_id} is no longer retained; showing the rest"
                 );
             }
-            (process, extensions)
+            (client, process)
         }
         _ => {
             let client = ExecServerClient::connect(&args.url, options).await?;
-            let extensions = client.tether_extensions();
             let process = client.start(start_params(&args, &client)?).await?;
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
             }
-            (process, extensions)
+            (client, process)
         }
     };
+    let extensions = client.tether_extensions();
     let resizable = extensions.pty_size;
     let closable = extensions.close_stdin && !args.tty;
 
@@ -170,7 +185,16 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     ProcessEvent::Exited { exit_code: code, .. } => exit_code = Some(code),
                     ProcessEvent::Closed { .. } => return Ok(exit_code.unwrap_or(TETHER_FAILURE)),
                 },
-                Some(ProcessUpdate::Failed(message)) => bail!("{message}"),
+                Some(ProcessUpdate::Failed(message)) => {
+                    if matches!(client.status(), ConnectionStatus::Failed(_)) {
+                        bail!(
+                            "{message}; the command may still be running on the executor, until the server's detach window ends: `tether exec --url … --resume {} --process {}` reattaches to it",
+                            client.session_id(),
+                            process.process_id()
+                        );
+                    }
+                    bail!("{message}")
+                }
                 None => bail!("the process's stream ended without a close"),
             },
             read = stdin.read(&mut buffer), if stdin_open => match read {

@@ -119,3 +119,32 @@ async fn exec_resume_reattaches_after_the_first_client_died(target: Target) {
     assert_eq!(String::from_utf8_lossy(&resumed.stdout), "one\ntwo\n", "replayed, then followed");
     assert_eq!(resumed.status.code(), Some(4), "{}", String::from_utf8_lossy(&resumed.stderr));
 }
+
+/// A connection that goes silent and a server that cannot be reached again: with
+/// `--keepalive-timeout-secs 1 --recovery-timeout-secs 1`, `tether exec` notices within a
+/// second, gives up a second later (by default: 15 s, then 25 s), and says how to reattach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_gives_up_when_told_and_says_how_to_reattach() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &proxy.url, "--no-stdin"])
+        .args(["--keepalive-timeout-secs", "1", "--recovery-timeout-secs", "1", "--"])
+        .args(["sh", "-c", "echo ready; sleep 60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("ready"));
+    proxy.freeze_downstream_including_new();
+    let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("tether exec gave up within the timeouts it was given")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(255), "{stderr}");
+    assert!(stderr.contains("--resume ") && stderr.contains("--process "), "{stderr}");
+}

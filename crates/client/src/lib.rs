@@ -41,7 +41,8 @@ mod tls;
 
 pub use client::{
     ClientOptions, ConnectionStatus, DEFAULT_CONNECT_TIMEOUT, DEFAULT_INITIALIZE_TIMEOUT,
-    DEFAULT_RECOVERY_RETRY_INTERVAL, DEFAULT_RECOVERY_TIMEOUT, ExecServerClient,
+    DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_RECOVERY_RETRY_INTERVAL,
+    DEFAULT_RECOVERY_TIMEOUT, ExecServerClient,
 };
 pub use environment::Environment;
 pub use error::ClientError;
