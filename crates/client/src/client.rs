@@ -518,6 +518,15 @@ async fn route_events(inner: Weak<Inner>, mut events: mpsc::UnboundedReceiver<Co
     while let Some(event) = events.recv().await {
         let Some(inner) = inner.upgrade() else { return };
         match event {
+            ConnectionEvent::Output(n) => route_event(
+                &inner,
+                ProcessEvent::Output {
+                    process_id: n.process_id,
+                    seq: n.seq,
+                    stream: n.stream,
+                    chunk: n.chunk.0,
+                },
+            ),
             ConnectionEvent::Notification(notification) => route_notification(&inner, notification),
             ConnectionEvent::Closed { generation, reason } => {
                 inner.http_streams.connection_closed(generation, &reason);
@@ -587,6 +596,11 @@ fn route_notification(inner: &Arc<Inner>, notification: Notification) {
         warn!(method = %notification.method, "malformed notification ignored");
         return;
     };
+    route_event(inner, event);
+}
+
+/// Hands a process's event to its handle, if one follows it.
+fn route_event(inner: &Arc<Inner>, event: ProcessEvent) {
     let registration = inner.registrations.lock().unwrap().get(event.process_id()).cloned();
     if let Some(registration) = registration {
         registration.push(event);

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
 use tether_protocol::error::METHOD_NOT_FOUND;
+use tether_protocol::process::ProcessOutputNotification;
 use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite;
@@ -27,8 +28,13 @@ use crate::error::ClientError;
 /// What a connection reports to its client, in the order it happened.
 #[derive(Debug)]
 pub(crate) enum ConnectionEvent {
+    /// A `process/output` notification, read by the fast path.
+    Output(ProcessOutputNotification),
     Notification(Notification),
-    Closed { generation: u64, reason: String },
+    Closed {
+        generation: u64,
+        reason: String,
+    },
 }
 
 type Reply = oneshot::Sender<Result<Value, ClientError>>;
@@ -157,6 +163,13 @@ impl Connection {
                     Some(Err(error)) => break (format!("transport error: {error}"), false),
                     None => break ("connection closed".to_owned(), false),
                 };
+                // Output, the bulk of what arrives, is read straight into its event.
+                if let Frame::Text(text) = &frame
+                    && let Some(output) = ProcessOutputNotification::from_frame(text.as_bytes())
+                {
+                    let _ = events.send(ConnectionEvent::Output(output));
+                    continue;
+                }
                 // Decoded where the frame lies: an answer can be hundreds of MB.
                 let decoded = match &frame {
                     Frame::Text(text) => Message::decode(text.as_bytes()),

@@ -92,14 +92,13 @@ impl FsReadFileResponse {
     /// straight into the text: a file of hundreds of MB is not encoded into one string and
     /// then copied again while serde checks it for characters to escape (base64 has none).
     pub fn to_response_text(&self, id: &crate::RequestId) -> String {
-        use base64::Engine as _;
         let id = serde_json::to_string(id).expect("an id serialises");
         let mut text =
             String::with_capacity(40 + id.len() + self.data_base64.len().div_ceil(3) * 4);
         text.push_str(r#"{"id":"#);
         text.push_str(&id);
         text.push_str(r#","result":{"dataBase64":""#);
-        base64::engine::general_purpose::STANDARD.encode_string(&self.data_base64.0, &mut text);
+        crate::bytes::encode_base64_into(&self.data_base64.0, &mut text);
         text.push_str("\"}}");
         text
     }

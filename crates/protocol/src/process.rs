@@ -377,6 +377,53 @@ pub struct ProcessOutputNotification {
 }
 
 impl ProcessOutputNotification {
+    /// A `process/output` notification read straight from its frame: the chunk's base64 is
+    /// found by its key, last in the frame as both servers write it, and decoded where it lies;
+    /// only the small rest goes through the JSON parser. No value tree, no copy of the text, no
+    /// scan of it for escapes (base64 has none, and the decoder refuses anything else). Output
+    /// is the bulk of what a client receives, so this is its hot path.
+    ///
+    /// `None` for any other frame, and for one of unusual form (members in another order or
+    /// repeated, a member the notification does not have, escapes in the chunk, bad base64):
+    /// the general decoder then reads it, and reports what is wrong with it.
+    pub fn from_frame(frame: &[u8]) -> Option<Self> {
+        const PREFIX: &[u8] = br#"{"method":"process/output","params":{"#;
+        const CHUNK_KEY: &[u8] = br#","chunk":""#;
+        const END: &[u8] = br#""}}"#;
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Head<'a> {
+            #[serde(rename = "method")]
+            _method: &'a str,
+            params: HeadParams,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct HeadParams {
+            process_id: ProcessId,
+            seq: u64,
+            stream: ExecOutputStream,
+        }
+        let body = frame.strip_prefix(PREFIX)?.strip_suffix(END)?;
+        // Base64 holds no quote, so the last quote opens the chunk; the key before it cannot
+        // be part of a JSON string (its quotes would be escaped there).
+        let open = memchr::memrchr(b'"', body)? + 1;
+        let key = open.checked_sub(CHUNK_KEY.len()).filter(|&at| &body[at..open] == CHUNK_KEY)?;
+        let chunk = &body[open..];
+        let mut head = Vec::with_capacity(PREFIX.len() + key + 2);
+        head.extend_from_slice(PREFIX);
+        head.extend_from_slice(&body[..key]);
+        head.extend_from_slice(b"}}");
+        let head: Head<'_> = serde_json::from_slice(&head).ok()?;
+        let chunk = crate::bytes::decode_base64(chunk).ok()?;
+        Some(Self {
+            process_id: head.params.process_id,
+            seq: head.params.seq,
+            stream: head.params.stream,
+            chunk: ByteChunk(chunk),
+        })
+    }
+
     /// The whole `process/output` notification as JSON text, built directly: the chunk is
     /// base64-encoded straight into the message, with no intermediate string and no escape scan
     /// (base64 needs no escaping). Output is the bulk of what a server sends, so this is its hot
@@ -384,7 +431,6 @@ impl ProcessOutputNotification {
     pub fn to_notification_text(&self) -> String {
         use std::fmt::Write as _;
 
-        use base64::Engine as _;
         let stream = match self.stream {
             ExecOutputStream::Stdout => "stdout",
             ExecOutputStream::Stderr => "stderr",
@@ -396,7 +442,7 @@ impl ProcessOutputNotification {
         text.push_str(r#"{"method":"process/output","params":{"processId":"#);
         text.push_str(&process_id);
         let _ = write!(text, r#","seq":{},"stream":"{stream}","chunk":""#, self.seq);
-        base64::engine::general_purpose::STANDARD.encode_string(&self.chunk.0, &mut text);
+        crate::bytes::encode_base64_into(&self.chunk.0, &mut text);
         text.push_str("\"}}");
         text
     }
@@ -493,6 +539,62 @@ mod tests {
             let by_serde =
                 crate::envelope::encode_notification(crate::method::PROCESS_OUTPUT, &notification);
             assert_eq!(notification.to_notification_text(), by_serde);
+            assert_eq!(
+                ProcessOutputNotification::from_frame(by_serde.as_bytes()),
+                Some(notification)
+            );
+        }
+    }
+
+    /// The fast read of an output frame takes exactly what the general decoder would read as
+    /// the same notification, and leaves everything else to it.
+    #[test]
+    fn output_frames_read_fast_only_in_their_usual_form() {
+        let usual = r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aGk="}}"#;
+        let read = ProcessOutputNotification::from_frame(usual.as_bytes()).unwrap();
+        assert_eq!((read.process_id.as_str(), read.seq, &read.chunk.0[..]), ("p", 3, &b"hi"[..]));
+        // The reference's own notifications, with their members in its order (which the
+        // fixture keeps: processId, seq, stream, chunk), written compactly as it sends them.
+        for text in [fixture!("process_start"), fixture!("process_start_tty")] {
+            let notifications = &text[text.find("\"notifications\"").unwrap()..];
+            let order: Vec<usize> = ["\"processId\"", "\"seq\"", "\"stream\"", "\"chunk\""]
+                .iter()
+                .map(|key| notifications.find(key).unwrap())
+                .collect();
+            assert!(order.is_sorted(), "{order:?}");
+            for notification in exchange(text)["notifications"].as_array().unwrap() {
+                if notification["method"] == "process/output" {
+                    let p = &notification["params"];
+                    let frame = format!(
+                        r#"{{"method":"process/output","params":{{"processId":{},"seq":{},"stream":{},"chunk":{}}}}}"#,
+                        p["processId"], p["seq"], p["stream"], p["chunk"]
+                    );
+                    let fast = ProcessOutputNotification::from_frame(frame.as_bytes()).unwrap();
+                    let general: ProcessOutputNotification =
+                        serde_json::from_value(notification["params"].clone()).unwrap();
+                    assert_eq!(fast, general);
+                }
+            }
+        }
+        for unusual in [
+            r#"{"params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aGk="},"method":"process/output"}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aGk="},"id":1}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aG\u0073="}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"!!"}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":-3,"stream":"stdout","chunk":"aGk="}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"seq":4,"stream":"stdout","chunk":"aGk="}}"#,
+            r#"{"method":"process/exited","params":{"processId":"p","seq":3,"exitCode":0}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aGk=","chunk":"aGk="}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","chunk":"aGk=","seq":3,"stream":"stdout"}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","extra":1,"chunk":"aGk="}}"#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aGk="}} "#,
+            r#"{"method":"process/output","params":{"processId":"p","seq":3,"stream":"stdout","chunk":"aGk=\"}}"#,
+        ] {
+            assert_eq!(
+                ProcessOutputNotification::from_frame(unusual.as_bytes()),
+                None,
+                "{unusual}"
+            );
         }
     }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_protocol::process::ExecOutputStream;
 use tokio::io::AsyncReadExt;
 use tokio::process::Child;
@@ -35,12 +35,12 @@ const READS_BEFORE_EXIT: usize = 16;
 struct Stream {
     label: ExecOutputStream,
     reader: Option<Reader>,
-    buffer: Box<[u8]>,
+    buffer: BytesMut,
 }
 
 impl Stream {
     fn new(label: ExecOutputStream, reader: Reader) -> Self {
-        Self { label, reader: Some(reader), buffer: vec![0; READ_CHUNK_BYTES].into_boxed_slice() }
+        Self { label, reader: Some(reader), buffer: BytesMut::with_capacity(READ_CHUNK_BYTES) }
     }
 
     fn is_open(&self) -> bool {
@@ -51,12 +51,17 @@ impl Stream {
     /// any other read error ends the stream the same way.
     async fn read(&mut self) -> Option<Bytes> {
         let reader = self.reader.as_mut()?;
-        match reader.read(&mut self.buffer).await {
+        self.buffer.clear();
+        self.buffer.reserve(READ_CHUNK_BYTES);
+        match reader.read_buf(&mut self.buffer).await {
             Ok(0) | Err(_) => {
                 self.reader = None;
                 None
             }
-            // Copy out of the read buffer: a retained chunk should cost its size, not 64 KiB.
+            // A large read becomes the chunk itself (the next read gets a fresh buffer): a
+            // streaming process's bytes are not copied. A small one is copied out, so that a
+            // retained chunk costs its size, not the 64 KiB buffer it was read into.
+            Ok(n) if n >= READ_CHUNK_BYTES / 2 => Some(self.buffer.split().freeze()),
             Ok(n) => Some(Bytes::copy_from_slice(&self.buffer[..n])),
         }
     }
