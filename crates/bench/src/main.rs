@@ -51,6 +51,8 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The client both servers are measured through, tuned as `tether` tunes itself.
+    tether_engine::allocator::tune_for_streaming();
     let args = Args::parse();
     let kinds: Vec<Kind> =
         if args.tether_only { vec![Kind::Tether] } else { vec![Kind::Tether, Kind::Reference] };
@@ -75,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
         let ceiling = if tty {
             ceilings::pty_throughput(args.bytes).await?
         } else {
-            ceilings::pipe_throughput(args.bytes)?
+            ceilings::pipe_over_loopback_throughput(args.bytes)?
         };
         let label = format!("{} output, {} MB (MB/s)", name, args.bytes / 1_000_000);
         let mut row = Row::new(&label, report::Better::Higher);

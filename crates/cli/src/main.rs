@@ -30,6 +30,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    tether_engine::allocator::tune_for_streaming();
     let cli = Cli::parse();
     // Logs go to stderr: stdout carries the bound URL, and on stdio the protocol itself.
     tracing_subscriber::fmt()

@@ -17,12 +17,14 @@
 //!   made from the executor's network position, buffered or with the body streamed.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
 //! - [`sandbox`]: which sandbox intents Tether can honour (it enforces none itself).
+//! - [`allocator`]: the allocator tuning a streaming process wants (freed heap kept for reuse).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
 //!   `environment/info` reports it.
 //!
 //! Architecture invariant: this crate knows the protocol's data types but nothing of JSON-RPC,
 //! connections or sessions. Errors are typed ([`ProcessError`]); the server maps them to codes.
 
+pub mod allocator;
 pub mod env_policy;
 pub mod environment;
 pub mod exec;
