@@ -48,7 +48,10 @@ async fn metrics_count_what_happens() {
     let text = loop {
         let (status, text) = scrape(&server, None).await;
         assert_eq!(status, 200);
-        if sample(&text, "tether_output_bytes_total") >= 5000.0 {
+        // All 5,000 bytes read and sent (they may come in more than one chunk).
+        if sample(&text, r#"tether_retained_output_bytes{where="memory"}"#) == 5000.0
+            && sample(&text, "tether_output_bytes_total") >= 5000.0
+        {
             break text;
         }
         assert!(tokio::time::Instant::now() < deadline, "no output counted:\n{text}");
@@ -57,6 +60,7 @@ async fn metrics_count_what_happens() {
     assert_eq!(sample(&text, "tether_connections"), 1.0);
     assert_eq!(sample(&text, r#"tether_sessions{state="attached"}"#), 1.0);
     assert_eq!(sample(&text, r#"tether_processes{state="running"}"#), 1.0);
+    assert_eq!(sample(&text, r#"tether_retained_output_bytes{where="disk"}"#), 0.0);
     assert_eq!(sample(&text, r#"tether_rpc_errors_total{code="-32601"}"#), 1.0);
     assert_eq!(sample(&text, "tether_sessions_created_total"), 1.0);
 

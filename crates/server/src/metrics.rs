@@ -15,6 +15,9 @@ pub(crate) struct Snapshot {
     pub sessions_detached: usize,
     pub processes_running: usize,
     pub processes_exited: usize,
+    /// Output held for catch-up reads, in memory and spilled to disk.
+    pub retained_output_bytes: usize,
+    pub spilled_output_bytes: u64,
 }
 
 #[derive(Default)]
@@ -120,6 +123,15 @@ impl Metrics {
             ],
         );
         metric(
+            "tether_retained_output_bytes",
+            "gauge",
+            "Process output held for catch-up reads now, in memory and spilled to disk.",
+            &[
+                (r#"{where="memory"}"#, now.retained_output_bytes as f64),
+                (r#"{where="disk"}"#, now.spilled_output_bytes as f64),
+            ],
+        );
+        metric(
             "tether_output_bytes_total",
             "counter",
             "Process output and HTTP body bytes sent to clients, as encoded in messages.",
@@ -162,6 +174,8 @@ mod tests {
             sessions_detached: 2,
             processes_running: 3,
             processes_exited: 4,
+            retained_output_bytes: 5,
+            spilled_output_bytes: 6,
         };
         let text = metrics.render(&now);
         for line in [
@@ -171,6 +185,7 @@ mod tests {
             r#"tether_sessions{state="detached"} 2"#,
             r#"tether_processes{state="running"} 3"#,
             "tether_output_bytes_total 10",
+            r#"tether_retained_output_bytes{where="disk"} 6"#,
             r#"tether_rpc_errors_total{code="-32600"} 2"#,
             r#"tether_rpc_errors_total{code="-32601"} 1"#,
         ] {

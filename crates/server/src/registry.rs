@@ -38,6 +38,8 @@ impl SessionRegistry {
             sessions_detached: 0,
             processes_running: 0,
             processes_exited: 0,
+            retained_output_bytes: 0,
+            spilled_output_bytes: 0,
         };
         for session in sessions {
             match &*session.attachment() {
@@ -45,6 +47,8 @@ impl SessionRegistry {
                 crate::session::Attachment::Detached { .. } => snapshot.sessions_detached += 1,
             }
             for process in session.processes.list() {
+                snapshot.retained_output_bytes += process.retained_bytes();
+                snapshot.spilled_output_bytes += process.spilled_bytes();
                 if process.has_exited() {
                     snapshot.processes_exited += 1;
                 } else {
