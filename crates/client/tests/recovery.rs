@@ -9,7 +9,7 @@ use tether_testkit::shell_params as params;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 
 mod common;
-use common::{drain, expected_lines};
+use common::{assert_is_seq_output, drain, expected_lines};
 
 against_both!(
     a_silent_connection_is_noticed_and_replaced,
@@ -157,13 +157,7 @@ async fn output_spilled_to_disk_outlasts_an_outage() {
     proxy.set_down(false);
 
     let (out, _, code, _) = drain(&mut kept).await.unwrap();
-    let expected: String = (1..=600000).map(|i| format!("{i}\n")).collect();
-    assert!(
-        out == expected.as_bytes(),
-        "output differs ({} of {} bytes)",
-        out.len(),
-        expected.len()
-    );
+    assert_is_seq_output(&out, 600000);
     assert_eq!(code, 0);
     let failure = drain(&mut overflowing).await.unwrap_err();
     assert!(failure.contains("no longer retained"), "{failure}");
@@ -214,13 +208,7 @@ async fn a_backlog_larger_than_any_connection_carries_is_caught_up_in_pages() {
     let connections_before = proxy.connections();
     proxy.set_down(false);
     let (out, _, code, _) = drain(&mut process).await.unwrap();
-    let expected: String = (1..=600000).map(|i| format!("{i}\n")).collect();
-    assert!(
-        out == expected.as_bytes(),
-        "output differs ({} of {} bytes)",
-        out.len(),
-        expected.len()
-    );
+    assert_is_seq_output(&out, 600000);
     assert_eq!(code, 0);
     assert!(
         proxy.connections() - connections_before >= 3,

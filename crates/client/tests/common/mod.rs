@@ -38,3 +38,15 @@ pub async fn drain(
 pub fn expected_lines(count: usize, prefix: &str) -> Vec<u8> {
     (1..=count).map(|i| format!("{prefix}-{i}\n")).collect::<String>().into_bytes()
 }
+
+/// Checks that `out` is exactly what `seq 1 COUNT` prints (without printing megabytes on a
+/// mismatch).
+pub fn assert_is_seq_output(out: &[u8], count: usize) {
+    let expected: String = (1..=count).map(|i| format!("{i}\n")).collect();
+    assert!(
+        out == expected.as_bytes(),
+        "output differs from `seq 1 {count}` ({} of {} bytes)",
+        out.len(),
+        expected.len()
+    );
+}
