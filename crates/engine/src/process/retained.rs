@@ -233,13 +233,19 @@ impl RetainedOutput {
             (true, Some(last)) => last.seq + 1,
             _ => self.next_seq,
         };
+        // A budgeted read reports the exit and the close wherever they are, as the reference
+        // does. A read without a budget is a promise of everything up to `next_seq`: cut
+        // short, it reports only what happened within it, so a client that takes it as
+        // complete never places an exit or a close where output still follows.
+        let within = |seq: u64| max_bytes.is_some() || seq < next_seq;
+        let exit = self.exit.filter(|&(seq, _)| within(seq));
         ReadWindow {
             chunks,
             next_seq,
             oldest_readable_seq: self.oldest_readable_seq(),
-            exit_code: self.exit.map(|(_, code)| code),
-            exited: self.exit.is_some(),
-            closed: self.closed_seq.is_some(),
+            exit_code: exit.map(|(_, code)| code),
+            exited: exit.is_some(),
+            closed: self.closed_seq.is_some_and(within),
         }
     }
 }
@@ -380,6 +386,8 @@ mod tests {
         let first = retained.read(0, None);
         assert_eq!(text(&first), all[..8], "cut at what memory holds (10 bytes, whole chunks)");
         assert_eq!(first.next_seq, 3, "a cut read continues after its last chunk");
+        assert!(!first.exited && !first.closed, "the exit and close lie beyond the cut");
+        assert!(retained.read(0, Some(8)).closed, "a budgeted read reports them anyway");
         let (mut unbudgeted, mut after) = (String::new(), 0);
         let last = loop {
             let window = retained.read(after, None);
