@@ -1,10 +1,9 @@
 //! `tether serve`: run the exec-server.
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -45,7 +44,7 @@ pub struct ServeArgs {
     /// client away for minutes still catches up on every byte. The files are unnamed: they
     /// never show up in the directory and vanish with their process.
     #[arg(long, value_name = "DIR")]
-    spill_output_dir: Option<std::path::PathBuf>,
+    spill_output_dir: Option<PathBuf>,
 
     /// Disk bytes per process for `--spill-output-dir` (the oldest spilled output is dropped
     /// past it); a session's closed processes share one more such allowance.

@@ -96,6 +96,11 @@ impl ProcessTable {
         self.processes().get(id).cloned()
     }
 
+    /// The process, for a request that must name one the table holds.
+    fn require(&self, id: &ProcessId) -> Result<Arc<LocalProcess>, ProcessError> {
+        self.get(id).ok_or_else(|| ProcessError::UnknownProcess(id.clone()))
+    }
+
     /// What `process/list` says: every process, by id.
     pub fn summaries(&self) -> Vec<tether_protocol::process::ProcessSummary> {
         let mut summaries: Vec<_> = self.list().iter().map(|p| p.summary()).collect();
@@ -199,8 +204,7 @@ impl ProcessTable {
     }
 
     pub async fn read(&self, params: ReadParams) -> Result<ReadResponse, ProcessError> {
-        let process =
-            self.get(&params.process_id).ok_or(ProcessError::UnknownProcess(params.process_id))?;
+        let process = self.require(&params.process_id)?;
         let wait = params.wait_ms.map(Duration::from_millis);
         Ok(process.read(params.after_seq.unwrap_or(0), params.max_bytes, wait).await)
     }
@@ -231,16 +235,12 @@ impl ProcessTable {
 
     /// Sets a `tty` process's terminal size.
     pub fn resize(&self, process_id: &ProcessId, cols: u16, rows: u16) -> Result<(), ProcessError> {
-        let process =
-            self.get(process_id).ok_or_else(|| ProcessError::UnknownProcess(process_id.clone()))?;
-        process.resize(cols, rows)
+        self.require(process_id)?.resize(cols, rows)
     }
 
     /// Ends a pipe process's input after what was written.
     pub fn close_stdin(&self, process_id: &ProcessId) -> Result<(), ProcessError> {
-        let process =
-            self.get(process_id).ok_or_else(|| ProcessError::UnknownProcess(process_id.clone()))?;
-        process.close_stdin()
+        self.require(process_id)?.close_stdin()
     }
 
     pub fn terminate(&self, process_id: &ProcessId) -> bool {

@@ -61,7 +61,7 @@ pub struct ReadWindow {
 }
 
 impl RetainedOutput {
-    /// Output bytes retained now.
+    /// Output bytes retained in memory now.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
@@ -204,12 +204,7 @@ impl RetainedOutput {
     /// a budgeted read's does, and the reader continues from there.
     pub(crate) fn read(&mut self, after_seq: u64, max_bytes: Option<usize>) -> ReadWindow {
         let from_spill = self.spill.as_ref().is_some_and(|spill| spill.has_after(after_seq));
-        let mut budget = Budget {
-            limit: max_bytes.or(from_spill.then_some(self.byte_limit)),
-            bytes: 0,
-            chunks: 0,
-            cut: false,
-        };
+        let mut budget = Budget::new(max_bytes.or(from_spill.then_some(self.byte_limit)));
         let mut chunks = Vec::new();
         if from_spill && let Some(spill) = &self.spill {
             match spill.read_after(after_seq, |len| budget.admit(len)) {
@@ -217,7 +212,7 @@ impl RetainedOutput {
                 Err(error) => {
                     warn!(%error, "reading spilled output failed; the spill is given up");
                     self.discard_spill();
-                    budget = Budget { limit: max_bytes, bytes: 0, chunks: 0, cut: false };
+                    budget = Budget::new(max_bytes);
                 }
             }
         }
@@ -260,6 +255,10 @@ struct Budget {
 }
 
 impl Budget {
+    fn new(limit: Option<usize>) -> Self {
+        Self { limit, bytes: 0, chunks: 0, cut: false }
+    }
+
     fn admit(&mut self, len: usize) -> bool {
         let within_bytes = self.limit.is_none_or(|limit| self.bytes + len <= limit);
         if self.cut || (self.chunks > 0 && !within_bytes) || self.chunks >= RETAINED_OUTPUT_CHUNKS {
