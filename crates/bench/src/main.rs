@@ -10,13 +10,14 @@
 mod ceilings;
 mod io_workloads;
 mod report;
+mod sandbox_workloads;
 mod servers;
 mod workloads;
 
 use clap::Parser;
 
-use report::{Row, Table};
-use servers::{Kind, Server};
+use report::{Row, Table, Target};
+use servers::{Kind, Scratch, Server};
 
 #[derive(Parser)]
 #[command(about = "Benchmark Tether against the reference exec-server")]
@@ -31,11 +32,12 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// recovery, files, bigfile, http.
+    /// recovery, files, bigfile, http, sandbox, sandboxfs.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery,files,bigfile,http"
+        default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery,files,bigfile,http,\
+                         sandbox,sandboxfs"
     )]
     only: Vec<String>,
     /// Skip the reference (for profiling Tether alone).
@@ -178,12 +180,53 @@ async fn main() -> anyhow::Result<()> {
         table.push(row);
         drop(peer);
     }
+    if wants("sandbox") {
+        use sandbox_workloads::Intent;
+        for intent in [Intent::ReadOnly, Intent::WorkspaceWrite] {
+            let label =
+                format!("sandboxed start → closed, /bin/true, {} (median ms)", intent.name());
+            let mut row = Row::new(&label, report::Better::Lower);
+            row.target = Some(Target { of_reference: 0.25, at_most: Some((20.0, "ms")) });
+            for_each_round_in(Scratch::VarTmp, &args, &kinds, &mut row, |server| async move {
+                sandbox_workloads::start(&server.url, intent, sandbox_workloads::START_RUNS).await
+            })
+            .await?;
+            table.push(row);
+        }
+    }
+    if wants("sandboxfs") {
+        let mut row = Row::new(
+            "sandboxed fs/writeFile of 1 KiB, workspace-write (median ms)",
+            report::Better::Lower,
+        );
+        row.target = Some(Target { of_reference: 0.2, at_most: None });
+        for_each_round_in(Scratch::VarTmp, &args, &kinds, &mut row, |server| async move {
+            sandbox_workloads::write_file(&server.url, sandbox_workloads::WRITE_RUNS).await
+        })
+        .await?;
+        table.push(row);
+    }
     table.print(&kinds);
     Ok(())
 }
 
 /// Runs `workload` once per server per round, each time on a fresh server, alternating.
 async fn for_each_round<F, Fut>(
+    args: &Args,
+    kinds: &[Kind],
+    row: &mut Row,
+    workload: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut(&'static Server) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+{
+    for_each_round_in(Scratch::TempDir, args, kinds, row, workload).await
+}
+
+/// [`for_each_round`], with each server's scratch directory in `scratch`.
+async fn for_each_round_in<F, Fut>(
+    scratch: Scratch,
     args: &Args,
     kinds: &[Kind],
     row: &mut Row,
@@ -198,7 +241,7 @@ where
         let order: Vec<Kind> =
             if round % 2 == 0 { kinds.to_vec() } else { kinds.iter().rev().copied().collect() };
         for kind in order {
-            let server: &'static Server = Box::leak(Box::new(Server::start(kind).await?));
+            let server: &'static Server = Box::leak(Box::new(Server::start(kind, scratch).await?));
             let limit = std::time::Duration::from_secs(args.timeout_secs);
             let value = match tokio::time::timeout(limit, workload(server)).await {
                 Ok(value) => value,

@@ -20,6 +20,38 @@ pub struct Row {
     pub ceiling: Option<f64>,
     /// Runs that failed, per server, with why.
     pub failures: BTreeMap<Kind, Vec<String>>,
+    /// What Tether should reach here, printed beside the ratio.
+    pub target: Option<Target>,
+}
+
+/// The target for Tether on a row where lower is better, judged on the medians.
+#[derive(Clone, Copy)]
+pub struct Target {
+    /// At most this fraction of the reference's figure.
+    pub of_reference: f64,
+    /// At most this figure, in the unit given.
+    pub at_most: Option<(f64, &'static str)>,
+}
+
+impl Target {
+    /// `target ≤ 0.25× the reference and ≤ 20 ms`, then `: met` or `: missed` when both medians
+    /// are known (only the absolute bound without the reference's).
+    fn describe(&self, tether: Option<f64>, reference: Option<f64>) -> String {
+        let mut text = format!("target ≤ {}× the reference", self.of_reference);
+        let mut met = match (tether, reference) {
+            (Some(t), Some(r)) => Some(t <= self.of_reference * r),
+            _ => None,
+        };
+        if let Some((bound, unit)) = self.at_most {
+            text.push_str(&format!(" and ≤ {} {unit}", fmt(bound)));
+            met = tether.map(|t| t <= bound && met != Some(false));
+        }
+        match met {
+            Some(true) => format!("{text}: met"),
+            Some(false) => format!("{text}: missed"),
+            None => text,
+        }
+    }
 }
 
 impl Row {
@@ -30,6 +62,7 @@ impl Row {
             values: BTreeMap::new(),
             ceiling: None,
             failures: BTreeMap::new(),
+            target: None,
         }
     }
 
@@ -55,8 +88,8 @@ impl Table {
         self.rows.push(row);
     }
 
-    /// A Markdown table: each server's median (min–max over rounds), how much better Tether is,
-    /// and the machine's ceiling.
+    /// A Markdown table: each server's median (min–max over rounds), how much better Tether is
+    /// (with the target, where there is one), and the machine's ceiling.
     pub fn print(&self, kinds: &[Kind]) {
         println!();
         println!("| workload | Tether | reference | Tether vs reference | ceiling (no server) |");
@@ -78,6 +111,14 @@ impl Table {
                     Better::Higher => format!("{:.1}× more", t / r),
                 },
                 _ => "–".to_owned(),
+            };
+            let ratio = match &row.target {
+                Some(target) => {
+                    let (tether, reference) =
+                        (row.median_of(Kind::Tether), row.median_of(Kind::Reference));
+                    format!("{ratio}; {}", target.describe(tether, reference))
+                }
+                None => ratio,
             };
             let reference =
                 if kinds.contains(&Kind::Reference) { cell(Kind::Reference) } else { "–".into() };

@@ -12,6 +12,26 @@ pub enum Kind {
     Reference,
 }
 
+/// Where a server keeps its scratch directory (the reference's `CODEX_HOME`).
+#[derive(Debug, Clone, Copy)]
+pub enum Scratch {
+    /// The temp dir.
+    TempDir,
+    /// `/var/tmp`, for the sandboxed workloads: with its `CODEX_HOME` under the temp dir the
+    /// reference refuses to make the `codex-linux-sandbox` alias its sandbox runs, and every
+    /// sandboxed command of its fails (`bwrap: execvp codex-linux-sandbox`).
+    VarTmp,
+}
+
+impl Scratch {
+    fn parent(self) -> PathBuf {
+        match self {
+            Scratch::TempDir => std::env::temp_dir(),
+            Scratch::VarTmp => PathBuf::from("/var/tmp"),
+        }
+    }
+}
+
 pub struct Server {
     pub url: String,
     pub pid: u32,
@@ -20,8 +40,9 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn start(kind: Kind) -> anyhow::Result<Self> {
-        let scratch = std::env::temp_dir().join(format!(
+    /// Starts `kind` with its scratch directory in `scratch`; [`Server::stop`] removes it.
+    pub async fn start(kind: Kind, scratch: Scratch) -> anyhow::Result<Self> {
+        let scratch = scratch.parent().join(format!(
             "tether-bench-{}-{kind:?}-{}",
             std::process::id(),
             unique()

@@ -30,6 +30,8 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Inside a sandbox this binary is the inner stage or the file helper, not the CLI.
+    tether_engine::helper::run_if_helper();
     tether_engine::allocator::tune_for_streaming();
     let cli = Cli::parse();
     // Logs go to stderr: stdout carries the bound URL, and on stdio the protocol itself.

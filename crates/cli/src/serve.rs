@@ -10,6 +10,7 @@ use clap::Args;
 use tether_engine::ProcessTableConfig;
 use tether_engine::process::{DEFAULT_SPILL_BYTES_PER_PROCESS, SpillConfig};
 use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
+use tether_engine::sandbox::Sandboxing;
 use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
@@ -118,6 +119,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
 
+    /// The bubblewrap binary that confines sandboxed commands and file writes; by default the
+    /// first `bwrap` on `PATH`. Without one, sandboxed work fails with a message saying so,
+    /// and never runs unconfined.
+    #[arg(long, value_name = "PATH")]
+    bwrap: Option<PathBuf>,
+
     /// Listen on an address other than loopback without authentication. Anyone who reaches
     /// the port can run commands: only for networks where that is true of everyone anyway.
     #[arg(long)]
@@ -218,6 +225,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         _ => None,
     };
+    set_up_sandboxing(args.bwrap.clone())?;
     let spill = match &args.spill_output_dir {
         Some(dir) => {
             let spill =
@@ -276,4 +284,29 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     }
     tracing::info!("shutting down");
     shutdown.cancel();
+}
+
+/// Finds bubblewrap and names this binary as the sandbox's inner stage, and says in the log
+/// whether sandboxed work can run here (and if not, what to install).
+fn set_up_sandboxing(bwrap: Option<PathBuf>) -> anyhow::Result<()> {
+    if let Some(path) = &bwrap
+        && !path.is_file()
+    {
+        bail!("--bwrap {}: no such file; install bubblewrap or name its binary", path.display());
+    }
+    let helper = std::env::current_exe().ok();
+    let sandboxing = Sandboxing::detect(bwrap, helper).install();
+    match (sandboxing.unavailable(), &sandboxing.bwrap) {
+        (None, Some(bwrap)) => match tether_engine::sandbox::probe(bwrap) {
+            Ok(()) => tracing::info!(bwrap = %bwrap.display(), "sandboxing available"),
+            Err(why) => {
+                tracing::warn!(bwrap = %bwrap.display(), "sandboxing unavailable: {why}; sandboxed commands will fail, never run unconfined")
+            }
+        },
+        (why, _) => tracing::warn!(
+            "sandboxing unavailable: {}; sandboxed commands will fail, never run unconfined",
+            why.unwrap_or_default()
+        ),
+    }
+    Ok(())
 }

@@ -14,6 +14,9 @@ against_both!(
     codex_applies_patches_through_the_executor,
     codex_views_an_image_through_the_executor,
     codex_reaches_an_mcp_server_through_the_executor,
+    codex_workspace_write_confines_commands_to_the_workspace,
+    codex_workspace_write_applies_patches_in_the_sandbox,
+    codex_read_only_denies_a_command_that_writes,
 );
 
 /// A Codex run's working directory and home, removed when dropped.
@@ -41,6 +44,16 @@ impl Workspace {
         self.run_codex_with(server, calls, "").await
     }
 
+    /// As [`Self::run_codex`], in Codex's sandbox `mode` (`read-only`, `workspace-write`).
+    async fn run_codex_sandboxed(
+        &self,
+        server: &ServerProcess,
+        mode: &str,
+        calls: Vec<ToolCall>,
+    ) -> Vec<String> {
+        self.run(server, mode, calls, "").await
+    }
+
     /// As [`Self::run_codex`], with `extra` appended to Codex's `config.toml`.
     async fn run_codex_with(
         &self,
@@ -48,10 +61,20 @@ impl Workspace {
         calls: Vec<ToolCall>,
         extra: &str,
     ) -> Vec<String> {
+        self.run(server, "danger-full-access", calls, extra).await
+    }
+
+    async fn run(
+        &self,
+        server: &ServerProcess,
+        sandbox: &str,
+        calls: Vec<ToolCall>,
+        extra: &str,
+    ) -> Vec<String> {
         let model = MockModel::scripted(calls.clone()).await.unwrap();
         std::fs::write(self.root.join("home/config.toml"), model.codex_config_with(extra)).unwrap();
         let run = tokio::process::Command::new(reference_binary().unwrap())
-            .args(["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "go"])
+            .args(["exec", "--skip-git-repo-check", "--sandbox", sandbox, "go"])
             .current_dir(self.work())
             .env("CODEX_HOME", self.root.join("home"))
             .env("CODEX_EXEC_SERVER_URL", &server.url)
@@ -139,6 +162,82 @@ async fn codex_reaches_an_mcp_server_through_the_executor(target: Target) {
     };
     let outputs = workspace.run_codex_with(&server, vec![call], &config).await;
     assert!(outputs[0].contains("Echo: hello-through-the-executor"), "{}", outputs[0]);
+}
+
+/// `-s workspace-write`: a command writes in the workspace, and is refused outside it (a
+/// directory outside `/tmp`, which the mode leaves writable) and in the workspace's `.git`.
+async fn codex_workspace_write_confines_commands_to_the_workspace(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "ww-exec");
+    let outside = Outside::new(target, "ww-exec");
+    std::fs::create_dir(workspace.work().join(".git")).unwrap();
+    let inside = workspace.work().join("made-inside");
+    let cmd = format!(
+        "touch {inside}; touch {outside}/escaped; touch .git/hook; echo $$",
+        inside = inside.display(),
+        outside = outside.0.display()
+    );
+    let outputs = workspace
+        .run_codex_sandboxed(&server, "workspace-write", vec![ToolCall::Exec { cmd }])
+        .await;
+    let reported = &outputs[0];
+    assert!(inside.exists(), "the workspace is writable: {reported}");
+    assert!(!outside.0.join("escaped").exists(), "outside is not: {reported}");
+    assert!(!workspace.work().join(".git/hook").exists(), ".git is not: {reported}");
+    assert_eq!(reported.matches("Read-only file system").count(), 2, "{reported}");
+}
+
+/// `-s workspace-write`: `apply_patch` goes through the sandboxed file writes (a missing
+/// parent is created, as Codex expects from the `-32004` it gets first).
+async fn codex_workspace_write_applies_patches_in_the_sandbox(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "ww-patch");
+    let work = workspace.work();
+    std::fs::write(work.join("existing.txt"), "keep\nold line\n").unwrap();
+    let patch = "*** Begin Patch\n\
+                 *** Add File: brand/new/dir/added.txt\n+hello patch\n\
+                 *** Update File: existing.txt\n@@\n keep\n-old line\n+new line\n\
+                 *** End Patch\n";
+    let calls = vec![ToolCall::ApplyPatch { patch: patch.into() }];
+    let outputs = workspace.run_codex_sandboxed(&server, "workspace-write", calls).await;
+    assert!(outputs[0].contains("Success"), "{}", outputs[0]);
+    assert_eq!(read(&work.join("brand/new/dir/added.txt")), "hello patch\n");
+    assert_eq!(read(&work.join("existing.txt")), "keep\nnew line\n");
+}
+
+/// `-s read-only` (Codex's default for `exec`): a command reads, and its write is refused by
+/// the sandbox, as the reference refuses it.
+async fn codex_read_only_denies_a_command_that_writes(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "ro-exec");
+    std::fs::write(workspace.work().join("readable.txt"), "readable-content").unwrap();
+    let marker = workspace.work().join("not-written");
+    let cmd = format!("cat readable.txt; touch {}", marker.display());
+    let outputs =
+        workspace.run_codex_sandboxed(&server, "read-only", vec![ToolCall::Exec { cmd }]).await;
+    let reported = &outputs[0];
+    assert!(reported.contains("readable-content"), "{reported}");
+    assert!(reported.contains("Read-only file system"), "{reported}");
+    assert!(!marker.exists(), "the write was refused: {reported}");
+}
+
+/// A directory outside `/tmp` and outside the workspace, removed when dropped.
+struct Outside(PathBuf);
+
+impl Outside {
+    fn new(target: Target, name: &str) -> Self {
+        let dir = PathBuf::from("/var/tmp")
+            .join(format!("tether-codex-outside-{name}-{}-{target:?}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn read(path: &Path) -> String {

@@ -1091,10 +1091,10 @@ async fn open_refuses_anything_but_a_regular_file_promptly(target: Target) {
 // ---------------------------------------------------------------------------------------------
 // Tether only
 
-/// The reference runs any sandboxed request in a helper it cannot find here (`-32603`); Tether
-/// enforces no sandbox and says so, before touching anything.
+/// Under Codex's read-only intent, reads are served in-process and every write is refused by
+/// the sandbox's kernel, in the reference's words, with the host untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restrictive_sandboxes_are_refused_and_disabled_ones_honoured() {
+async fn read_only_sandboxes_serve_reads_and_refuse_writes_as_the_kernel_does() {
     let scratch = Scratch::new(Target::Tether, "sandbox");
     scratch.file("file.txt", b"x");
     let (_server, mut client) = started(Target::Tether).await;
@@ -1103,7 +1103,6 @@ async fn restrictive_sandboxes_are_refused_and_disabled_ones_honoured() {
         "network": "restricted"}, "windowsSandboxLevel": "disabled"});
 
     for (method, mut params) in [
-        ("fs/readFile", json!({"path": scratch.uri("file.txt")})),
         ("fs/writeFile", json!({"path": scratch.uri("new"), "dataBase64": "eA=="})),
         ("fs/createDirectory", json!({"path": scratch.uri("new")})),
         ("fs/remove", json!({"path": scratch.uri("file.txt")})),
@@ -1112,16 +1111,14 @@ async fn restrictive_sandboxes_are_refused_and_disabled_ones_honoured() {
             json!({"sourcePath": scratch.uri("file.txt"),
             "destinationPath": scratch.uri("new"), "recursive": false}),
         ),
-        ("fs/open", json!({"handleId": "h", "path": scratch.uri("file.txt")})),
     ] {
         params["sandbox"] = read_only.clone();
         let error = client.err(method, params).await.unwrap();
-        assert_eq!(error.code, -32600, "{method}");
-        assert!(error.message.starts_with("sandbox intent cannot be enforced"), "{error}");
+        assert_eq!(error.code, -32603, "{method}");
+        assert_eq!(error.message, "Read-only file system (os error 30)", "{method}");
     }
     assert!(!scratch.exists("new") && scratch.exists("file.txt"));
 
-    let disabled = json!({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "disabled"});
-    let read = json!({"path": scratch.uri("file.txt"), "sandbox": disabled});
+    let read = json!({"path": scratch.uri("file.txt"), "sandbox": read_only});
     assert_eq!(b64decode(&client.ok("fs/readFile", read).await.unwrap()["dataBase64"]), b"x");
 }

@@ -583,7 +583,12 @@ fn route_notification(inner: &Arc<Inner>, notification: Notification) {
             }
         }),
         PROCESS_EXITED => serde_json::from_value::<ProcessExitedNotification>(params).map(|n| {
-            ProcessEvent::Exited { process_id: n.process_id, seq: n.seq, exit_code: n.exit_code }
+            ProcessEvent::Exited {
+                process_id: n.process_id,
+                seq: n.seq,
+                exit_code: n.exit_code,
+                sandbox_denied: n.sandbox_denied,
+            }
         }),
         PROCESS_CLOSED => serde_json::from_value::<ProcessClosedNotification>(params)
             .map(|n| ProcessEvent::Closed { process_id: n.process_id, seq: n.seq }),

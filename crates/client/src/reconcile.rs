@@ -91,7 +91,12 @@ pub fn reconcile(
         if let Some(hole) = (last + 1..=target).find(|seq| !slots.contains_key(seq)) {
             slots.insert(
                 hole,
-                ProcessEvent::Exited { process_id: process_id.clone(), seq: hole, exit_code },
+                ProcessEvent::Exited {
+                    process_id: process_id.clone(),
+                    seq: hole,
+                    exit_code,
+                    sandbox_denied: read.sandbox_denied,
+                },
             );
         }
     }
@@ -166,7 +171,12 @@ mod tests {
 
     #[test]
     fn live_events_that_arrived_meanwhile_fill_their_slots_and_are_not_duplicated() {
-        let pending = vec![ProcessEvent::Exited { process_id: "p".into(), seq: 3, exit_code: 1 }];
+        let pending = vec![ProcessEvent::Exited {
+            process_id: "p".into(),
+            seq: 3,
+            exit_code: 1,
+            sandbox_denied: false,
+        }];
         let events = reconcile(known(1, pending), &read(&[2], 4, Some(1), false)).unwrap();
         assert_eq!(shape(&events), ["out2", "exit3=1"]);
     }

@@ -19,7 +19,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream;
 use serde::Serialize;
-use serde_json::Value;
 use tether_engine::fs::{FileReadStream, FileSystem, FsError};
 use tether_protocol::PathUri;
 use tether_protocol::error::{INVALID_REQUEST, NOT_FOUND};
@@ -91,7 +90,7 @@ impl FileSystem for ExecServerClient {
     async fn read_file_stream(
         &self,
         path: PathUri,
-        sandbox: Option<Value>,
+        sandbox: Option<tether_protocol::sandbox::SandboxContext>,
     ) -> Result<FileReadStream, FsError> {
         let connection = self.connected().await.map_err(fs_error)?;
         let handle_id = next_handle_id();

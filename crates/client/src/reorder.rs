@@ -108,7 +108,7 @@ mod tests {
     }
 
     fn exited(seq: u64) -> ProcessEvent {
-        ProcessEvent::Exited { process_id: "p".into(), seq, exit_code: 0 }
+        ProcessEvent::Exited { process_id: "p".into(), seq, exit_code: 0, sandbox_denied: false }
     }
 
     fn closed(seq: u64) -> ProcessEvent {

@@ -95,7 +95,7 @@ on_tether_file_system!(
     copy_onto_itself_keeps_the_file,
     follow_symlinks_false_never_goes_through_a_link,
     read_file_stream_refuses_what_is_not_a_regular_file_promptly,
-    restrictive_sandboxes_are_refused_before_anything_is_touched,
+    read_only_sandboxes_serve_reads_and_refuse_every_write,
     write_file_reports_bad_targets_and_bad_base64,
 );
 

@@ -31,9 +31,12 @@ fn history(len: u64, exit_seq: u64) -> Vec<ProcessEvent> {
     (1..=len)
         .map(|seq| match seq {
             s if s == len => ProcessEvent::Closed { process_id: "p".into(), seq },
-            s if s == exit_seq => {
-                ProcessEvent::Exited { process_id: "p".into(), seq, exit_code: 3 }
-            }
+            s if s == exit_seq => ProcessEvent::Exited {
+                process_id: "p".into(),
+                seq,
+                exit_code: 3,
+                sandbox_denied: false,
+            },
             _ => output(seq),
         })
         .collect()

@@ -16,7 +16,9 @@
 //! - [`http`]: the HTTP surface ([`http::HttpClient`]) and its local implementation: requests
 //!   made from the executor's network position, buffered or with the body streamed.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
-//! - [`sandbox`]: which sandbox intents Tether can honour (it enforces none itself).
+//! - [`sandbox`]: confining a sandboxed start or file write (bubblewrap, seccomp, the inner
+//!   stage), and what an intent means here.
+//! - [`helper`]: the entry point of the `tether` binary's helper modes.
 //! - [`allocator`]: the allocator tuning a streaming process wants (freed heap kept for reuse).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
 //!   `environment/info` reports it.
@@ -29,6 +31,7 @@ pub mod env_policy;
 pub mod environment;
 pub mod exec;
 pub mod fs;
+pub mod helper;
 pub mod http;
 pub mod process;
 pub mod process_table;

@@ -17,6 +17,9 @@ use crate::process::{
     self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, ProcessError, ProcessEvent, SpawnRequest,
     SpillConfig,
 };
+use crate::sandbox::launch::{self, Start};
+use crate::sandbox::policy::PolicyError;
+use crate::sandbox::{Launch, Sandboxing};
 
 /// Limits that shape a table's processes.
 #[derive(Debug, Clone)]
@@ -128,6 +131,8 @@ impl ProcessTable {
             return Err(ProcessError::TooManyProcesses(self.config.max_processes));
         }
         let mut spawned = process::spawn(request).map_err(ProcessError::Spawn)?;
+        let sandboxed = params.sandbox.is_some();
+        let inner_info = spawned.sandbox.as_mut().and_then(|hold| hold.info.take());
         let stdin = spawned.stdin.take().map(process::start_stdin_writer);
         let local = process::new_process(
             params.process_id.clone(),
@@ -140,6 +145,7 @@ impl ProcessTable {
             spawned.terminal.take(),
             params.argv.clone(),
             params.tty,
+            sandboxed,
         );
         processes.insert(params.process_id.clone(), local.clone());
         self.unfinished.fetch_add(1, Ordering::Relaxed);
@@ -151,6 +157,9 @@ impl ProcessTable {
         let events = self.events.clone();
         let retention = self.config.closed_process_retention;
         let tty = params.tty;
+        if let Some(info) = inner_info {
+            tokio::spawn(process::learn_inner_pid(local.clone(), info));
+        }
         tokio::spawn(
             async move {
                 process::run_pump(local.clone(), spawned, tty, events).await;
@@ -166,7 +175,9 @@ impl ProcessTable {
             }
             .instrument(span),
         );
-        Ok(ExecResponse { process_id: params.process_id, sandbox_type: Some(SandboxType::None) })
+        // Any intent at all is answered as the reference answers it, `disabled` included.
+        let sandbox_type = if sandboxed { SandboxType::LinuxSeccomp } else { SandboxType::None };
+        Ok(ExecResponse { process_id: params.process_id, sandbox_type: Some(sandbox_type) })
     }
 
     fn evict_if_same(&self, local: &Arc<LocalProcess>) {
@@ -278,9 +289,6 @@ fn validate<'a>(
             params.cwd
         ))
     })?;
-    if let Some(sandbox) = &params.sandbox {
-        crate::sandbox::check_intent(sandbox).map_err(ProcessError::InvalidParams)?;
-    }
     if params.shell_snapshot.is_some() {
         return Err(ProcessError::InvalidParams(
             "shell snapshots are unsupported on this executor; start the process without `shellSnapshot`".into(),
@@ -294,11 +302,35 @@ fn validate<'a>(
             "managed network policy cannot be enforced on this executor; start the process without `enforceManagedNetwork`, `managedNetwork` and `networkProxy`".into(),
         ));
     }
+    let env = child_env(&params.env, params.env_policy.as_ref(), parent_env.iter().cloned());
+    let launch = match &params.sandbox {
+        None => Launch::Direct,
+        Some(intent) => {
+            let program = process::program_for(&params.argv[0], &env);
+            let start = Start {
+                intent,
+                cwd: &cwd,
+                env: &env,
+                program: &program,
+                args: &params.argv[1..],
+                arg0: params.arg0.as_deref().unwrap_or(&params.argv[0]),
+            };
+            launch::prepare(start, Sandboxing::current()).map_err(|error| {
+                ProcessError::InvalidParams(match error {
+                    PolicyError::InvalidPath(_) => {
+                        format!("failed to prepare process sandbox: {error}")
+                    }
+                    PolicyError::MxcUnavailable => error.to_string(),
+                })
+            })?
+        }
+    };
     Ok(SpawnRequest {
         argv: &params.argv,
         arg0: params.arg0.as_deref(),
         cwd,
-        env: child_env(&params.env, params.env_policy.as_ref(), parent_env.iter().cloned()),
+        env,
+        launch,
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
         pty_size: match params.pty_size {

@@ -59,7 +59,7 @@ on_local_file_system!(
     copy_copies_files_and_trees_with_links_as_links,
     copy_refuses_what_it_cannot_copy,
     copy_onto_itself_keeps_the_file,
-    restrictive_sandboxes_are_refused_before_anything_is_touched,
+    read_only_sandboxes_serve_reads_and_refuse_every_write,
     read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
     read_file_stream_refuses_what_is_not_a_regular_file_promptly,
     read_file_stream_keeps_reading_the_file_it_opened,

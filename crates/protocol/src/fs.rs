@@ -1,8 +1,8 @@
 //! `fs/*`: whole-file and directory operations, and handle-based block reads and writes.
 //!
 //! Every path is a [`PathUri`]. Every method that takes a path also takes an optional `sandbox`
-//! (a `FileSystemSandboxContext`), which this crate carries as opaque JSON: its shape belongs to
-//! Codex's sandbox policy, not to the wire protocol, and only the engine interprets it.
+//! ([`SandboxContext`]): a malformed one fails the params decode (`-32602`), as the reference's
+//! does; what it means on this host is the engine's business.
 //!
 //! Errors map by kind: not found → `-32004`, invalid input or permission denied → `-32600`,
 //! anything else → `-32603`, with the OS or validation text as the message.
@@ -12,8 +12,8 @@
 //! reconnects finds its handles gone (`-32004`).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use crate::sandbox::SandboxContext;
 use crate::{ByteChunk, PathUri};
 
 /// The largest file `fs/readFile` returns: 512 MiB. The whole file travels base64-encoded in one
@@ -71,7 +71,7 @@ pub struct FsReadFileParams {
     pub follow_symlinks: Option<bool>,
     /// A `FileSystemSandboxContext`; `null` is the same as absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 impl FsReadFileParams {
@@ -117,7 +117,7 @@ pub struct FsWriteFileParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 impl FsWriteFileParams {
@@ -147,7 +147,7 @@ pub struct FsCreateDirectoryParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 impl FsCreateDirectoryParams {
@@ -172,7 +172,7 @@ pub struct FsGetMetadataParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 impl FsGetMetadataParams {
@@ -204,7 +204,7 @@ pub struct FsGetMetadataResponse {
 pub struct FsCanonicalizeParams {
     pub path: PathUri,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 /// `fs/canonicalize` result: the `realpath` of the path, every symlink resolved.
@@ -219,7 +219,7 @@ pub struct FsCanonicalizeResponse {
 pub struct FsReadDirectoryParams {
     pub path: PathUri,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 /// One entry of a directory. Symlinks are followed for the type; dangling ones are left out of
@@ -247,7 +247,7 @@ pub struct FsWalkParams {
     pub path: PathUri,
     pub options: FsWalkOptions,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 /// The bounds of one walk. The four limits are required: a walk always says how much it may
@@ -316,7 +316,7 @@ pub struct FsRemoveParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 impl FsRemoveParams {
@@ -346,7 +346,7 @@ pub struct FsCopyParams {
     /// `fs/copy requires recursive: true when sourcePath is a directory`.
     pub recursive: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 pub type FsCopyResponse = FsEmptyResponse;
@@ -363,7 +363,7 @@ pub struct FsOpenParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<FsOpenMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 impl FsOpenParams {
@@ -401,7 +401,7 @@ pub struct FsReadBlockParams {
     /// Not in the reference's observed requests: the sandbox that matters was given to
     /// `fs/open`. Accepted so every fs method takes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 /// `fs/readBlock` result.
@@ -426,7 +426,7 @@ pub struct FsWriteBlockParams {
     pub chunk: ByteChunk,
     /// As on [`FsReadBlockParams`]: accepted, the sandbox that matters was given to `fs/open`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 pub type FsWriteBlockResponse = FsEmptyResponse;
@@ -439,7 +439,7 @@ pub struct FsCloseParams {
     pub handle_id: String,
     /// As on [`FsReadBlockParams`]: accepted and not needed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
 }
 
 pub type FsCloseResponse = FsEmptyResponse;
@@ -690,13 +690,21 @@ mod tests {
     }
 
     #[test]
-    fn sandbox_is_carried_opaquely() {
+    fn sandbox_is_typed_and_null_is_none() {
         let sandbox =
             json!({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "disabled"});
         let params = round_trip::<FsReadDirectoryParams>(
             &json!({"path": "file:///tmp", "sandbox": sandbox.clone()}),
         );
-        assert_eq!(params.sandbox, Some(sandbox));
+        assert_eq!(
+            params.sandbox.map(|s| s.permissions),
+            Some(crate::sandbox::Permissions::Disabled)
+        );
+        let refused = serde_json::from_value::<FsWriteFileParams>(
+            json!({"path": "file:///tmp/a", "dataBase64": "", "sandbox": {}}),
+        )
+        .unwrap_err();
+        assert_eq!(refused.to_string(), "missing field `permissions`");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`session`]: `initialize`, `environment/info` and `environment/status`.
 //! - [`process`]: `process/*` requests, results and notifications.
 //! - [`fs`] and [`http`]: the filesystem methods and `http/request`.
+//! - [`sandbox`]: the confinement a `process/start` or `fs/*` call asks for.
 //! - [`bytes`] and [`path_uri`]: the two value encodings every family shares — base64 byte
 //!   chunks and `file:` URIs.
 
@@ -28,6 +29,7 @@ pub mod http;
 pub mod method;
 pub mod path_uri;
 pub mod process;
+pub mod sandbox;
 pub mod session;
 
 pub use bytes::ByteChunk;

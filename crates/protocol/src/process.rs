@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::sandbox::SandboxContext;
 use crate::{ByteChunk, PathUri};
 
 /// A client-chosen process handle, unique within its session (not an OS pid).
@@ -65,9 +66,9 @@ pub struct ExecParams {
     /// What the program sees as `argv[0]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arg0: Option<String>,
-    /// Sandbox intent (a `FileSystemSandboxContext`).
+    /// What to confine the process to; `null` or absent: nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxContext>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub enforce_managed_network: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -106,9 +106,9 @@ fn notification_text(event: ProcessEvent) -> String {
             ProcessOutputNotification { process_id, seq, stream, chunk: ByteChunk(chunk) }
                 .to_notification_text()
         }
-        ProcessEvent::Exited { process_id, seq, exit_code } => encode_notification(
+        ProcessEvent::Exited { process_id, seq, exit_code, sandbox_denied } => encode_notification(
             PROCESS_EXITED,
-            &ProcessExitedNotification { process_id, seq, exit_code, sandbox_denied: false },
+            &ProcessExitedNotification { process_id, seq, exit_code, sandbox_denied },
         ),
         ProcessEvent::Closed { process_id, seq } => {
             encode_notification(PROCESS_CLOSED, &ProcessClosedNotification { process_id, seq })

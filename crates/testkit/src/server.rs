@@ -125,11 +125,13 @@ fn terminate(pid: u32) {
     }
 }
 
-/// A private directory per server (the reference keeps its state under `CODEX_HOME`).
+/// A private directory per server (the reference keeps its state under `CODEX_HOME`). Not
+/// under the temp dir: there the reference refuses to make the `codex-linux-sandbox` alias its
+/// sandbox runs, and every sandboxed command of its fails.
 fn scratch_dir(target: Target) -> anyhow::Result<PathBuf> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
+    let dir = Path::new("/var/tmp").join(format!(
         "tether-test-{}-{:?}-{}",
         std::process::id(),
         target,

@@ -18,7 +18,7 @@ use tether_protocol::fs::{
 };
 
 use super::blocking::blocking;
-use super::request::{admit, native_path};
+use super::request::{Admission, Work, admit, native_path, refuse_sandboxed_read};
 use super::{FsError, regular_file};
 
 /// The files one connection has open, by the client's handle ids. Dropping it closes them all,
@@ -46,8 +46,20 @@ impl FileHandles {
     /// created or truncated for writing (`replace`). The id is checked first (length, then
     /// uniqueness), then the connection's handle count, then the path, as the reference does.
     pub async fn open(&mut self, params: FsOpenParams) -> Result<FsOpenResponse, FsError> {
-        admit(params.sandbox.as_ref())?;
         let mode = params.mode();
+        let work = match mode {
+            FsOpenMode::Read => Work::Read,
+            FsOpenMode::Replace => Work::Write,
+        };
+        if let Admission::Sandboxed(_) = admit(params.sandbox.as_ref(), work)? {
+            return Err(match work {
+                Work::Read => refuse_sandboxed_read(),
+                Work::Write => FsError::other(
+                    "streamed writes under a restricted sandbox are not supported by this \
+                     executor; write the file whole with fs/writeFile, which the sandbox confines",
+                ),
+            });
+        }
         let id = params.handle_id;
         if id.len() > FS_HANDLE_ID_MAX_BYTES {
             return Err(FsError::invalid_input(format!(

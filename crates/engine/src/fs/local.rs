@@ -6,21 +6,19 @@
 //! [`remove`], [`copy`].
 
 use async_trait::async_trait;
-use serde_json::Value;
 use tether_protocol::fs::{
     FS_READ_DIRECTORY_MAX_ENTRIES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams,
     FsCreateDirectoryParams, FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams,
     FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsRemoveParams, FsWalkParams,
     FsWalkResponse, FsWriteFileParams,
 };
+use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
 
 use super::blocking::blocking;
-use super::request::{admit, native_path};
-use super::{
-    FileReadStream, FileSystem, FsError, copy, directory, metadata, regular_file, remove, stream,
-    walk,
-};
+use super::request::{Admission, Work, admit, native_path, refuse_sandboxed_read};
+use super::sandboxed::{self, FileOp};
+use super::{FileReadStream, FileSystem, FsError, directory, metadata, regular_file, stream, walk};
 
 /// The executor's own filesystem.
 #[derive(Debug, Clone, Default)]
@@ -32,10 +30,27 @@ impl LocalFileSystem {
     }
 }
 
+/// Admits a read: in-process, or refused (a read the sandbox would have to confine is not
+/// served unconfined).
+fn admit_read(sandbox: Option<&SandboxContext>) -> Result<(), FsError> {
+    match admit(sandbox, Work::Read)? {
+        Admission::InProcess => Ok(()),
+        Admission::Sandboxed(_) => Err(refuse_sandboxed_read()),
+    }
+}
+
+/// Runs a write here, or in the sandbox its intent describes.
+async fn write(sandbox: Option<&SandboxContext>, op: FileOp) -> Result<(), FsError> {
+    match admit(sandbox, Work::Write)? {
+        Admission::InProcess => blocking(move || op.apply()).await,
+        Admission::Sandboxed(policy) => sandboxed::run(&policy, op).await,
+    }
+}
+
 #[async_trait]
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, params: FsReadFileParams) -> Result<FsReadFileResponse, FsError> {
-        admit(params.sandbox.as_ref())?;
+        admit_read(params.sandbox.as_ref())?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
         let bytes = blocking(move || regular_file::read_whole(&path, follow)).await?;
@@ -43,7 +58,6 @@ impl FileSystem for LocalFileSystem {
     }
 
     async fn write_file(&self, params: FsWriteFileParams) -> Result<(), FsError> {
-        admit(params.sandbox.as_ref())?;
         let bytes = params.decode_data().map_err(|error| {
             FsError::invalid_input(format!(
                 "fs/writeFile requires valid base64 dataBase64: {error}"
@@ -51,21 +65,20 @@ impl FileSystem for LocalFileSystem {
         })?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        blocking(move || regular_file::write_whole(&path, &bytes.0, follow)).await
+        write(params.sandbox.as_ref(), FileOp::WriteFile { path, data: bytes, follow }).await
     }
 
     async fn create_directory(&self, params: FsCreateDirectoryParams) -> Result<(), FsError> {
-        admit(params.sandbox.as_ref())?;
         let (recursive, follow) = (params.is_recursive(), params.follows_symlinks());
         let path = native_path(&params.path)?;
-        blocking(move || directory::create(&path, recursive, follow)).await
+        write(params.sandbox.as_ref(), FileOp::CreateDirectory { path, recursive, follow }).await
     }
 
     async fn get_metadata(
         &self,
         params: FsGetMetadataParams,
     ) -> Result<FsGetMetadataResponse, FsError> {
-        admit(params.sandbox.as_ref())?;
+        admit_read(params.sandbox.as_ref())?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
         blocking(move || metadata::metadata(&path, follow)).await
@@ -75,7 +88,7 @@ impl FileSystem for LocalFileSystem {
         &self,
         params: FsCanonicalizeParams,
     ) -> Result<FsCanonicalizeResponse, FsError> {
-        admit(params.sandbox.as_ref())?;
+        admit_read(params.sandbox.as_ref())?;
         let path = native_path(&params.path)?;
         let real = blocking(move || std::fs::canonicalize(path)).await?;
         let path = PathUri::from_path(&real)
@@ -89,7 +102,7 @@ impl FileSystem for LocalFileSystem {
         &self,
         params: FsReadDirectoryParams,
     ) -> Result<FsReadDirectoryResponse, FsError> {
-        admit(params.sandbox.as_ref())?;
+        admit_read(params.sandbox.as_ref())?;
         let path = native_path(&params.path)?;
         let keep = FS_READ_DIRECTORY_MAX_ENTRIES;
         let listing = blocking(move || directory::list(&path, keep)).await?;
@@ -103,7 +116,7 @@ impl FileSystem for LocalFileSystem {
     }
 
     async fn walk(&self, params: FsWalkParams) -> Result<FsWalkResponse, FsError> {
-        admit(params.sandbox.as_ref())?;
+        admit_read(params.sandbox.as_ref())?;
         walk::validate(&params.options)?;
         let path = native_path(&params.path)?;
         let options = params.options;
@@ -111,27 +124,25 @@ impl FileSystem for LocalFileSystem {
     }
 
     async fn remove(&self, params: FsRemoveParams) -> Result<(), FsError> {
-        admit(params.sandbox.as_ref())?;
         let (recursive, force) = (params.is_recursive(), params.is_forced());
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        blocking(move || remove::remove(&path, recursive, force, follow)).await
+        write(params.sandbox.as_ref(), FileOp::Remove { path, recursive, force, follow }).await
     }
 
     async fn copy(&self, params: FsCopyParams) -> Result<(), FsError> {
-        admit(params.sandbox.as_ref())?;
         let source = native_path(&params.source_path)?;
         let destination = native_path(&params.destination_path)?;
         let recursive = params.recursive;
-        blocking(move || copy::copy(&source, &destination, recursive)).await
+        write(params.sandbox.as_ref(), FileOp::Copy { source, destination, recursive }).await
     }
 
     async fn read_file_stream(
         &self,
         path: PathUri,
-        sandbox: Option<Value>,
+        sandbox: Option<SandboxContext>,
     ) -> Result<FileReadStream, FsError> {
-        admit(sandbox.as_ref())?;
+        admit_read(sandbox.as_ref())?;
         stream::open_local(native_path(&path)?).await
     }
 }

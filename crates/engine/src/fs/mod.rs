@@ -21,12 +21,12 @@ mod no_follow;
 mod regular_file;
 mod remove;
 mod request;
+pub mod sandboxed;
 mod stream;
 mod walk;
 mod watch_missing;
 
 use async_trait::async_trait;
-use serde_json::Value;
 use tether_protocol::PathUri;
 use tether_protocol::fs::{
     FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams, FsCreateDirectoryParams,
@@ -69,7 +69,7 @@ pub trait FileSystem: Send + Sync {
     async fn read_file_stream(
         &self,
         path: PathUri,
-        sandbox: Option<Value>,
+        sandbox: Option<tether_protocol::sandbox::SandboxContext>,
     ) -> Result<FileReadStream, FsError>;
 }
 

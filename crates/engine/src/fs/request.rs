@@ -1,22 +1,71 @@
 //! What every request passes before the filesystem is touched: its sandbox intent, then its
 //! path.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
 use tether_protocol::PathUri;
+use tether_protocol::sandbox::SandboxContext;
 
 use super::FsError;
-use crate::sandbox;
+use crate::sandbox::policy::{self, Confinement, Context, FullPolicy, PolicyError};
 
-/// Refuses a sandbox intent Tether cannot honour (`-32600`), before anything is read or
-/// written: a client that asked for confinement must not get an unconfined operation. `null` or
-/// absent asks for nothing.
-pub(crate) fn admit(sandbox: Option<&Value>) -> Result<(), FsError> {
-    match sandbox {
-        Some(intent) => sandbox::check_intent(intent).map_err(FsError::invalid_input),
-        None => Ok(()),
+/// Where a request's work may run.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Here, directly: no intent, or one that does not restrict this work.
+    InProcess,
+    /// In a helper inside the sandbox the policy describes.
+    Sandboxed(Box<FullPolicy>),
+}
+
+/// What the work does, which decides whether a restriction applies to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    Read,
+    Write,
+}
+
+/// Decides where the work runs under `sandbox`. Reads need the sandbox only where the intent
+/// hides something or does not make `/` readable; writes wherever the filesystem is
+/// restricted. A `useLegacyLandlock` restriction is refused as the reference refuses it.
+pub(crate) fn admit(sandbox: Option<&SandboxContext>, work: Work) -> Result<Admission, FsError> {
+    let Some(intent) = sandbox else { return Ok(Admission::InProcess) };
+    let tmpdir = std::env::var("TMPDIR").ok();
+    let context = Context {
+        request_cwd: Path::new("/"),
+        tmpdir: tmpdir.as_deref(),
+        slash_tmp_is_dir: Path::new("/tmp").is_dir(),
+    };
+    let confinement = policy::resolve(intent, context).map_err(|error| {
+        FsError::invalid_input(match error {
+            PolicyError::InvalidPath(uri) => {
+                format!("invalid sandbox permission path URI: '{uri}' is invalid on 'linux'")
+            }
+            PolicyError::MxcUnavailable => {
+                format!("failed to prepare fs sandbox: failed to prepare MXC sandbox: {error}")
+            }
+        })
+    })?;
+    match confinement {
+        Confinement::Unconfined | Confinement::NetworkFilter => Ok(Admission::InProcess),
+        Confinement::LegacyLandlock => Err(FsError::other(
+            "fs sandbox helper failed with status exit status: 101: filesystem-restricted \
+             execution requires bubblewrap; `useLegacyLandlock` (Landlock alone) cannot confine \
+             it as asked: send the intent without it",
+        )),
+        Confinement::Full(full) if work == Work::Read && full.reads_everything() => {
+            Ok(Admission::InProcess)
+        }
+        Confinement::Full(full) => Ok(Admission::Sandboxed(Box::new(full))),
     }
+}
+
+/// A read whose intent hides paths: not served yet, and never served unconfined.
+pub(crate) fn refuse_sandboxed_read() -> FsError {
+    FsError::other(
+        "reading under a sandbox that hides paths or does not make `/` readable is not \
+         supported by this executor; send the read without a sandbox, or with `/` readable",
+    )
 }
 
 /// The native path a `file:` URI names on this host.
@@ -55,15 +104,21 @@ mod tests {
         assert!(error.message.starts_with("'file://otherhost/tmp/a' is invalid on '"), "{error}");
     }
 
+    fn intent(value: serde_json::Value) -> SandboxContext {
+        serde_json::from_value(value).unwrap()
+    }
+
     #[test]
-    fn restrictive_sandboxes_are_refused_and_null_is_no_sandbox() {
-        admit(None).unwrap();
-        admit(Some(&Value::Null)).unwrap();
-        admit(Some(&json!({"permissions": {"type": "disabled"}}))).unwrap();
-        let read_only = json!({"permissions": {"type": "managed",
-            "file_system": {"type": "restricted", "entries": []}, "network": "restricted"}});
-        let error = admit(Some(&read_only)).unwrap_err();
-        assert_eq!(error.kind, FsErrorKind::InvalidInput);
-        assert!(error.message.starts_with(sandbox::CANNOT_ENFORCE), "{error}");
+    fn restricted_writes_go_to_the_sandbox_and_reads_of_everything_stay_here() {
+        assert!(matches!(admit(None, Work::Write), Ok(Admission::InProcess)));
+        let disabled = intent(json!({"permissions": {"type": "disabled"},
+            "windowsSandboxLevel": "disabled"}));
+        assert!(matches!(admit(Some(&disabled), Work::Write), Ok(Admission::InProcess)));
+        let read_only = intent(json!({"permissions": {"type": "managed", "network": "restricted",
+            "file_system": {"type": "restricted", "entries": [
+                {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}]}},
+            "windowsSandboxLevel": "disabled"}));
+        assert!(matches!(admit(Some(&read_only), Work::Read), Ok(Admission::InProcess)));
+        assert!(matches!(admit(Some(&read_only), Work::Write), Ok(Admission::Sandboxed(_))));
     }
 }

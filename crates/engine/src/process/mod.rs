@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
 pub use spawn::{PTY_COLS, PTY_ROWS};
-pub(crate) use spawn::{SpawnRequest, spawn};
+pub(crate) use spawn::{SpawnRequest, program_for, spawn};
 pub use spill::{
     DEFAULT_SPILL_BYTES_PER_PROCESS, MIN_SPILL_BYTES_PER_PROCESS, SPILLED_CHUNKS_PER_PROCESS,
     SpillConfig,
@@ -44,9 +44,23 @@ pub const REMEMBERED_WRITE_IDS: usize = 4096;
 /// What a process publishes, in sequence order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessEvent {
-    Output { process_id: ProcessId, seq: u64, stream: ExecOutputStream, chunk: Bytes },
-    Exited { process_id: ProcessId, seq: u64, exit_code: i32 },
-    Closed { process_id: ProcessId, seq: u64 },
+    Output {
+        process_id: ProcessId,
+        seq: u64,
+        stream: ExecOutputStream,
+        chunk: Bytes,
+    },
+    /// `sandbox_denied`: the exit looks like the sandbox's refusal (always false unsandboxed).
+    Exited {
+        process_id: ProcessId,
+        seq: u64,
+        exit_code: i32,
+        sandbox_denied: bool,
+    },
+    Closed {
+        process_id: ProcessId,
+        seq: u64,
+    },
 }
 
 impl ProcessEvent {
@@ -113,11 +127,18 @@ pub struct LocalProcess {
     /// As started, for `process/list`.
     argv: Vec<String>,
     tty: bool,
+    /// Started with a sandbox intent: `sandboxDenied` is worked out at exit.
+    sandboxed: bool,
+    /// A full sandbox's inner stage (PID 1 inside it), as this host numbers it: signals go
+    /// there, to be forwarded to the command. Unset until bubblewrap has said it, and for
+    /// processes without one.
+    inner_pid: std::sync::OnceLock<rustix::process::Pid>,
 }
 
 struct ProcessState {
     output: RetainedOutput,
     write_ids: WriteIds,
+    sandbox_denied: bool,
 }
 
 impl LocalProcess {
@@ -232,7 +253,8 @@ impl LocalProcess {
                 let mut state = self.state();
                 let news = state.output.has_news_after(after_seq);
                 if news || deadline.is_none_or(|d| Instant::now() >= d) {
-                    return to_response(state.output.read(after_seq, max_bytes));
+                    let denied = state.sandbox_denied;
+                    return to_response(state.output.read(after_seq, max_bytes), denied);
                 }
             }
             match deadline {
@@ -297,10 +319,22 @@ impl LocalProcess {
             ProcessSignal::User1 => Signal::USR1,
             ProcessSignal::User2 => Signal::USR2,
         };
-        match rustix::process::kill_process_group(self.pgid, number) {
+        // A sandboxed command is reached through its inner stage, which forwards the signal
+        // to the command's group; until its pid is known, or for SIGKILL, the launcher's group
+        // is signalled, and the sandbox ends with it.
+        let sent = match self.inner_pid.get() {
+            Some(inner) if number != Signal::KILL => rustix::process::kill_process(*inner, number),
+            _ => rustix::process::kill_process_group(self.pgid, number),
+        };
+        match sent {
             Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
             Err(e) => Err(ProcessError::Signal(e.into())),
         }
+    }
+
+    /// Records the inner stage's pid once bubblewrap has said it.
+    pub(crate) fn set_inner_pid(&self, pid: rustix::process::Pid) {
+        let _ = self.inner_pid.set(pid);
     }
 
     /// Kills the process group with SIGKILL if the process is still running; returns whether it
@@ -326,7 +360,7 @@ impl std::fmt::Debug for LocalProcess {
     }
 }
 
-fn to_response(window: ReadWindow) -> ReadResponse {
+fn to_response(window: ReadWindow, sandbox_denied: bool) -> ReadResponse {
     ReadResponse {
         chunks: window.chunks,
         next_seq: window.next_seq,
@@ -334,7 +368,7 @@ fn to_response(window: ReadWindow) -> ReadResponse {
         exit_code: window.exit_code,
         closed: window.closed,
         failure: None,
-        sandbox_denied: false,
+        sandbox_denied: sandbox_denied && window.exited,
         oldest_retained_seq: Some(window.oldest_readable_seq),
     }
 }
@@ -379,17 +413,48 @@ pub(crate) fn new_process(
     terminal: Option<std::os::fd::OwnedFd>,
     argv: Vec<String>,
     tty: bool,
+    sandboxed: bool,
 ) -> Arc<LocalProcess> {
     Arc::new(LocalProcess {
         id,
         pgid,
-        state: Mutex::new(ProcessState { output, write_ids: WriteIds::new() }),
+        state: Mutex::new(ProcessState {
+            output,
+            write_ids: WriteIds::new(),
+            sandbox_denied: false,
+        }),
         changed: Notify::new(),
         stdin,
         terminal: Mutex::new(terminal),
         argv,
         tty,
+        sandboxed,
+        inner_pid: std::sync::OnceLock::new(),
     })
+}
+
+/// Reads bubblewrap's `--info-fd` until it has named the inner stage, and records its pid.
+/// Bounded: the message is a few dozen bytes; anything past 4 KiB is not it.
+pub(crate) async fn learn_inner_pid(process: Arc<LocalProcess>, info: std::os::fd::OwnedFd) {
+    use tokio::io::AsyncReadExt;
+    const INFO_LIMIT: usize = 4096;
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(info) else { return };
+    let mut text = Vec::new();
+    let mut buffer = [0u8; 512];
+    while text.len() < INFO_LIMIT {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buffer[..n]),
+        }
+        if text.contains(&b'}') {
+            break;
+        }
+    }
+    if let Some(pid) =
+        crate::sandbox::launch::child_pid_from_info(&text).and_then(rustix::process::Pid::from_raw)
+    {
+        process.set_inner_pid(pid);
+    }
 }
 
 pub(crate) use pump::run_pump;

@@ -78,7 +78,8 @@ pub(crate) async fn run_pump(
     tty: bool,
     events: mpsc::Sender<ProcessEvent>,
 ) {
-    let Spawned { mut child, primary, secondary, .. } = spawned;
+    // A sandbox's hold (its mount targets on the host) is let go when the process closes.
+    let Spawned { mut child, primary, secondary, sandbox: _hold, .. } = spawned;
     let first_label = if tty { ExecOutputStream::Pty } else { ExecOutputStream::Stdout };
     let mut streams = vec![Stream::new(first_label, primary)];
     if let Some(stderr) = secondary {
@@ -131,6 +132,14 @@ pub(crate) async fn run_pump(
     pump.close().await;
 }
 
+/// The `sandboxDenied` guess over what the process printed last.
+fn looks_denied(output: &super::RetainedOutput, exit_code: i32) -> bool {
+    use crate::sandbox::denied::{SEARCHED_TAIL_BYTES, looks_denied};
+    let stdout = output.tail(|s| s != ExecOutputStream::Stderr, SEARCHED_TAIL_BYTES);
+    let stderr = output.tail(|s| s == ExecOutputStream::Stderr, SEARCHED_TAIL_BYTES);
+    looks_denied(exit_code, &stdout, &stderr)
+}
+
 async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -168,10 +177,20 @@ impl Pump {
     }
 
     async fn exit(&self, exit_code: i32) {
-        let seq = self.process.state().output.record_exit(exit_code);
-        debug!(process_id = %self.process.id, seq, exit_code, "process exited");
-        self.publish(ProcessEvent::Exited { process_id: self.process.id.clone(), seq, exit_code })
-            .await;
+        let (seq, sandbox_denied) = {
+            let mut state = self.process.state();
+            let denied = self.process.sandboxed && looks_denied(&state.output, exit_code);
+            state.sandbox_denied = denied;
+            (state.output.record_exit(exit_code), denied)
+        };
+        debug!(process_id = %self.process.id, seq, exit_code, sandbox_denied, "process exited");
+        self.publish(ProcessEvent::Exited {
+            process_id: self.process.id.clone(),
+            seq,
+            exit_code,
+            sandbox_denied,
+        })
+        .await;
     }
 
     async fn close(&self) {

@@ -157,6 +157,24 @@ impl RetainedOutput {
         seq
     }
 
+    /// The last `max` bytes held in memory of the streams `wanted` picks, oldest first.
+    pub(crate) fn tail(&self, wanted: impl Fn(ExecOutputStream) -> bool, max: usize) -> Vec<u8> {
+        let mut picked: Vec<&[u8]> = Vec::new();
+        let mut total = 0;
+        for chunk in self.chunks.iter().rev().filter(|c| wanted(c.stream)) {
+            if total >= max {
+                break;
+            }
+            picked.push(&chunk.chunk.0);
+            total += chunk.chunk.len();
+        }
+        let mut out: Vec<u8> = picked.into_iter().rev().flatten().copied().collect();
+        if out.len() > max {
+            out.drain(..out.len() - max);
+        }
+        out
+    }
+
     pub(crate) fn next_seq(&self) -> u64 {
         self.next_seq
     }

@@ -2,13 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::Child;
 
 use crate::environment::find_in;
+use crate::sandbox::Launch;
+use crate::sandbox::launch::Wrapped;
+use crate::sandbox::synthetic::SyntheticTargets;
 
 /// The terminal size of a PTY process. The protocol has no way to choose or change it, so it is
 /// the classic 24×80 the reference uses.
@@ -25,6 +28,8 @@ pub(crate) struct SpawnRequest<'a> {
     pub pipe_stdin: bool,
     /// (cols, rows) of a PTY.
     pub pty_size: (u16, u16),
+    /// How the sandbox, if any, wraps the command.
+    pub launch: Launch,
 }
 
 pub(crate) type Reader = Box<dyn AsyncRead + Unpin + Send>;
@@ -39,11 +44,88 @@ pub(crate) struct Spawned {
     pub stdin: Option<Writer>,
     /// A second handle on a PTY's master, to resize the terminal later.
     pub terminal: Option<std::os::fd::OwnedFd>,
+    /// What a full sandbox holds until the process closes, and where its inner stage's pid
+    /// comes from.
+    pub sandbox: Option<SandboxHold>,
 }
 
-pub(crate) fn spawn(request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
+/// What a sandboxed process keeps while it runs.
+pub(crate) struct SandboxHold {
+    /// Mount targets made on the host; removed when this is dropped.
+    pub _synthetic: SyntheticTargets,
+    /// bubblewrap's `--info-fd`, read once to learn the inner stage's pid.
+    pub info: Option<std::os::fd::OwnedFd>,
+}
+
+/// The program and arguments actually executed, and what the child must inherit.
+struct CommandLine {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    /// `Some` when the program sees the request's own `argv[0]` (not when wrapped: the inner
+    /// stage sets it for the command).
+    arg0: Option<String>,
+    filter: Option<std::sync::Arc<seccompiler::BpfProgram>>,
+    inherited: Vec<std::os::fd::OwnedFd>,
+    hold: Option<SandboxHold>,
+}
+
+fn command_line(request: &mut SpawnRequest<'_>, program: PathBuf) -> CommandLine {
+    let direct = |filter| CommandLine {
+        program: program.clone(),
+        args: request.argv[1..].iter().map(Into::into).collect(),
+        arg0: Some(request.arg0.unwrap_or(&request.argv[0]).to_owned()),
+        filter,
+        inherited: Vec::new(),
+        hold: None,
+    };
+    match std::mem::replace(&mut request.launch, Launch::Direct) {
+        Launch::Direct => direct(None),
+        Launch::Filtered(program) => direct(Some(std::sync::Arc::new(program))),
+        Launch::Wrapped(Wrapped { program, args, inherited, synthetic, info }) => CommandLine {
+            program,
+            args,
+            arg0: None,
+            filter: None,
+            inherited,
+            hold: Some(SandboxHold { _synthetic: synthetic, info }),
+        },
+    }
+}
+
+/// What runs between fork and exec: the network filter, or the descriptors a wrapper must
+/// inherit made inheritable. Async-signal-safe: system calls only.
+fn pre_exec_hook(
+    line: &CommandLine,
+) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let filter = line.filter.clone();
+    let inherited: Vec<i32> = line.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    move || {
+        for fd in &inherited {
+            // SAFETY: a plain system call on a descriptor this process owns.
+            if unsafe { libc::fcntl(*fd, libc::F_SETFD, 0) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        match &filter {
+            Some(program) => crate::sandbox::seccomp::install(program),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn spawn(mut request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
     let program = resolve_program(&request.argv[0], &request.env);
-    if request.tty { spawn_pty(&request, &program) } else { spawn_pipes(&request, &program) }
+    let line = command_line(&mut request, program);
+    let mut spawned =
+        if request.tty { spawn_pty(&request, &line)? } else { spawn_pipes(&request, &line)? };
+    // The child has its copies; the launcher's are closed here (`line.inherited` drops).
+    spawned.sandbox = line.hold;
+    Ok(spawned)
+}
+
+/// The program a start names: resolved on `PATH` as [`spawn`] resolves it.
+pub(crate) fn program_for(argv0: &str, env: &BTreeMap<String, String>) -> PathBuf {
+    resolve_program(argv0, env)
 }
 
 /// A bare program name is looked up on the child's `PATH` when it has one, else on the
@@ -60,10 +142,10 @@ fn resolve_program(program: &str, env: &BTreeMap<String, String>) -> PathBuf {
     found.unwrap_or_else(|| PathBuf::from(program))
 }
 
-fn spawn_pipes(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spawned> {
-    let mut command = tokio::process::Command::new(program);
+fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
+    let mut command = tokio::process::Command::new(&line.program);
     command
-        .args(&request.argv[1..])
+        .args(&line.args)
         .current_dir(&request.cwd)
         .env_clear()
         .envs(&request.env)
@@ -73,7 +155,15 @@ fn spawn_pipes(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Sp
         // Its own group, so the group can be signalled as a whole.
         .process_group(0)
         .kill_on_drop(true);
-    command.arg0(request.arg0.unwrap_or(&request.argv[0]));
+    if let Some(arg0) = &line.arg0 {
+        command.arg0(arg0);
+    }
+    if line.filter.is_some() || !line.inherited.is_empty() {
+        // SAFETY: the hook makes system calls only (see `pre_exec_hook`).
+        unsafe {
+            command.pre_exec(pre_exec_hook(line));
+        }
+    }
     let mut child = command.spawn()?;
     let pid = child_pid(&child)?;
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -86,10 +176,11 @@ fn spawn_pipes(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Sp
         secondary: Some(Box::new(stderr)),
         stdin,
         terminal: None,
+        sandbox: None,
     })
 }
 
-fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spawned> {
+fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
     // A terminal session gets a SHELL even from an empty environment, as the reference's PTY
     // layer gives it: programs that open a subshell look there.
     let login_shell;
@@ -104,14 +195,20 @@ fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spaw
     let (cols, rows) = request.pty_size;
     pty.resize(pty_process::Size::new(rows, cols)).map_err(pty_error)?;
     let terminal = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
-    let command = pty_process::Command::new(program)
-        .args(&request.argv[1..])
+    let mut command = pty_process::Command::new(&line.program)
+        .args(&line.args)
         .current_dir(&request.cwd)
         .env_clear()
         .envs(&request.env)
         .envs(shell)
-        .kill_on_drop(true)
-        .arg0(request.arg0.unwrap_or(&request.argv[0]));
+        .kill_on_drop(true);
+    if let Some(arg0) = &line.arg0 {
+        command = command.arg0(arg0);
+    }
+    if line.filter.is_some() || !line.inherited.is_empty() {
+        // SAFETY: the hook makes system calls only (see `pre_exec_hook`).
+        command = unsafe { command.pre_exec(pre_exec_hook(line)) };
+    }
     // The child becomes a session leader with the PTY as its controlling terminal. `pts` is
     // consumed: once the child exits, reads on the master report EIO (end of output) unless a
     // grandchild still holds the terminal.
@@ -125,6 +222,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, program: &Path) -> std::io::Result<Spaw
         secondary: None,
         stdin: Some(Box::new(writer)),
         terminal: Some(terminal),
+        sandbox: None,
     })
 }
 

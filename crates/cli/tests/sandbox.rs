@@ -1,0 +1,1231 @@
+//! The `sandbox` intent over the wire, as Codex 0.169 sends it (spec: `sandbox.md`), each
+//! scenario run against Tether and against the reference.
+//!
+//! What is covered:
+//! * decoding: which intents `process/start` and `fs/writeFile` refuse, with serde's wording,
+//!   and which additions they accept and ignore;
+//! * the answers that do not depend on enforcement: `sandboxType` and the `sandboxDenied`
+//!   heuristic;
+//! * what a sandboxed command observes under Codex's two intents (read-only and
+//!   workspace-write): the filesystem, the protected names (`.git`, …) and their synthetic
+//!   directories on the host, pid and network isolation, escape attempts, ttys, stdin, signals
+//!   and the failures of the sandbox itself;
+//! * `fs/*` writes and reads under an intent.
+//!
+//! Every scenario works in directories of its own under `/var/tmp`, not `/tmp`: the
+//! workspace-write intent also grants `/tmp`, which would hide the difference between a Root and
+//! the rest of the filesystem. The reference's exact texts (shell, coreutils and kernel messages)
+//! are asserted where they are stable, and their stable part where they hold a pid.
+//!
+//! Two things about the reference that shape this file:
+//! * it cannot sandbox anything when its `CODEX_HOME` is under the temp dir (see [`started`]);
+//! * its synthetic `.git`, `.agents`, `.codex` and `.aws` dirs in a Root that several sandboxes
+//!   share (`/tmp`) are sometimes left behind when sandboxed `fs/*` requests of different servers
+//!   overlap. No scenario looks at `/tmp`'s protected names for that reason; each looks at a
+//!   project root of its own.
+
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+use tether_testkit::client::{b64encode, output_of};
+use tether_testkit::{RpcClient, RpcError, ServerProcess, Target, against_both};
+
+mod common;
+use common::text;
+
+against_both!(
+    malformed_intents_are_refused_on_process_start,
+    malformed_intents_are_refused_on_fs_write_file,
+    ignored_additions_are_accepted_on_process_start,
+    ignored_additions_are_accepted_on_fs_write_file,
+    every_non_null_intent_reports_linux_seccomp,
+    read_only_refuses_writes_and_allows_reads,
+    a_sandboxed_command_is_pid_2_and_its_leftovers_die_with_it,
+    workspace_write_grants_the_project_root_tmpdir_and_tmp,
+    read_only_grants_neither_tmpdir_nor_tmp,
+    an_existing_git_dir_is_read_only,
+    missing_protected_names_are_empty_read_only_dirs_while_the_child_runs,
+    synthetic_dirs_after_terminate,
+    restricted_network_leaves_loopback_only_and_no_sockets,
+    escapes_from_a_writable_root_are_refused,
+    a_sandboxed_tty_is_the_console,
+    stdin_can_be_piped_into_a_sandboxed_process,
+    terminate_under_a_sandbox_reports_137_or_1_with_a_tty,
+    interrupt_under_a_sandbox_reaches_the_command_on_tether_only,
+    sandbox_denied_follows_the_exit_code_and_output_heuristic,
+    a_missing_binary_inside_the_sandbox_exits_101,
+    a_missing_cwd_fails_a_sandboxed_start,
+    fs_writes_under_workspace_write_are_confined_to_the_roots,
+    fs_writes_to_protected_names_are_refused,
+    fs_writes_under_read_only_are_refused,
+    fs_reads_of_a_none_entry_are_denied,
+    an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere,
+);
+
+const EROFS: &str = "Read-only file system (os error 30)";
+const ENOENT: &str = "No such file or directory (os error 2)";
+const EEXIST: &str = "File exists (os error 17)";
+const EACCES: &str = "Permission denied (os error 13)";
+const INVALID_URI: &str = "invalid URI: relative URL without a base";
+
+/// The names protected inside every writable Root, in the order Codex lists them.
+const PROTECTED_NAMES: [&str; 4] = [".git", ".agents", ".codex", ".aws"];
+
+// ---------------------------------------------------------------------------------------------
+// Intents, built exactly as Codex 0.169 sends them (sandbox.md §1)
+
+/// A `special` path entry without a subpath.
+fn special(kind: &str, access: &str) -> Value {
+    json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
+}
+
+/// A protected name below every project root: readable, skipped when missing.
+fn protected(subpath: &str) -> Value {
+    json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": subpath}},
+        "access": "read", "missing_path_behavior": "skip"})
+}
+
+/// `-s read-only`: read everything, write nothing.
+fn read_only_entries() -> Vec<Value> {
+    vec![special("root", "read")]
+}
+
+/// `-s workspace-write`: the project roots, `/tmp` and `$TMPDIR` writable, minus the protected
+/// names.
+fn workspace_write_entries() -> Vec<Value> {
+    let mut entries = vec![
+        special("root", "read"),
+        special("project_roots", "write"),
+        special("slash_tmp", "write"),
+        special("tmpdir", "write"),
+    ];
+    entries.extend(PROTECTED_NAMES.map(protected));
+    entries
+}
+
+/// A managed, restricted filesystem with the network restricted.
+fn restricted(entries: Vec<Value>) -> Value {
+    json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries},
+        "network": "restricted"})
+}
+
+/// The intent's shape on `process/start`: no `policyContext`, no `userHomeDir`.
+fn process_intent(entries: Vec<Value>, cwd: &HostDir) -> Value {
+    json!({
+        "permissions": restricted(entries),
+        "cwd": cwd.uri(""),
+        "workspaceRoots": [cwd.uri("")],
+        "windowsSandboxLevel": "disabled",
+        "windowsSandboxProxySettingsMode": "reconcile",
+        "useLegacyLandlock": false,
+    })
+}
+
+/// The intent's shape on `fs/writeFile`, `fs/createDirectory` and `fs/remove`.
+fn fs_intent(entries: Vec<Value>, cwd: &HostDir) -> Value {
+    json!({
+        "permissions": restricted(entries),
+        "cwd": cwd.uri(""),
+        "workspaceRoots": [cwd.uri("")],
+        "policyContext": {"cwd": cwd.uri(""), "workspaceRoots": [cwd.uri("")]},
+        "userHomeDir": "file:///root",
+        "windowsSandboxLevel": "disabled",
+        "useLegacyLandlock": false,
+    })
+}
+
+fn disabled_intent() -> Value {
+    json!({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "disabled"})
+}
+
+fn external_intent() -> Value {
+    json!({"permissions": {"type": "external", "network": "restricted"},
+        "windowsSandboxLevel": "disabled"})
+}
+
+/// A copy of `intent` changed by `edit`.
+fn edited(intent: &Value, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut intent = intent.clone();
+    edit(&mut intent);
+    intent
+}
+
+fn remove_key(object: &mut Value, key: &str) {
+    object.as_object_mut().unwrap().remove(key);
+}
+
+fn entries_of(intent: &mut Value) -> &mut Vec<Value> {
+    intent["permissions"]["file_system"]["entries"].as_array_mut().unwrap()
+}
+
+/// `process/start` params for `/bin/sh -c script` in `cwd`, with what Codex sends beside a
+/// sandbox.
+fn sandboxed(id: &str, script: &str, cwd: &HostDir, sandbox: Value) -> Value {
+    json!({
+        "processId": id,
+        "argv": ["/bin/sh", "-c", script],
+        "cwd": cwd.uri(""),
+        "env": {"PATH": "/usr/bin:/bin", "CODEX_SANDBOX_NETWORK_DISABLED": "1"},
+        "tty": false,
+        "sandbox": sandbox,
+        "enforceManagedNetwork": false,
+        "managedNetwork": null,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host directories and running processes
+
+/// A fresh directory under `/var/tmp`, removed with everything in it when dropped.
+struct HostDir {
+    path: PathBuf,
+}
+
+impl HostDir {
+    fn new(target: Target, name: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = PathBuf::from(format!(
+            "/var/tmp/tether-sandbox-{}-{unique}-{target:?}-{name}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Self { path: std::fs::canonicalize(path).unwrap() }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        if relative.is_empty() { self.path.clone() } else { self.path.join(relative) }
+    }
+
+    /// The path as a string, for scripts.
+    fn display(&self, relative: &str) -> String {
+        self.path(relative).display().to_string()
+    }
+
+    /// The URI a client sends for `relative` (the scenarios' names need no escaping).
+    fn uri(&self, relative: &str) -> String {
+        format!("file://{}", self.display(relative))
+    }
+
+    fn file(&self, relative: &str, contents: &str) {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+
+    fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.path(relative)).unwrap()
+    }
+
+    fn exists(&self, relative: &str) -> bool {
+        std::fs::symlink_metadata(self.path(relative)).is_ok()
+    }
+
+    /// The names directly inside, as the host sees them.
+    fn names(&self) -> BTreeSet<String> {
+        std::fs::read_dir(&self.path)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect()
+    }
+
+    /// Whether `relative` is an empty directory on the host.
+    fn is_empty_dir(&self, relative: &str) -> bool {
+        std::fs::read_dir(self.path(relative)).is_ok_and(|mut entries| entries.next().is_none())
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A file in the host's `/tmp` a scenario may create through the sandbox, removed when dropped.
+struct SlashTmpFile {
+    path: PathBuf,
+}
+
+impl SlashTmpFile {
+    fn new(target: Target, name: &str) -> Self {
+        let path =
+            PathBuf::from(format!("/tmp/tether-sandbox-{}-{target:?}-{name}", std::process::id()));
+        Self { path }
+    }
+
+    fn display(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+impl Drop for SlashTmpFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A server under test and the `CODEX_HOME` it was given, removed after the server stops.
+struct Server {
+    _process: ServerProcess,
+    _home: HostDir,
+}
+
+/// Starts `target` with a `CODEX_HOME` outside `/tmp`. The reference refuses to create its
+/// `codex-linux-sandbox` alias under the temp dir (the testkit's default home is there), and then
+/// every sandboxed command fails with `bwrap: execvp codex-linux-sandbox: No such file or
+/// directory`.
+async fn started(target: Target) -> (Server, RpcClient) {
+    let home = HostDir::new(target, "codex-home");
+    let env = [("CODEX_HOME", home.display(""))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let process = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    let (client, _) = RpcClient::connect_initialized(&process.url).await.unwrap();
+    (Server { _process: process, _home: home }, client)
+}
+
+/// What a finished process left on the wire.
+#[derive(Debug)]
+struct Finished {
+    stdout: String,
+    stderr: String,
+    pty: String,
+    exit_code: i64,
+    sandbox_denied: bool,
+}
+
+/// Waits for `id` to close; checks that `process/read` agrees with `process/exited` on
+/// `sandboxDenied`.
+async fn finish(client: &mut RpcClient, id: &str) -> Finished {
+    let events = client.process_events(id).await.unwrap();
+    let exited: Vec<&Value> = events.iter().filter(|e| e["method"] == "process/exited").collect();
+    assert_eq!(exited.len(), 1, "exactly one exit: {events:?}");
+    let stream = |name| String::from_utf8_lossy(&output_of(&events, name)).into_owned();
+    let finished = Finished {
+        stdout: stream("stdout"),
+        stderr: stream("stderr"),
+        pty: stream("pty"),
+        exit_code: exited[0]["params"]["exitCode"].as_i64().unwrap(),
+        sandbox_denied: exited[0]["params"]["sandboxDenied"].as_bool().unwrap(),
+    };
+    let read = client.ok("process/read", json!({"processId": id})).await.unwrap();
+    assert_eq!(read["sandboxDenied"], finished.sandbox_denied, "process/read agrees: {read}");
+    finished
+}
+
+/// Starts a process (the start must succeed, sandboxed) and waits for it to finish.
+async fn run(client: &mut RpcClient, params: Value) -> Finished {
+    let id = params["processId"].as_str().unwrap().to_owned();
+    let result = client.ok("process/start", params).await.unwrap();
+    assert_eq!(result, json!({"processId": id, "sandboxType": "linuxSeccomp"}));
+    finish(client, &id).await
+}
+
+/// Long-polls `process/read` until the output of `id` contains `needle`; returns the output so
+/// far.
+async fn wait_for_output(client: &mut RpcClient, id: &str, needle: &str) -> String {
+    let mut seen = String::new();
+    let mut after_seq = 0;
+    loop {
+        let read = client
+            .ok("process/read", json!({"processId": id, "afterSeq": after_seq, "waitMs": 10000}))
+            .await
+            .unwrap();
+        seen.push_str(&text(&read["chunks"]));
+        if seen.contains(needle) {
+            return seen;
+        }
+        assert_ne!(read["closed"], true, "{id} closed before printing {needle:?}: {seen:?}");
+        after_seq = read["nextSeq"].as_u64().unwrap() - 1;
+    }
+}
+
+async fn write_stdin(client: &mut RpcClient, id: &str, bytes: &[u8]) {
+    let write = json!({"processId": id, "chunk": b64encode(bytes), "writeId": "1"});
+    let result = client.ok("process/write", write).await.unwrap();
+    assert_eq!(result, json!({"status": "accepted"}));
+}
+
+#[track_caller]
+fn assert_error(error: RpcError, code: i64, message: &str) {
+    assert_eq!((error.code, error.message.as_str()), (code, message));
+}
+
+#[track_caller]
+fn assert_contains(haystack: &str, needle: &str) {
+    assert!(haystack.contains(needle), "{needle:?} not in {haystack:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Decoding (sandbox.md §2)
+
+/// Intents both shapes refuse with `-32602` and serde's own wording, as `(what, intent,
+/// message)`.
+fn malformed_intents(base: &Value) -> Vec<(&'static str, Value, &'static str)> {
+    let plain_entry = json!({"path": {"type": "path", "path": "/abs/plain"}, "access": "write"});
+    vec![
+        (
+            "a string",
+            json!("X"),
+            "invalid type: string \"X\", expected struct WireFileSystemSandboxContext",
+        ),
+        ("an empty object", json!({}), "missing field `permissions`"),
+        (
+            "no permissions",
+            edited(base, |i| remove_key(i, "permissions")),
+            "missing field `permissions`",
+        ),
+        (
+            "no windowsSandboxLevel",
+            edited(base, |i| remove_key(i, "windowsSandboxLevel")),
+            "missing field `windowsSandboxLevel`",
+        ),
+        (
+            "an unknown windowsSandboxLevel",
+            edited(base, |i| i["windowsSandboxLevel"] = json!("bogus")),
+            "unknown variant `bogus`, expected one of `disabled`, `restricted-token`, `elevated`, `mxc`",
+        ),
+        (
+            "an unknown permissions type",
+            edited(base, |i| i["permissions"]["type"] = json!("bogus")),
+            "unknown variant `bogus`, expected one of `managed`, `disabled`, `external`",
+        ),
+        (
+            "managed without network",
+            edited(base, |i| remove_key(&mut i["permissions"], "network")),
+            "missing field `network`",
+        ),
+        (
+            "managed without file_system",
+            edited(base, |i| remove_key(&mut i["permissions"], "file_system")),
+            "missing field `file_system`",
+        ),
+        (
+            "an unknown network",
+            edited(base, |i| i["permissions"]["network"] = json!("bogus")),
+            "unknown variant `bogus`, expected `restricted` or `enabled`",
+        ),
+        (
+            "an unknown access",
+            edited(base, |i| entries_of(i)[0]["access"] = json!("rw")),
+            "unknown variant `rw`, expected one of `read`, `write`, `deny`, `none`",
+        ),
+        (
+            "an unknown missing_path_behavior",
+            edited(base, |i| entries_of(i)[0]["missing_path_behavior"] = json!("x")),
+            "unknown variant `x`, expected `skip`",
+        ),
+        (
+            "an unknown special kind",
+            edited(base, |i| entries_of(i)[0]["path"]["value"]["kind"] = json!("future_thing")),
+            "unknown variant `future_thing`, expected one of `root`, `minimal`, \
+             `current_working_directory`, `project_roots`, `tmpdir`, `slash_tmp`, `unknown`",
+        ),
+        (
+            "a special path without value",
+            edited(base, |i| remove_key(&mut entries_of(i)[0]["path"], "value")),
+            "missing field `value`",
+        ),
+        ("a plain path entry", edited(base, |i| entries_of(i).push(plain_entry)), INVALID_URI),
+        (
+            "a plain workspace root",
+            edited(base, |i| i["workspaceRoots"] = json!(["/abs/plain"])),
+            INVALID_URI,
+        ),
+        ("a plain cwd", edited(base, |i| i["cwd"] = json!("/abs/plain")), INVALID_URI),
+        (
+            "a plain temporary directory",
+            edited(base, |i| i["temporaryDirectories"] = json!(["/abs/plain"])),
+            INVALID_URI,
+        ),
+        // Not ignored, as sandbox.md says: the value is decoded, on both shapes.
+        (
+            "an unknown windowsSandboxProxySettingsMode",
+            edited(base, |i| i["windowsSandboxProxySettingsMode"] = json!("bogus")),
+            "unknown variant `bogus`, expected `reconcile` or `preserve`",
+        ),
+    ]
+}
+
+/// A `path` entry with a Windows URI, which decodes but names no Linux path.
+fn with_windows_path(base: &Value) -> Value {
+    let entry = json!({"path": {"type": "path", "path": "file:///C:/x"}, "access": "write"});
+    edited(base, |i| entries_of(i).push(entry))
+}
+
+/// Additions the reference accepts and ignores on Linux, as `(what, intent)`.
+fn ignored_additions(base: &Value, root: &HostDir) -> Vec<(&'static str, Value)> {
+    let unknown_kind = json!({"path": {"type": "special",
+        "value": {"kind": "unknown", "path": root.display("")}}, "access": "write"});
+    vec![
+        (
+            "unknown fields at every level",
+            edited(base, |i| {
+                i["futureField"] = json!(1);
+                i["permissions"]["futurePermission"] = json!(2);
+                i["permissions"]["file_system"]["futureFileSystem"] = json!(3);
+                entries_of(i)[0]["futureEntry"] = json!(4);
+            }),
+        ),
+        (
+            "temporaryDirectories",
+            edited(base, |i| i["temporaryDirectories"] = json!([root.uri("")])),
+        ),
+        ("the special kind unknown", edited(base, |i| entries_of(i).push(unknown_kind))),
+        (
+            "windowsSandboxLevel restricted-token",
+            edited(base, |i| i["windowsSandboxLevel"] = json!("restricted-token")),
+        ),
+        (
+            "windowsSandboxLevel elevated",
+            edited(base, |i| i["windowsSandboxLevel"] = json!("elevated")),
+        ),
+        (
+            "windowsSandboxProxySettingsMode preserve",
+            edited(base, |i| i["windowsSandboxProxySettingsMode"] = json!("preserve")),
+        ),
+        ("another userHomeDir", edited(base, |i| i["userHomeDir"] = json!("file:///nowhere"))),
+    ]
+}
+
+async fn malformed_intents_are_refused_on_process_start(target: Target) {
+    let root = HostDir::new(target, "decode-start");
+    let (_server, mut client) = started(target).await;
+    let base = process_intent(read_only_entries(), &root);
+    let mut cases: Vec<(&str, Value, i64, &str)> = malformed_intents(&base)
+        .into_iter()
+        .map(|(what, intent, message)| (what, intent, -32602, message))
+        .collect();
+    cases.push((
+        "a Windows path entry",
+        with_windows_path(&base),
+        -32602,
+        "failed to prepare process sandbox: invalid sandbox permission path: 'file:///C:/x' is \
+         invalid on 'linux'",
+    ));
+    // sandbox.md says any valid level is ignored; `mxc` is refused.
+    cases.push((
+        "windowsSandboxLevel mxc",
+        edited(&base, |i| i["windowsSandboxLevel"] = json!("mxc")),
+        -32602,
+        "native MXC is unavailable on this executor",
+    ));
+
+    for (n, (what, intent, code, message)) in cases.into_iter().enumerate() {
+        let params = sandboxed(&format!("p{n}"), "touch started", &root, intent);
+        let error = client.err("process/start", params).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (code, message), "{what}");
+    }
+    assert!(!root.exists("started"), "no refused start ran its command");
+}
+
+async fn malformed_intents_are_refused_on_fs_write_file(target: Target) {
+    let root = HostDir::new(target, "decode-fs");
+    let (_server, mut client) = started(target).await;
+    let base = fs_intent(workspace_write_entries(), &root);
+    let mut cases: Vec<(&str, Value, i64, &str)> = malformed_intents(&base)
+        .into_iter()
+        .map(|(what, intent, message)| (what, intent, -32602, message))
+        .collect();
+    for (what, intent) in [
+        ("a plain policyContext cwd", edited(&base, |i| i["policyContext"]["cwd"] = json!("/abs"))),
+        (
+            "a plain policyContext workspace root",
+            edited(&base, |i| i["policyContext"]["workspaceRoots"] = json!(["/abs"])),
+        ),
+        ("a plain userHomeDir", edited(&base, |i| i["userHomeDir"] = json!("/root"))),
+    ] {
+        cases.push((what, intent, -32602, INVALID_URI));
+    }
+    // Unlike process/start, fs/* answers these two with -32600 and other words.
+    cases.push((
+        "a Windows path entry",
+        with_windows_path(&base),
+        -32600,
+        "invalid sandbox permission path URI: 'file:///C:/x' is invalid on 'linux'",
+    ));
+    cases.push((
+        "windowsSandboxLevel mxc",
+        edited(&base, |i| i["windowsSandboxLevel"] = json!("mxc")),
+        -32600,
+        "failed to prepare fs sandbox: failed to prepare MXC sandbox: native MXC is unavailable \
+         on this executor",
+    ));
+
+    for (what, intent, code, message) in cases {
+        let params = json!({"path": root.uri("written"), "dataBase64": "eA==", "sandbox": intent});
+        let error = client.err("fs/writeFile", params).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (code, message), "{what}");
+    }
+    assert!(!root.exists("written"), "no refused write wrote");
+}
+
+async fn ignored_additions_are_accepted_on_process_start(target: Target) {
+    let root = HostDir::new(target, "ignored-start");
+    let (_server, mut client) = started(target).await;
+    let base = process_intent(read_only_entries(), &root);
+    for (n, (what, intent)) in ignored_additions(&base, &root).into_iter().enumerate() {
+        // Still read-only: neither temporaryDirectories nor the kind `unknown` grants a write.
+        let params = sandboxed(&format!("p{n}"), "echo ran; touch probe", &root, intent);
+        let finished = run(&mut client, params).await;
+        assert_eq!(finished.stdout, "ran\n", "{what}");
+        assert_contains(&finished.stderr, "touch: cannot touch 'probe': Read-only file system");
+        assert_eq!(finished.exit_code, 1, "{what}");
+    }
+    assert!(!root.exists("probe"));
+}
+
+async fn ignored_additions_are_accepted_on_fs_write_file(target: Target) {
+    let root = HostDir::new(target, "ignored-fs");
+    let (_server, mut client) = started(target).await;
+    let base = fs_intent(workspace_write_entries(), &root);
+    for (n, (what, intent)) in ignored_additions(&base, &root).into_iter().enumerate() {
+        let name = format!("file{n}");
+        let params = json!({"path": root.uri(&name), "dataBase64": "eA==", "sandbox": intent});
+        assert_eq!(client.ok("fs/writeFile", params).await.unwrap(), json!({}), "{what}");
+        assert_eq!(root.read(&name), "x", "{what}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. sandboxType (sandbox.md §3)
+
+async fn every_non_null_intent_reports_linux_seccomp(target: Target) {
+    let root = HostDir::new(target, "type");
+    let (_server, mut client) = started(target).await;
+    for (id, intent, sandbox_type) in [
+        ("read-only", process_intent(read_only_entries(), &root), "linuxSeccomp"),
+        ("workspace-write", process_intent(workspace_write_entries(), &root), "linuxSeccomp"),
+        ("disabled", disabled_intent(), "linuxSeccomp"),
+        ("external", external_intent(), "linuxSeccomp"),
+        ("null", Value::Null, "none"),
+    ] {
+        let result = client.ok("process/start", sandboxed(id, "echo ran", &root, intent)).await;
+        assert_eq!(result.unwrap(), json!({"processId": id, "sandboxType": sandbox_type}));
+        let finished = finish(&mut client, id).await;
+        assert_eq!((finished.stdout.as_str(), finished.exit_code), ("ran\n", 0), "{id}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The read-only intent
+
+async fn read_only_refuses_writes_and_allows_reads(target: Target) {
+    let root = HostDir::new(target, "read-only");
+    root.file("data", "hello\n");
+    let (_server, mut client) = started(target).await;
+    let intent = process_intent(read_only_entries(), &root);
+    let finished = run(&mut client, sandboxed("p", "cat data; touch new", &root, intent)).await;
+    assert_eq!(finished.stdout, "hello\n", "{finished:?}");
+    assert_eq!(finished.stderr, "touch: cannot touch 'new': Read-only file system\n");
+    assert_eq!(finished.exit_code, 1);
+    assert!(finished.sandbox_denied, "`read-only file system` in the output of a failure");
+    assert!(!root.exists("new"));
+}
+
+async fn a_sandboxed_command_is_pid_2_and_its_leftovers_die_with_it(target: Target) {
+    let root = HostDir::new(target, "pid");
+    let (_server, mut client) = started(target).await;
+    let intent = process_intent(read_only_entries(), &root);
+    let finished = run(&mut client, sandboxed("pid", "echo $$ $PPID", &root, intent.clone())).await;
+    assert_eq!(finished.stdout, "2 1\n", "the command is PID 2, below the helper");
+
+    // Without a sandbox `late` comes too (process.rs): here the pid namespace ends with the
+    // command and takes the background subshell with it.
+    let script = "(sleep 1; echo late) & echo early";
+    let finished = run(&mut client, sandboxed("leftover", script, &root, intent)).await;
+    assert_eq!((finished.stdout.as_str(), finished.exit_code), ("early\n", 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The workspace-write intent
+
+async fn workspace_write_grants_the_project_root_tmpdir_and_tmp(target: Target) {
+    let root = HostDir::new(target, "workspace");
+    let tmpdir = HostDir::new(target, "workspace-tmpdir");
+    let outside = HostDir::new(target, "workspace-outside");
+    let slash_tmp = SlashTmpFile::new(target, "workspace");
+    let (_server, mut client) = started(target).await;
+
+    let script = format!(
+        "echo a > in-root && echo b > \"$TMPDIR/in-tmpdir\" && echo c > {} && echo granted; \
+         echo d > {}",
+        slash_tmp.display(),
+        outside.display("outside"),
+    );
+    let mut params =
+        sandboxed("p", &script, &root, process_intent(workspace_write_entries(), &root));
+    params["env"]["TMPDIR"] = json!(tmpdir.display(""));
+    let finished = run(&mut client, params).await;
+    assert_eq!(finished.stdout, "granted\n");
+    let refused = format!("cannot create {}: Read-only file system", outside.display("outside"));
+    assert_contains(&finished.stderr, &refused);
+    assert_eq!(finished.exit_code, 2);
+
+    assert_eq!(root.read("in-root"), "a\n");
+    assert_eq!(tmpdir.read("in-tmpdir"), "b\n");
+    assert_eq!(std::fs::read_to_string(&slash_tmp.path).unwrap(), "c\n");
+    assert!(!outside.exists("outside"), "the host is untouched");
+}
+
+async fn read_only_grants_neither_tmpdir_nor_tmp(target: Target) {
+    let root = HostDir::new(target, "read-only-tmp");
+    let tmpdir = HostDir::new(target, "read-only-tmpdir");
+    let slash_tmp = SlashTmpFile::new(target, "read-only");
+    let (_server, mut client) = started(target).await;
+
+    let script = format!("touch \"$TMPDIR/in-tmpdir\"; touch {}", slash_tmp.display());
+    let mut params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
+    params["env"]["TMPDIR"] = json!(tmpdir.display(""));
+    let finished = run(&mut client, params).await;
+    let expected = format!(
+        "touch: cannot touch '{}': Read-only file system\n\
+         touch: cannot touch '{}': Read-only file system\n",
+        tmpdir.display("in-tmpdir"),
+        slash_tmp.display(),
+    );
+    assert_eq!(finished.stderr, expected);
+    assert_eq!(finished.exit_code, 1);
+    assert!(!tmpdir.exists("in-tmpdir") && !slash_tmp.path.exists());
+}
+
+async fn an_existing_git_dir_is_read_only(target: Target) {
+    let root = HostDir::new(target, "git");
+    root.file(".git/config", "cfg\n");
+    let (_server, mut client) = started(target).await;
+    let script = "cat .git/config; echo x >> .git/config; touch .git/new; mv .git moved; \
+                  echo y > .gitignore && mkdir -p sub/.git && echo z > sub/.git/x && echo nested";
+    let intent = process_intent(workspace_write_entries(), &root);
+    let finished = run(&mut client, sandboxed("p", script, &root, intent)).await;
+    assert_eq!(finished.stdout, "cfg\nnested\n", "only top-level names are protected");
+    assert_eq!(
+        finished.stderr,
+        "/bin/sh: 1: cannot create .git/config: Read-only file system\n\
+         touch: cannot touch '.git/new': Read-only file system\n\
+         mv: cannot move '.git' to 'moved': Device or resource busy\n"
+    );
+    assert_eq!(root.read(".git/config"), "cfg\n");
+    assert!(!root.exists(".git/new") && !root.exists("moved"));
+    assert_eq!(root.read("sub/.git/x"), "z\n");
+}
+
+async fn missing_protected_names_are_empty_read_only_dirs_while_the_child_runs(target: Target) {
+    let root = HostDir::new(target, "synthetic");
+    let (_server, mut client) = started(target).await;
+    let script = "mkdir .git; touch .git/x; stat -c %a .git .agents .codex .aws; echo ready; \
+                  read line; echo got $line";
+    let intent = process_intent(workspace_write_entries(), &root);
+    let mut params = sandboxed("held", script, &root, intent);
+    params["pipeStdin"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    wait_for_output(&mut client, "held", "ready\n").await;
+
+    // The mount points exist on the host while the child runs.
+    assert_eq!(root.names(), BTreeSet::from(PROTECTED_NAMES.map(String::from)));
+    assert!(PROTECTED_NAMES.iter().all(|name| root.is_empty_dir(name)));
+
+    write_stdin(&mut client, "held", b"go\n").await;
+    let finished = finish(&mut client, "held").await;
+    assert_eq!(finished.stdout, "555\n555\n555\n555\nready\ngot go\n", "empty dirs, mode 555");
+    assert_eq!(
+        finished.stderr,
+        "mkdir: cannot create directory '.git': File exists\n\
+         touch: cannot touch '.git/x': Read-only file system\n"
+    );
+    assert_eq!(finished.exit_code, 0);
+    assert_eq!(root.names(), BTreeSet::new(), "removed after a normal exit");
+}
+
+async fn synthetic_dirs_after_terminate(target: Target) {
+    let root = HostDir::new(target, "synthetic-terminate");
+    let (_server, mut client) = started(target).await;
+    // Codex's workspace-write intent without `/tmp` and `$TMPDIR`: the reference would leak its
+    // synthetic dirs into the shared `/tmp` too.
+    let mut entries = vec![special("root", "read"), special("project_roots", "write")];
+    entries.extend(PROTECTED_NAMES.map(protected));
+    let mut params =
+        sandboxed("held", "echo ready; read line", &root, process_intent(entries, &root));
+    params["pipeStdin"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    wait_for_output(&mut client, "held", "ready\n").await;
+    assert_eq!(root.names(), BTreeSet::from(PROTECTED_NAMES.map(String::from)));
+
+    let result = client.ok("process/terminate", json!({"processId": "held"})).await.unwrap();
+    assert_eq!(result, json!({"running": true}));
+    assert_eq!(finish(&mut client, "held").await.exit_code, 137);
+    if target == Target::Tether {
+        assert_eq!(root.names(), BTreeSet::new(), "the server owns the cleanup");
+    } else {
+        // Deliberate difference: the reference's helper is killed before it cleans up, so the
+        // empty dirs stay on the host for good (a later run treats them as existing).
+        assert_eq!(root.names(), BTreeSet::from(PROTECTED_NAMES.map(String::from)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. The restricted network
+
+async fn restricted_network_leaves_loopback_only_and_no_sockets(target: Target) {
+    let root = HostDir::new(target, "network");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let socket_path = root.display("host.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&socket_path).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    let (_server, mut client) = started(target).await;
+    let intent = process_intent(read_only_entries(), &root);
+
+    let script = "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '";
+    let finished = run(&mut client, sandboxed("ifaces", script, &root, intent.clone())).await;
+    assert_eq!(finished.stdout, "lo\n", "a network namespace of its own");
+
+    // `/sys` is the host's, bound read-only: it still lists the host's interfaces.
+    let finished =
+        run(&mut client, sandboxed("sys", "ls /sys/class/net", &root, intent.clone())).await;
+    let mut host_interfaces: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    host_interfaces.sort();
+    assert_eq!(finished.stdout.lines().collect::<Vec<_>>(), host_interfaces);
+
+    let script = format!("curl -sS -m 5 http://127.0.0.1:{port}/");
+    let finished = run(&mut client, sandboxed("curl", &script, &root, intent.clone())).await;
+    assert_eq!(finished.exit_code, 7, "{finished:?}");
+    assert_contains(&finished.stderr, "Couldn't connect to server");
+    assert!(!finished.sandbox_denied, "curl's words hold no keyword");
+
+    let mut params = sandboxed("dev-tcp", "", &root, intent.clone());
+    let script = format!("echo hi > /dev/tcp/127.0.0.1/{port}");
+    params["argv"] = json!(["/bin/bash", "--norc", "-c", script]);
+    let finished = run(&mut client, params).await;
+    assert_eq!(
+        finished.stderr,
+        format!(
+            "/bin/bash: socket: Operation not permitted\n\
+             /bin/bash: line 1: /dev/tcp/127.0.0.1/{port}: Operation not permitted\n"
+        )
+    );
+    assert_eq!((finished.exit_code, finished.sandbox_denied), (1, true));
+
+    let script = format!("curl -sS -m 5 --unix-socket {socket_path} http://x/");
+    let finished = run(&mut client, sandboxed("curl-unix", &script, &root, intent.clone())).await;
+    assert_eq!(finished.exit_code, 7, "{finished:?}");
+    let script = format!(
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{socket_path}\")'"
+    );
+    let finished = run(&mut client, sandboxed("py-unix", &script, &root, intent)).await;
+    assert_contains(&finished.stderr, "PermissionError: [Errno 1] Operation not permitted");
+    assert_eq!((finished.exit_code, finished.sandbox_denied), (1, true));
+
+    assert_eq!(tcp.accept().unwrap_err().kind(), ErrorKind::WouldBlock, "no TCP connection came");
+    assert_eq!(unix.accept().unwrap_err().kind(), ErrorKind::WouldBlock, "no Unix connection came");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Escape attempts
+
+async fn escapes_from_a_writable_root_are_refused(target: Target) {
+    let root = HostDir::new(target, "escape");
+    let outside = HostDir::new(target, "escape-outside");
+    outside.file("victim", "orig\n");
+    root.file("inside", "in\n");
+    std::os::unix::fs::symlink(outside.path(""), root.path("out")).unwrap();
+    std::os::unix::fs::symlink(outside.path("victim"), root.path("victim-link")).unwrap();
+    let slash_tmp = SlashTmpFile::new(target, "escape");
+    let outside_name = outside.path("").file_name().unwrap().to_str().unwrap().to_owned();
+    let victim = outside.display("victim");
+    let (_server, mut client) = started(target).await;
+
+    let cases: Vec<(String, i64, String)> = vec![
+        (
+            "echo pwn > out/victim".into(),
+            2,
+            "/bin/sh: 1: cannot create out/victim: Read-only file system\n".into(),
+        ),
+        (
+            "echo pwn > victim-link".into(),
+            2,
+            "/bin/sh: 1: cannot create victim-link: Read-only file system\n".into(),
+        ),
+        (
+            "echo pwn > out/new".into(),
+            2,
+            "/bin/sh: 1: cannot create out/new: Read-only file system\n".into(),
+        ),
+        (
+            format!("ln {victim} hardlink"),
+            1,
+            format!(
+                "ln: failed to create hard link 'hardlink' => '{victim}': Invalid cross-device \
+                 link\n"
+            ),
+        ),
+        (
+            format!("echo pwn > ../{outside_name}/victim"),
+            2,
+            format!("/bin/sh: 1: cannot create ../{outside_name}/victim: Read-only file system\n"),
+        ),
+        (
+            format!("echo pwn > /proc/self/root{victim}"),
+            2,
+            format!("/bin/sh: 1: cannot create /proc/self/root{victim}: Read-only file system\n"),
+        ),
+        (
+            "mount -t bogus none /mnt".into(),
+            32,
+            "mount: /mnt: permission denied.\n       dmesg(1) may have more information after \
+             failed mount system call.\n"
+                .into(),
+        ),
+        ("unshare -n true".into(), 1, "unshare: unshare failed: Operation not permitted\n".into()),
+        (
+            "mkdir -p .git && echo x > .git/config".into(),
+            2,
+            "/bin/sh: 1: cannot create .git/config: Read-only file system\n".into(),
+        ),
+    ];
+    let intent = process_intent(workspace_write_entries(), &root);
+    for (n, (script, exit_code, stderr)) in cases.iter().enumerate() {
+        let params = sandboxed(&format!("p{n}"), script, &root, intent.clone());
+        let finished = run(&mut client, params).await;
+        assert_eq!((finished.exit_code, &finished.stderr), (*exit_code, stderr), "{script}");
+    }
+
+    // A rename between two writable Roots (the project root and `/tmp`) crosses a mount.
+    let script =
+        format!("python3 -c 'import os; os.rename(\"inside\", \"{}\")'", slash_tmp.display());
+    let finished = run(&mut client, sandboxed("rename", &script, &root, intent)).await;
+    assert_contains(&finished.stderr, "OSError: [Errno 18] Invalid cross-device link");
+    assert_eq!(finished.exit_code, 1);
+
+    assert_eq!(outside.read("victim"), "orig\n");
+    assert_eq!(outside.names(), BTreeSet::from(["victim".to_owned()]));
+    assert!(!root.exists("hardlink") && root.exists("inside") && !slash_tmp.path.exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Terminals, stdin and signals
+
+async fn a_sandboxed_tty_is_the_console(target: Target) {
+    let root = HostDir::new(target, "tty");
+    let (_server, mut client) = started(target).await;
+    let mut params =
+        sandboxed("t", "tty; stty size", &root, process_intent(read_only_entries(), &root));
+    params["tty"] = json!(true);
+    let finished = run(&mut client, params).await;
+    assert_eq!(finished.pty, "/dev/console\r\n24 80\r\n");
+    assert!(finished.stdout.is_empty() && finished.stderr.is_empty());
+}
+
+async fn stdin_can_be_piped_into_a_sandboxed_process(target: Target) {
+    let root = HostDir::new(target, "stdin");
+    let (_server, mut client) = started(target).await;
+    let intent = process_intent(read_only_entries(), &root);
+    let mut params = sandboxed("piped", "head -c 3; echo", &root, intent.clone());
+    params["pipeStdin"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    write_stdin(&mut client, "piped", b"abc").await;
+    assert_eq!(finish(&mut client, "piped").await.stdout, "abc\n");
+
+    client.ok("process/start", sandboxed("closed", "cat; echo eof", &root, intent)).await.unwrap();
+    let write = json!({"processId": "closed", "chunk": b64encode(b"x"), "writeId": "1"});
+    let result = client.ok("process/write", write).await.unwrap();
+    assert_eq!(result, json!({"status": "stdinClosed"}));
+    assert_eq!(finish(&mut client, "closed").await.stdout, "eof\n");
+}
+
+async fn terminate_under_a_sandbox_reports_137_or_1_with_a_tty(target: Target) {
+    let root = HostDir::new(target, "terminate");
+    let (_server, mut client) = started(target).await;
+    // The reference's terminal reports 1; Tether's reports the kill (137), with a sandbox as
+    // without one.
+    let tty_exit = if target == Target::Tether { 137 } else { 1 };
+    for (id, tty, exit_code) in [("pipes", false, 137), ("tty", true, tty_exit)] {
+        let script = "echo ready; sleep 30";
+        let mut params = sandboxed(id, script, &root, process_intent(read_only_entries(), &root));
+        params["tty"] = json!(tty);
+        client.ok("process/start", params).await.unwrap();
+        wait_for_output(&mut client, id, "ready").await;
+        let result = client.ok("process/terminate", json!({"processId": id})).await.unwrap();
+        assert_eq!(result, json!({"running": true}));
+        assert_eq!(finish(&mut client, id).await.exit_code, exit_code, "{id}");
+    }
+}
+
+/// `process/signal interrupt` under a sandbox. The reference's helper dies of it and takes the
+/// sandbox with it: the command's trap never runs (130 on pipes, 1 on a terminal). Tether
+/// forwards the signal to the command through its inner stage, as it delivers it without a
+/// sandbox, so the command's trap runs and its own exit code comes back — a deliberate
+/// difference: a sandboxed command gets to clean up, as an interrupted one expects to.
+async fn interrupt_under_a_sandbox_reaches_the_command_on_tether_only(target: Target) {
+    let root = HostDir::new(target, "interrupt");
+    let (_server, mut client) = started(target).await;
+    let script = "trap 'echo trapped; exit 7' INT; echo ready; while :; do sleep 0.05; done";
+    let cases = match target {
+        Target::Reference => [("pipes", false, 130, "ready\n"), ("tty", true, 1, "ready\r\n")],
+        Target::Tether => {
+            [("pipes", false, 7, "ready\ntrapped\n"), ("tty", true, 7, "ready\r\ntrapped\r\n")]
+        }
+    };
+    for (id, tty, exit_code, output) in cases {
+        let mut params = sandboxed(id, script, &root, process_intent(read_only_entries(), &root));
+        params["tty"] = json!(tty);
+        client.ok("process/start", params).await.unwrap();
+        wait_for_output(&mut client, id, "ready").await;
+        let signal = json!({"processId": id, "signal": "interrupt"});
+        assert_eq!(client.ok("process/signal", signal).await.unwrap(), json!({}));
+        let finished = finish(&mut client, id).await;
+        assert_eq!((finished.exit_code, finished.sandbox_denied), (exit_code, false), "{id}");
+        assert_eq!(if tty { finished.pty } else { finished.stdout }, output, "{id}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. The sandboxDenied heuristic (sandbox.md §3)
+
+async fn sandbox_denied_follows_the_exit_code_and_output_heuristic(target: Target) {
+    let root = HostDir::new(target, "heuristic");
+    let (_server, mut client) = started(target).await;
+    let read_only = process_intent(read_only_entries(), &root);
+    let cases = [
+        ("sigsys", "kill -SYS $$", read_only.clone(), 159, true),
+        ("exit-1", "exit 1", read_only.clone(), 1, false),
+        ("keyword-2", "echo 'Permission denied' >&2; exit 2", read_only.clone(), 2, true),
+        ("keyword-0", "echo 'sandbox: permission denied'; exit 0", read_only.clone(), 0, false),
+        ("keyword-127", "echo sandbox; exit 127", read_only.clone(), 127, true),
+        ("keyword-1", "echo 'Operation not permitted' >&2; exit 1", read_only.clone(), 1, true),
+        ("exit-2", "exit 2", read_only.clone(), 2, false),
+        ("sigkill", "kill -KILL $$", read_only.clone(), 137, false),
+        ("sigterm", "kill -TERM $$", read_only, 143, false),
+        ("disabled-sigsys", "kill -SYS $$", disabled_intent(), 159, true),
+        ("disabled-keyword", "echo seccomp; exit 1", disabled_intent(), 1, true),
+    ];
+    for (id, script, intent, exit_code, denied) in cases {
+        let finished = run(&mut client, sandboxed(id, script, &root, intent)).await;
+        assert_eq!((finished.exit_code, finished.sandbox_denied), (exit_code, denied), "{id}");
+    }
+
+    // Without a sandbox it is always false.
+    let script = "echo 'Permission denied' >&2; exit 1";
+    client.ok("process/start", sandboxed("none", script, &root, Value::Null)).await.unwrap();
+    assert!(!finish(&mut client, "none").await.sandbox_denied);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Failures of the sandboxed start
+
+async fn a_missing_binary_inside_the_sandbox_exits_101(target: Target) {
+    let root = HostDir::new(target, "missing-binary");
+    let (_server, mut client) = started(target).await;
+    let mut params = sandboxed("p", "", &root, process_intent(read_only_entries(), &root));
+    params["argv"] = json!(["/no/such/binary", "arg"]);
+    let finished = run(&mut client, params).await;
+    assert_eq!((finished.exit_code, finished.sandbox_denied), (101, true));
+    assert_contains(&finished.stderr, "sandbox");
+    if target == Target::Reference {
+        assert_contains(
+            &finished.stderr,
+            "panicked at linux-sandbox/src/linux_run_main.rs:1199:5:\n\
+             Failed to execvp /no/such/binary: No such file or directory (os error 2)\n",
+        );
+    }
+}
+
+async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {
+    let root = HostDir::new(target, "missing-cwd");
+    let (_server, mut client) = started(target).await;
+    let mut params = sandboxed("p", "echo ran", &root, process_intent(read_only_entries(), &root));
+    params["cwd"] = json!(root.uri("missing"));
+    let error = client.err("process/start", params).await.unwrap();
+    assert_error(error, -32603, ENOENT);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. fs/* under an intent (sandbox.md §6)
+
+async fn fs_writes_under_workspace_write_are_confined_to_the_roots(target: Target) {
+    let root = HostDir::new(target, "fs-workspace");
+    let outside = HostDir::new(target, "fs-outside");
+    root.file("inside", "in\n");
+    outside.file("victim", "orig\n");
+    std::os::unix::fs::symlink(outside.path(""), root.path("out")).unwrap();
+    let (_server, mut client) = started(target).await;
+    let intent = fs_intent(workspace_write_entries(), &root);
+    let with_intent = |mut params: Value| {
+        params["sandbox"] = intent.clone();
+        params
+    };
+    let write = |uri: String| with_intent(json!({"path": uri, "dataBase64": "eA=="}));
+
+    assert_eq!(client.ok("fs/writeFile", write(root.uri("new"))).await.unwrap(), json!({}));
+    assert_eq!(root.read("new"), "x");
+    let created = with_intent(json!({"path": root.uri("a/b")}));
+    assert_eq!(client.ok("fs/createDirectory", created).await.unwrap(), json!({}));
+    assert!(root.path("a/b").is_dir());
+    let copy = with_intent(json!({"sourcePath": root.uri("inside"),
+        "destinationPath": root.uri("copied"), "recursive": false}));
+    assert_eq!(client.ok("fs/copy", copy).await.unwrap(), json!({}));
+    assert_eq!(root.read("copied"), "in\n");
+
+    for parent in [root.uri("nope/new"), outside.uri("nope/new")] {
+        let error = client.err("fs/writeFile", write(parent)).await.unwrap();
+        assert_error(error, -32004, ENOENT);
+    }
+    let refused = [
+        ("fs/writeFile", write(outside.uri("victim"))),
+        ("fs/writeFile", write(outside.uri("new"))),
+        ("fs/writeFile", write(root.uri("out/victim"))),
+        ("fs/createDirectory", with_intent(json!({"path": outside.uri("dir")}))),
+        ("fs/remove", with_intent(json!({"path": outside.uri("victim")}))),
+        (
+            "fs/copy",
+            with_intent(json!({"sourcePath": root.uri("inside"),
+                "destinationPath": outside.uri("copied"), "recursive": false})),
+        ),
+    ];
+    for (method, params) in refused {
+        let error = client.err(method, params.clone()).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (-32603, EROFS), "{method} {params}");
+    }
+    assert_eq!(outside.read("victim"), "orig\n");
+    assert_eq!(outside.names(), BTreeSet::from(["victim".to_owned()]), "the host is untouched");
+
+    let forced = with_intent(json!({"path": root.uri("missing"), "force": true}));
+    assert_eq!(client.ok("fs/remove", forced).await.unwrap(), json!({}));
+    let unforced = with_intent(json!({"path": root.uri("missing"), "force": false}));
+    assert_error(client.err("fs/remove", unforced).await.unwrap(), -32004, ENOENT);
+    let removed = with_intent(json!({"path": root.uri("new")}));
+    assert_eq!(client.ok("fs/remove", removed).await.unwrap(), json!({}));
+    assert!(!root.exists("new"));
+}
+
+async fn fs_writes_to_protected_names_are_refused(target: Target) {
+    let root = HostDir::new(target, "fs-protected");
+    root.file(".git/config", "cfg\n");
+    let (_server, mut client) = started(target).await;
+    let intent = fs_intent(workspace_write_entries(), &root);
+    let with_intent = |mut params: Value| {
+        params["sandbox"] = intent.clone();
+        params
+    };
+
+    let write = with_intent(json!({"path": root.uri(".git/config"), "dataBase64": "eA=="}));
+    assert_error(client.err("fs/writeFile", write).await.unwrap(), -32603, EROFS);
+    let remove = with_intent(json!({"path": root.uri(".git/config")}));
+    assert_error(client.err("fs/remove", remove).await.unwrap(), -32603, EROFS);
+    let inside = with_intent(json!({"path": root.uri(".codex/new"), "dataBase64": "eA=="}));
+    assert_error(client.err("fs/writeFile", inside).await.unwrap(), -32603, EROFS);
+    assert_eq!(root.read(".git/config"), "cfg\n");
+
+    // A missing protected name is the synthetic dir: it exists, so only a non-recursive create
+    // fails (sandbox.md has it fail either way).
+    let exclusive = with_intent(json!({"path": root.uri(".codex"), "recursive": false}));
+    assert_error(client.err("fs/createDirectory", exclusive).await.unwrap(), -32603, EEXIST);
+    let recursive = with_intent(json!({"path": root.uri(".codex")}));
+    assert_eq!(client.ok("fs/createDirectory", recursive).await.unwrap(), json!({}));
+    assert_eq!(root.names(), BTreeSet::from([".git".to_owned()]), "no synthetic dir is left");
+}
+
+async fn fs_writes_under_read_only_are_refused(target: Target) {
+    let root = HostDir::new(target, "fs-read-only");
+    root.file("inside", "in\n");
+    let (_server, mut client) = started(target).await;
+    let intent = fs_intent(read_only_entries(), &root);
+    let with_intent = |mut params: Value| {
+        params["sandbox"] = intent.clone();
+        params
+    };
+    for (method, params) in [
+        ("fs/writeFile", json!({"path": root.uri("new"), "dataBase64": "eA=="})),
+        ("fs/writeFile", json!({"path": root.uri("inside"), "dataBase64": "eA=="})),
+        ("fs/createDirectory", json!({"path": root.uri("dir")})),
+        ("fs/remove", json!({"path": root.uri("inside")})),
+    ] {
+        let error = client.err(method, with_intent(params)).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (-32603, EROFS), "{method}");
+    }
+    let missing_parent = json!({"path": root.uri("nope/new"), "dataBase64": "eA=="});
+    let error = client.err("fs/writeFile", with_intent(missing_parent)).await.unwrap();
+    assert_error(error, -32004, ENOENT);
+    assert_eq!(root.names(), BTreeSet::from(["inside".to_owned()]));
+    assert_eq!(root.read("inside"), "in\n");
+}
+
+/// A `none` (or `deny`) entry hides a file from reads and refuses writes to it. The reference
+/// serves such reads in its helper; Tether does not serve them yet and refuses each, saying
+/// so — never reading unconfined.
+async fn fs_reads_of_a_none_entry_are_denied(target: Target) {
+    let root = HostDir::new(target, "fs-none");
+    root.file("secret", "s3cret\n");
+    root.file("public", "hello\n");
+    let (_server, mut client) = started(target).await;
+    for access in ["none", "deny"] {
+        let mut entries = workspace_write_entries();
+        entries
+            .push(json!({"path": {"type": "path", "path": root.uri("secret")}, "access": access}));
+        let intent = fs_intent(entries, &root);
+        let with_intent = |mut params: Value| {
+            params["sandbox"] = intent.clone();
+            params
+        };
+
+        let write = with_intent(json!({"path": root.uri("secret"), "dataBase64": "eA=="}));
+        assert_error(client.err("fs/writeFile", write).await.unwrap(), -32603, EROFS);
+        if target == Target::Tether {
+            // Reads under an intent that hides paths are not served yet, and never unconfined:
+            // each is refused, saying so.
+            for (method, params) in [
+                ("fs/readFile", json!({"path": root.uri("public")})),
+                ("fs/getMetadata", json!({"path": root.uri("secret")})),
+                ("fs/open", json!({"handleId": format!("h-{access}"), "path": root.uri("secret")})),
+            ] {
+                let error = client.err(method, with_intent(params)).await.unwrap();
+                assert_eq!(error.code, -32603, "{method}");
+                assert!(
+                    error.message.starts_with("reading under a sandbox that hides paths"),
+                    "{error:?}"
+                );
+            }
+            continue;
+        }
+        let read = with_intent(json!({"path": root.uri("secret")}));
+        assert_error(client.err("fs/readFile", read).await.unwrap(), -32600, EACCES);
+        let open =
+            with_intent(json!({"handleId": format!("h-{access}"), "path": root.uri("secret")}));
+        assert_error(client.err("fs/open", open).await.unwrap(), -32600, EACCES);
+        let metadata = with_intent(json!({"path": root.uri("secret")}));
+        let metadata = client.ok("fs/getMetadata", metadata).await.unwrap();
+        assert_eq!((metadata["isFile"].clone(), metadata["size"].clone()), (json!(true), json!(0)));
+
+        let public = with_intent(json!({"path": root.uri("public")}));
+        let public = client.ok("fs/readFile", public).await.unwrap();
+        assert_eq!(public["dataBase64"], b64encode(b"hello\n"), "{access}");
+    }
+    assert_eq!(root.read("secret"), "s3cret\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. Sandboxed and unsandboxed processes on one session
+
+async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Target) {
+    let root = HostDir::new(target, "mixed");
+    let outside = HostDir::new(target, "mixed-outside");
+    let (_server, mut client) = started(target).await;
+    let script = format!("touch {}", outside.display("written"));
+    let intent = process_intent(workspace_write_entries(), &root);
+    let finished = run(&mut client, sandboxed("sandboxed", &script, &root, intent)).await;
+    assert_eq!(finished.exit_code, 1);
+    assert!(!outside.exists("written"));
+
+    let params = sandboxed("free", &format!("{script} && echo $$"), &root, Value::Null);
+    let result = client.ok("process/start", params).await.unwrap();
+    assert_eq!(result, json!({"processId": "free", "sandboxType": "none"}));
+    let finished = finish(&mut client, "free").await;
+    assert_eq!(finished.exit_code, 0);
+    assert_ne!(finished.stdout, "2\n", "no pid namespace");
+    assert!(outside.exists("written"));
+}

@@ -1,0 +1,183 @@
+//! How a sandboxed start becomes a command line.
+//!
+//! - no confinement: the command as asked;
+//! - the network filter alone: the command as asked, with the filter installed between fork
+//!   and exec ([`Launch::Filtered`]);
+//! - the full sandbox: `bwrap <mounts and namespaces> -- <tether> __tether-sandbox exec … --
+//!   <command>` ([`Launch::Wrapped`]);
+//! - a full sandbox this host cannot build: `/bin/sh` printing why, and exiting
+//!   [`inner::EXEC_FAILED_STATUS`] — the start is answered as the reference answers it, and
+//!   the command never runs.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use seccompiler::BpfProgram;
+use tether_protocol::sandbox::{NetworkAccess, SandboxContext};
+
+use super::Sandboxing;
+use super::inner::{self, ExecArgs};
+use super::mounts;
+use super::policy::{self, Confinement, Context, PolicyError};
+use super::seccomp::{self, NetworkRule};
+use super::synthetic::SyntheticTargets;
+
+/// A start, as the sandbox sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Start<'a> {
+    pub intent: &'a SandboxContext,
+    pub cwd: &'a Path,
+    /// The child's final environment.
+    pub env: &'a BTreeMap<String, String>,
+    /// The program, already found on `PATH`.
+    pub program: &'a Path,
+    /// `argv[1..]`.
+    pub args: &'a [String],
+    /// What the program sees as `argv[0]`.
+    pub arg0: &'a str,
+}
+
+/// What to run instead of, or around, the command.
+pub enum Launch {
+    Direct,
+    Filtered(BpfProgram),
+    Wrapped(Wrapped),
+}
+
+/// A command line in place of the request's.
+#[derive(Debug)]
+pub struct Wrapped {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// Descriptors the program must inherit (close-on-exec cleared in the child).
+    pub inherited: Vec<OwnedFd>,
+    /// Held until the process has closed.
+    pub synthetic: SyntheticTargets,
+    /// The read end of bubblewrap's `--info-fd`: the inner stage's pid, which signals go to.
+    pub info: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Launch::Direct => f.write_str("Direct"),
+            Launch::Filtered(_) => f.write_str("Filtered"),
+            Launch::Wrapped(wrapped) => wrapped.fmt(f),
+        }
+    }
+}
+
+/// The launch for `start` on a host with `sandboxing`.
+pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, PolicyError> {
+    let context = Context {
+        request_cwd: start.cwd,
+        tmpdir: start.env.get("TMPDIR").map(String::as_str),
+        slash_tmp_is_dir: Path::new("/tmp").is_dir(),
+    };
+    Ok(match policy::resolve(start.intent, context)? {
+        Confinement::Unconfined => Launch::Direct,
+        Confinement::NetworkFilter => Launch::Filtered(seccomp::program(NetworkRule::Restricted)),
+        Confinement::LegacyLandlock => fail_closed(
+            "tether sandbox: filesystem-restricted execution requires bubblewrap; \
+             `useLegacyLandlock` (Landlock alone) cannot confine it as asked: send the intent \
+             without it",
+        ),
+        Confinement::Full(full) => {
+            match (sandboxing.unavailable(), &sandboxing.bwrap, &sandboxing.helper) {
+                (None, Some(bwrap), Some(helper)) => match wrapped(&full, bwrap, helper, start) {
+                    Ok(wrapped) => Launch::Wrapped(wrapped),
+                    Err(error) => fail_closed(&format!(
+                        "tether sandbox: failed to prepare process sandbox: {error}"
+                    )),
+                },
+                (reason, ..) => fail_closed(&format!(
+                    "tether sandbox: {}",
+                    reason.unwrap_or_else(|| "unavailable".into())
+                )),
+            }
+        }
+    })
+}
+
+fn wrapped(
+    full: &policy::FullPolicy,
+    bwrap: &Path,
+    helper: &Path,
+    start: Start<'_>,
+) -> std::io::Result<Wrapped> {
+    let mut plan = mounts::plan(full, helper, start.cwd, mounts::Purpose::Command)?;
+    let (info_read, info_write) = info_pipe()?;
+    plan.args.push("--info-fd".into());
+    plan.args.push(std::os::fd::AsRawFd::as_raw_fd(&info_write).to_string().into());
+    plan.data_fds.push(info_write);
+    plan.args.push("--".into());
+    plan.args.push(helper.into());
+    plan.args.push(inner::HELPER_ARG.into());
+    let exec = ExecArgs {
+        network: match full.network {
+            NetworkAccess::Restricted => NetworkRule::Restricted,
+            NetworkAccess::Enabled => NetworkRule::Enabled,
+        },
+        arg0: Some(start.arg0.into()),
+        program: start.program.into(),
+        args: start.args.iter().map(OsString::from).collect(),
+    };
+    plan.args.extend(exec.to_args());
+    Ok(Wrapped {
+        program: bwrap.to_path_buf(),
+        args: plan.args,
+        inherited: plan.data_fds,
+        synthetic: plan.synthetic,
+        info: Some(info_read),
+    })
+}
+
+/// A close-on-exec pipe for bubblewrap's `--info-fd`.
+fn info_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors the call writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe {
+        use std::os::fd::FromRawFd;
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    })
+}
+
+/// A child that says `why` on stderr and exits as a failed sandboxed exec does.
+fn fail_closed(why: &str) -> Launch {
+    Launch::Wrapped(Wrapped {
+        program: PathBuf::from("/bin/sh"),
+        args: vec![
+            "-c".into(),
+            format!("printf '%s\\n' \"$0\" >&2; exit {}", inner::EXEC_FAILED_STATUS).into(),
+            why.into(),
+        ],
+        inherited: Vec::new(),
+        synthetic: SyntheticTargets::default(),
+        info: None,
+    })
+}
+
+/// The inner stage's pid on this host, from what bubblewrap wrote to its `--info-fd`
+/// (`{"child-pid": N, …}`); `None` if it wrote nothing (it failed first).
+pub fn child_pid_from_info(info: &[u8]) -> Option<i32> {
+    let text = std::str::from_utf8(info).ok()?;
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value.get("child-pid")?.as_i64().and_then(|pid| i32::try_from(pid).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_info_names_the_child() {
+        assert_eq!(child_pid_from_info(b"{\n    \"child-pid\": 4242\n}\n"), Some(4242));
+        assert_eq!(child_pid_from_info(b""), None);
+    }
+}

@@ -1,0 +1,122 @@
+//! Confining what a client asks to be confined: the `sandbox` intent of `process/start` and of
+//! the `fs/*` writes, enforced as Codex's own executor enforces it on Linux.
+//!
+//! - [`policy`] (pure): what an intent means here — no confinement, the network filter alone,
+//!   or the full sandbox with its grants.
+//! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the host's
+//!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
+//! - [`seccomp`]: the system-call filters.
+//! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
+//!   [`inner::HELPER_ARG`]): filter, fork the command, forward signals, reap, exit with the
+//!   command's status.
+//! - [`denied`]: the `sandboxDenied` guess at exit.
+//! - [`launch`]: how a start becomes a command line (bubblewrap, the inner stage, the
+//!   command), or a child that fails with a message when this host cannot sandbox.
+//!
+//! **Invariant:** nothing sandboxed ever runs unconfined. Whatever is missing (bubblewrap,
+//! user namespaces, the helper), the start is answered and the child fails, saying what is
+//! missing and how to get it — never running the command without the confinement asked for.
+
+pub mod denied;
+pub mod inner;
+pub mod launch;
+pub mod mounts;
+pub mod policy;
+pub mod seccomp;
+pub mod synthetic;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub use launch::Launch;
+
+/// Where this host's sandboxing tools are. One per process: bubblewrap's place is a fact of the
+/// host, like `PATH`, and the helper is the running binary.
+#[derive(Debug, Clone, Default)]
+pub struct Sandboxing {
+    /// The bubblewrap binary, if there is one.
+    pub bwrap: Option<PathBuf>,
+    /// The binary that runs the inner stage when given [`inner::HELPER_ARG`]: the `tether`
+    /// binary. `None` in a program that embeds the engine without it: sandboxed work then
+    /// fails closed.
+    pub helper: Option<PathBuf>,
+}
+
+static SANDBOXING: OnceLock<Sandboxing> = OnceLock::new();
+
+impl Sandboxing {
+    /// bubblewrap as given, or the first `bwrap` on `PATH` that is not under the current
+    /// directory (a workspace must not be able to plant its own); the helper as given.
+    pub fn detect(bwrap: Option<PathBuf>, helper: Option<PathBuf>) -> Self {
+        let bwrap = bwrap.or_else(find_bwrap_on_path);
+        Self { bwrap, helper }
+    }
+
+    /// Makes `self` the process's sandboxing; the first call wins. Without a call, sandboxed
+    /// work finds bubblewrap on `PATH` and has no helper (it fails closed).
+    pub fn install(self) -> &'static Sandboxing {
+        let _ = SANDBOXING.set(self);
+        Self::current()
+    }
+
+    pub fn current() -> &'static Sandboxing {
+        SANDBOXING.get_or_init(|| Sandboxing::detect(None, None))
+    }
+
+    /// Why a full sandbox cannot be built here, in a sentence that says what to do; `None`
+    /// when it can be (user namespaces are found out only when bubblewrap runs).
+    pub fn unavailable(&self) -> Option<String> {
+        if self.bwrap.is_none() {
+            return Some(
+                "bubblewrap is unavailable: no system bwrap was found on PATH; install it \
+                 (Debian and Ubuntu: `apt-get install bubblewrap`) or start the server with \
+                 `tether serve --bwrap PATH`"
+                    .into(),
+            );
+        }
+        if self.helper.is_none() {
+            return Some(
+                "the sandbox helper is unavailable: this program embeds the engine without the \
+                 `tether` binary's inner stage; serve sandboxed work with `tether serve`"
+                    .into(),
+            );
+        }
+        None
+    }
+}
+
+fn find_bwrap_on_path() -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok();
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .filter(|dir| {
+            cwd.as_deref().is_none_or(|cwd| !dir.starts_with(cwd) || cwd == Path::new("/"))
+        })
+        .map(|dir| dir.join("bwrap"))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Whether `bwrap` can build a sandbox here (it needs user namespaces): runs `true` in the
+/// smallest one. `Err` carries bubblewrap's own words.
+pub fn probe(bwrap: &Path) -> Result<(), String> {
+    let output = std::process::Command::new(bwrap)
+        .args(["--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--", "/bin/true"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let words = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+    Err(format!(
+        "{} cannot create a sandbox ({words}); user namespaces must be enabled \
+         (sysctl user.max_user_namespaces > 0)",
+        bwrap.display()
+    ))
+}

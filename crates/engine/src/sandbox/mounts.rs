@@ -1,0 +1,348 @@
+//! bubblewrap's arguments for a [`FullPolicy`]: the mounts, the namespaces, and the inner
+//! stage to run.
+//!
+//! The order is the reference's, because mounts made later cover earlier ones: `/` (or the
+//! platform basics), a fresh `/dev`, then each grant least specific first (a writable root,
+//! then its protected names), then what is hidden, then the namespaces, `/proc` and the
+//! capabilities. This is where the policy meets the host: whether a path exists, is a file or
+//! a directory, decides how it is mounted.
+
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use tether_protocol::sandbox::NetworkAccess;
+
+use super::policy::{Base, FullPolicy, GrantAccess, PROTECTED_NAMES};
+use super::synthetic::SyntheticTargets;
+
+/// The platform basics `minimal` makes readable.
+const MINIMAL_PATHS: [&str; 6] = ["/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"];
+
+/// What the inner stage needs to run where `/` is not readable: the dynamic loader and the C
+/// library (the helper binary itself is added by path).
+const LOADER_PATHS: [&str; 4] = ["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
+
+/// How many paths one sandbox may hide. Each costs a mount and a descriptor at launch; a glob
+/// matching more than this refuses the launch rather than hide only some.
+pub const MAX_HIDDEN_PATHS: usize = 256;
+
+/// bubblewrap's arguments up to the command, and what they hold on the host.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub args: Vec<OsString>,
+    /// Descriptors bubblewrap reads an empty file from, one per hidden file; they must be
+    /// inherited by it (and are closed here once it has started).
+    pub data_fds: Vec<std::os::fd::OwnedFd>,
+    pub synthetic: SyntheticTargets,
+}
+
+impl Plan {
+    fn arg(&mut self, value: impl Into<OsString>) -> &mut Self {
+        self.args.push(value.into());
+        self
+    }
+
+    fn path_args(&mut self, flag: &str, path: &Path) {
+        self.arg(flag).arg(path).arg(path);
+    }
+
+    /// An empty read-only directory over `path`, with `mode`.
+    fn empty_dir(&mut self, path: &Path, mode: &str) {
+        self.arg("--perms").arg(mode).arg("--tmpfs").arg(path).arg("--remount-ro").arg(path);
+    }
+
+    /// `path` hidden: an empty, unreadable directory or file in its place.
+    fn hide(&mut self, path: &Path) -> std::io::Result<()> {
+        let Ok(metadata) = std::fs::metadata(path) else {
+            // Nothing there to hide.
+            return Ok(());
+        };
+        if metadata.is_dir() {
+            self.empty_dir(path, "000");
+            return Ok(());
+        }
+        let empty = std::fs::File::open("/dev/null")?;
+        let fd: std::os::fd::OwnedFd = empty.into();
+        let number: RawFd = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        self.data_fds.push(fd);
+        self.arg("--perms").arg("000").arg("--ro-bind-data").arg(number.to_string()).arg(path);
+        Ok(())
+    }
+
+    /// Read-only binds of `paths`, links kept as links.
+    fn read_only_paths(&mut self, paths: &[&str]) {
+        for path in paths.iter().map(Path::new) {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(path) {
+                        self.arg("--symlink").arg(target).arg(path);
+                    }
+                }
+                Ok(_) => self.path_args("--ro-bind", path),
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// What the sandbox is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// A client's command: every namespace the intent calls for.
+    Command,
+    /// One file operation by the helper, which runs only Tether's own code: no network
+    /// namespace (it would cost a third of the launch and isolate nothing).
+    FileOperation,
+}
+
+/// The mounts and namespaces for `policy`, running the command in `cwd`. `helper` is the
+/// binary of the inner stage, made readable when `/` is not.
+pub fn plan(
+    policy: &FullPolicy,
+    helper: &Path,
+    cwd: &Path,
+    purpose: Purpose,
+) -> std::io::Result<Plan> {
+    let mut plan = Plan::default();
+    plan.arg("--as-pid-1").arg("--new-session").arg("--die-with-parent");
+    match policy.base {
+        Base::Root => plan.path_args("--ro-bind", Path::new("/")),
+        Base::Minimal => plan.read_only_paths(&MINIMAL_PATHS),
+        Base::Empty => {}
+    }
+    if policy.base != Base::Root {
+        plan.read_only_paths(&LOADER_PATHS);
+        plan.path_args("--ro-bind", helper);
+    }
+    plan.arg("--dev").arg("/dev");
+
+    let writable: Vec<PathBuf> =
+        policy.writable_roots().map(|g| g.path.clone()).filter(|p| p.is_dir()).collect();
+    let protected: Vec<PathBuf> = writable
+        .iter()
+        .flat_map(|root| PROTECTED_NAMES.iter().map(move |name| root.join(name)))
+        .collect();
+    let mut hidden = 0usize;
+    for grant in &policy.grants {
+        match grant.access {
+            GrantAccess::Write => {
+                if !grant.path.is_dir() {
+                    continue;
+                }
+                plan.path_args("--bind", &grant.path);
+                for name in PROTECTED_NAMES {
+                    protect(&mut plan, &grant.path.join(name))?;
+                }
+            }
+            // Protected names are handled with their root; elsewhere a read grant matters
+            // only where `/` is not readable, or inside something writable.
+            GrantAccess::Read if protected.contains(&grant.path) => {}
+            GrantAccess::Read => {
+                let inside_writable = writable.iter().any(|root| grant.path.starts_with(root));
+                if (policy.base != Base::Root || inside_writable) && grant.path.exists() {
+                    plan.path_args("--ro-bind", &grant.path);
+                }
+            }
+            GrantAccess::None => {
+                hidden += 1;
+                plan.hide(&grant.path)?;
+            }
+        }
+    }
+    for pattern in &policy.denied_globs {
+        for path in glob_matches(pattern)? {
+            hidden += 1;
+            if hidden > MAX_HIDDEN_PATHS {
+                return Err(std::io::Error::other(format!(
+                    "the sandbox would hide more than {MAX_HIDDEN_PATHS} paths (`{pattern}`); name fewer"
+                )));
+            }
+            plan.hide(&path)?;
+        }
+    }
+    if hidden > MAX_HIDDEN_PATHS {
+        return Err(std::io::Error::other(format!(
+            "the sandbox would hide more than {MAX_HIDDEN_PATHS} paths; name fewer"
+        )));
+    }
+    plan.arg("--unshare-user").arg("--unshare-pid").arg("--unshare-ipc");
+    if policy.network == NetworkAccess::Restricted && purpose == Purpose::Command {
+        plan.arg("--unshare-net");
+    }
+    plan.arg("--proc").arg("/proc").arg("--cap-drop").arg("ALL");
+    plan.arg("--chdir").arg(cwd);
+    Ok(plan)
+}
+
+/// A protected name inside a writable root, kept read-only: what exists is bound read-only;
+/// what does not (or is an empty directory) becomes an empty read-only directory, on a target
+/// made on the host if need be.
+fn protect(plan: &mut Plan, path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() && is_empty_dir(path) => plan.empty_dir(path, "555"),
+        Ok(_) => plan.path_args("--ro-bind", path),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            plan.synthetic.make(path)?;
+            plan.empty_dir(path, "555");
+        }
+        Err(error) => return Err(error),
+    }
+    Ok(())
+}
+
+fn is_empty_dir(path: &Path) -> bool {
+    std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+}
+
+/// The existing paths an absolute glob matches: `*` and `?` within a name, `**` across any
+/// number of directories. Links are not followed while searching.
+fn glob_matches(pattern: &str) -> std::io::Result<Vec<PathBuf>> {
+    let parts: Vec<&str> = pattern.split('/').filter(|p| !p.is_empty()).collect();
+    let mut found = Vec::new();
+    walk_glob(Path::new("/"), &parts, &mut found);
+    Ok(found)
+}
+
+fn walk_glob(dir: &Path, parts: &[&str], found: &mut Vec<PathBuf>) {
+    if found.len() > MAX_HIDDEN_PATHS {
+        return;
+    }
+    let Some((first, rest)) = parts.split_first() else {
+        found.push(dir.to_path_buf());
+        return;
+    };
+    if *first == "**" {
+        walk_glob(dir, rest, found);
+        for child in subdirectories(dir) {
+            walk_glob(&child, parts, found);
+        }
+        return;
+    }
+    if !first.contains(['*', '?']) {
+        let next = dir.join(first);
+        if std::fs::symlink_metadata(&next).is_ok() {
+            walk_glob(&next, rest, found);
+        }
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if name_matches(first.as_bytes(), entry.file_name().as_encoded_bytes()) {
+            walk_glob(&entry.path(), rest, found);
+        }
+    }
+}
+
+fn subdirectories(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// `*` any run of characters, `?` one character, anything else itself.
+fn name_matches(pattern: &[u8], name: &[u8]) -> bool {
+    match (pattern.split_first(), name.split_first()) {
+        (None, None) => true,
+        (Some((b'*', rest)), _) => {
+            name_matches(rest, name) || (!name.is_empty() && name_matches(pattern, &name[1..]))
+        }
+        (Some((b'?', rest)), Some((_, name_rest))) => name_matches(rest, name_rest),
+        (Some((p, rest)), Some((n, name_rest))) if p == n => name_matches(rest, name_rest),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::policy::Grant;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tether-mounts-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn text(plan: &Plan) -> String {
+        plan.args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn a_writable_root_is_bound_with_its_protected_names_read_only() {
+        let root = scratch("root");
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/config"), "x").unwrap();
+        let policy = FullPolicy {
+            base: Base::Root,
+            grants: vec![Grant {
+                path: root.clone(),
+                access: GrantAccess::Write,
+                skip_if_missing: false,
+            }],
+            denied_globs: vec![],
+            network: NetworkAccess::Restricted,
+        };
+        let plan = plan(&policy, Path::new("/helper"), &root, Purpose::Command).unwrap();
+        let r = root.display();
+        let args = text(&plan);
+        assert!(
+            args.starts_with("--as-pid-1 --new-session --die-with-parent --ro-bind / / --dev /dev"),
+            "{args}"
+        );
+        assert!(args.contains(&format!("--bind {r} {r} --ro-bind {r}/.git {r}/.git --perms 555 --tmpfs {r}/.agents --remount-ro {r}/.agents")), "{args}");
+        assert!(args.ends_with(&format!("--unshare-user --unshare-pid --unshare-ipc --unshare-net --proc /proc --cap-drop ALL --chdir {r}")), "{args}");
+        assert!(root.join(".agents").is_dir(), "a target made on the host");
+        drop(plan);
+        assert!(!root.join(".agents").exists(), "and removed with the plan");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn hidden_paths_become_empty_and_unreadable() {
+        let root = scratch("hide");
+        std::fs::write(root.join("a.key"), "secret").unwrap();
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::write(root.join("sub/deeper/b.key"), "secret").unwrap();
+        std::fs::write(root.join("sub/c.txt"), "fine").unwrap();
+        let pattern = format!("{}/**/*.key", root.display());
+        let mut found = glob_matches(&pattern).unwrap();
+        found.sort();
+        assert_eq!(found, vec![root.join("a.key"), root.join("sub/deeper/b.key")]);
+        let policy = FullPolicy {
+            base: Base::Root,
+            grants: vec![Grant {
+                path: root.join("sub"),
+                access: GrantAccess::None,
+                skip_if_missing: false,
+            }],
+            denied_globs: vec![pattern],
+            network: NetworkAccess::Enabled,
+        };
+        let plan = plan(&policy, Path::new("/helper"), Path::new("/"), Purpose::Command).unwrap();
+        let args = text(&plan);
+        assert!(
+            args.contains(&format!(
+                "--perms 000 --tmpfs {0}/sub --remount-ro {0}/sub",
+                root.display()
+            )),
+            "{args}"
+        );
+        assert_eq!(plan.data_fds.len(), 2, "{args}");
+        assert!(!args.contains("--unshare-net"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn names_match_stars_and_question_marks() {
+        assert!(name_matches(b"*.key", b"a.key"));
+        assert!(name_matches(b"?.key", b"a.key"));
+        assert!(!name_matches(b"?.key", b"ab.key"));
+        assert!(name_matches(b"*", b""));
+        assert!(!name_matches(b"*.key", b"a.keys"));
+    }
+}

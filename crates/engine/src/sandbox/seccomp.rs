@@ -1,0 +1,160 @@
+//! The seccomp programs: what a sandboxed command may not ask the kernel for.
+//!
+//! Installed after `no_new_privs`, in the last process before the command's exec, so the
+//! filter binds the command and everything it starts. The program checks the architecture
+//! first (anything but x86_64 kills the process: a 32-bit syscall table would bypass the
+//! numbers below); the default is allow, and a listed call fails with `EPERM`, which programs
+//! report as "Operation not permitted".
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Which calls are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkRule {
+    /// No network: sockets other than AF_UNIX, and every call that would use a socket to reach
+    /// out or listen, plus reading another process's memory and io_uring (which bypasses the
+    /// filter).
+    Restricted,
+    /// The network is allowed, the filesystem is restricted: only VSOCK (a path to the host
+    /// that no namespace isolates) and io_uring are refused.
+    Enabled,
+}
+
+/// Calls refused whatever their arguments, with no network.
+const NO_NETWORK_CALLS: [i64; 19] = [
+    libc::SYS_connect,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_getsockname,
+    libc::SYS_getpeername,
+    libc::SYS_shutdown,
+    libc::SYS_sendto,
+    libc::SYS_sendmmsg,
+    libc::SYS_recvmmsg,
+    libc::SYS_getsockopt,
+    libc::SYS_setsockopt,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+];
+
+const IO_URING_CALLS: [i64; 3] =
+    [libc::SYS_io_uring_setup, libc::SYS_io_uring_enter, libc::SYS_io_uring_register];
+
+/// The compiled program for `rule`.
+pub fn program(rule: NetworkRule) -> BpfProgram {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let socket_domain = |op: SeccompCmpOp, domain: i32| {
+        let condition = SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, domain as u64)
+            .expect("argument 0 exists");
+        vec![SeccompRule::new(vec![condition]).expect("one condition")]
+    };
+    match rule {
+        NetworkRule::Restricted => {
+            for call in [libc::SYS_socket, libc::SYS_socketpair] {
+                rules.insert(call, socket_domain(SeccompCmpOp::Ne, libc::AF_UNIX));
+            }
+            for call in NO_NETWORK_CALLS {
+                rules.insert(call, Vec::new());
+            }
+        }
+        NetworkRule::Enabled => {
+            for call in [libc::SYS_socket, libc::SYS_socketpair] {
+                rules.insert(call, socket_domain(SeccompCmpOp::Eq, libc::AF_VSOCK));
+            }
+            for call in IO_URING_CALLS {
+                rules.insert(call, Vec::new());
+            }
+        }
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .expect("the actions differ");
+    filter.try_into().expect("the rules compile")
+}
+
+/// Sets `no_new_privs` and installs `program` on the calling thread. Async-signal-safe (two
+/// system calls, nothing allocated), so it may run between fork and exec.
+pub fn install(program: &BpfProgram) -> std::io::Result<()> {
+    seccompiler::apply_filter(program).map_err(|error| match error {
+        seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e) => e,
+        _ => std::io::Error::from_raw_os_error(libc::EINVAL),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A forked child installs the filter and reports what the kernel then says.
+    fn in_filtered_child(rule: NetworkRule, probe: fn() -> i32) -> i32 {
+        let program = program(rule);
+        // SAFETY: the child only makes system calls and exits.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                if install(&program).is_err() {
+                    libc::_exit(255);
+                }
+                libc::_exit(probe());
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            libc::WEXITSTATUS(status)
+        }
+    }
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    #[test]
+    fn no_network_refuses_inet_sockets_and_connect_but_not_unix_sockets() {
+        let inet = in_filtered_child(NetworkRule::Restricted, || unsafe {
+            if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
+        });
+        assert_eq!(inet, libc::EPERM);
+        let unix = in_filtered_child(NetworkRule::Restricted, || unsafe {
+            if libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
+        });
+        assert_eq!(unix, 0);
+        let connect = in_filtered_child(NetworkRule::Restricted, || unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let address: libc::sockaddr_un = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::sockaddr_un>() as u32;
+            if libc::connect(fd, &address as *const _ as *const libc::sockaddr, size) < 0 {
+                errno()
+            } else {
+                0
+            }
+        });
+        assert_eq!(connect, libc::EPERM);
+    }
+
+    #[test]
+    fn with_the_network_only_vsock_is_refused() {
+        let inet = in_filtered_child(NetworkRule::Enabled, || unsafe {
+            if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
+        });
+        assert_eq!(inet, 0);
+        let vsock = in_filtered_child(NetworkRule::Enabled, || unsafe {
+            if libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
+        });
+        assert_eq!(vsock, libc::EPERM);
+    }
+}
