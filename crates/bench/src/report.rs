@@ -43,7 +43,7 @@ impl Target {
             _ => None,
         };
         if let Some((bound, unit)) = self.at_most {
-            text.push_str(&format!(" and ≤ {} {unit}", fmt(bound)));
+            text.push_str(&format!(" and ≤ {bound} {unit}"));
             met = tether.map(|t| t <= bound && met != Some(false));
         }
         match met {

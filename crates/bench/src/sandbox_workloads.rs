@@ -111,7 +111,8 @@ impl Intent {
 }
 
 /// A fresh project root under `/var/tmp`, beside a directory no intent grants; both removed
-/// with everything in them when dropped.
+/// with everything in them when dropped. Refused under the temp dir (`TMPDIR=/var/tmp`): the
+/// workspace-write intent grants `$TMPDIR` on `fs/*`, so nothing there is outside the grants.
 struct ProjectRoot {
     dir: PathBuf,
     root: PathBuf,
@@ -128,6 +129,11 @@ impl ProjectRoot {
         std::fs::create_dir_all(&root)?;
         std::fs::create_dir_all(&outside)?;
         let dir = std::fs::canonicalize(dir)?;
+        let temp = std::fs::canonicalize(std::env::temp_dir())?;
+        if dir.starts_with(&temp) {
+            let _ = std::fs::remove_dir_all(&dir);
+            bail!("{} is under the temp dir {}: unset TMPDIR", dir.display(), temp.display());
+        }
         Ok(Self { root: dir.join("project"), outside: dir.join("outside"), dir })
     }
 

@@ -1229,3 +1229,94 @@ async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Ta
     assert_ne!(finished.stdout, "2\n", "no pid namespace");
     assert!(outside.exists("written"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// 12. Fail closed (Tether only: the reference ships a bubblewrap of its own)
+
+/// Serves one stdio session with `tether serve` started by `launcher` (a command line that ends
+/// by running the server), starts `params`, and returns every line the server wrote up to the
+/// process's close.
+async fn stdio_session(launcher: &[&str], env: &[(&str, &str)], params: Value) -> Vec<Value> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut command = tokio::process::Command::new(launcher[0]);
+    command
+        .args(&launcher[1..])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut server = command.spawn().unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let requests = [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "fail-closed"}}),
+        json!({"method": "initialized", "params": {}}),
+        json!({"id": 2, "method": "process/start", "params": params}),
+    ];
+    for request in requests {
+        stdin.write_all(format!("{request}\n").as_bytes()).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let message: Value = serde_json::from_str(&line).unwrap();
+        let closed = message["method"] == "process/closed";
+        seen.push(message);
+        if closed {
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = server.wait().await;
+    seen
+}
+
+/// The stderr text and the exit notification of a stdio session's process.
+fn stderr_and_exit(seen: &[Value]) -> (String, Value) {
+    let stderr = output_of(seen, "stderr");
+    let exited = seen.iter().find(|m| m["method"] == "process/exited").expect("an exit").clone();
+    (String::from_utf8_lossy(&stderr).into_owned(), exited["params"].clone())
+}
+
+/// No bubblewrap on `PATH`: the start is answered as the reference answers it, and the command
+/// never runs — it fails with 101 and says what is missing and how to install it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bubblewrap_nothing_sandboxed_runs() {
+    let root = HostDir::new(Target::Tether, "no-bwrap");
+    let tether = tether_testkit::server::tether_binary().unwrap();
+    let script = format!("touch {}", root.display("ran"));
+    let params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
+    let launcher = [tether.to_str().unwrap(), "serve", "--listen", "stdio"];
+    let seen = stdio_session(&launcher, &[("PATH", "/nonexistent")], params).await;
+    assert_eq!(seen[1]["result"]["sandboxType"], "linuxSeccomp", "{seen:?}");
+    let (stderr, exited) = stderr_and_exit(&seen);
+    assert_eq!(
+        (exited["exitCode"].clone(), exited["sandboxDenied"].clone()),
+        (json!(101), json!(true))
+    );
+    assert!(stderr.contains("bubblewrap is unavailable"), "{stderr}");
+    assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
+    assert!(!root.exists("ran"), "the command never ran");
+}
+
+/// No user namespaces (the server runs in a user namespace that may create none, as sandbox.md
+/// §8 simulates it without touching the host): bubblewrap refuses, in its own words, and the
+/// command never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_user_namespaces_nothing_sandboxed_runs() {
+    let root = HostDir::new(Target::Tether, "no-userns");
+    let tether = tether_testkit::server::tether_binary().unwrap();
+    let script = format!("touch {}", root.display("ran"));
+    let params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
+    let serve = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec {} serve --listen stdio",
+        tether.display()
+    );
+    let launcher = ["unshare", "-U", "-r", "/bin/sh", "-c", &serve];
+    let seen = stdio_session(&launcher, &[], params).await;
+    assert_eq!(seen[1]["result"]["sandboxType"], "linuxSeccomp", "{seen:?}");
+    let (stderr, exited) = stderr_and_exit(&seen);
+    assert_ne!(exited["exitCode"], 0, "{stderr}");
+    assert!(stderr.contains("bwrap: "), "bubblewrap says why: {stderr}");
+    assert!(!root.exists("ran"), "the command never ran");
+}
