@@ -131,14 +131,7 @@ pub(crate) async fn run(policy: &FullPolicy, op: FileOp) -> Result<(), FsError> 
         .kill_on_drop(true);
     // SAFETY: system calls only: the descriptors bubblewrap reads are made inheritable.
     unsafe {
-        command.pre_exec(move || {
-            for fd in &inherited {
-                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
+        command.pre_exec(move || crate::sandbox::launch::keep_across_exec(&inherited));
     }
     let mut child = command
         .spawn()

@@ -100,12 +100,7 @@ fn pre_exec_hook(
     let filter = line.filter.clone();
     let inherited: Vec<i32> = line.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
     move || {
-        for fd in &inherited {
-            // SAFETY: a plain system call on a descriptor this process owns.
-            if unsafe { libc::fcntl(*fd, libc::F_SETFD, 0) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
+        crate::sandbox::launch::keep_across_exec(&inherited)?;
         match &filter {
             Some(program) => crate::sandbox::seccomp::install(program),
             None => Ok(()),

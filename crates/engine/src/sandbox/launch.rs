@@ -134,6 +134,18 @@ fn wrapped(
     })
 }
 
+/// Makes `fds` survive the exec about to happen: bubblewrap reads its data and writes its
+/// info through them. For a `pre_exec` hook: one system call per descriptor, nothing allocated.
+pub fn keep_across_exec(fds: &[i32]) -> std::io::Result<()> {
+    for fd in fds {
+        // SAFETY: a plain system call on a descriptor the caller owns.
+        if unsafe { libc::fcntl(*fd, libc::F_SETFD, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// A close-on-exec pipe for bubblewrap's `--info-fd`.
 fn info_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
