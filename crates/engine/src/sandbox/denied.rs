@@ -18,9 +18,6 @@ const KEYWORDS: [&str; 7] = [
     "failed to write file",
 ];
 
-/// Exit codes that mean "not found" or "bad usage", not a refusal, unless the words say so.
-const ORDINARY_FAILURES: [i32; 3] = [2, 126, 127];
-
 /// 128 + SIGSYS: the kernel killed the command for a forbidden system call.
 const KILLED_BY_SECCOMP: i32 = 159;
 
@@ -30,13 +27,13 @@ pub fn looks_denied(exit_code: i32, stdout: &[u8], stderr: &[u8]) -> bool {
     if exit_code == 0 {
         return false;
     }
+    // Both streams together: a word in either is in both, and so is one split across them.
     let mut both = Vec::with_capacity(stdout.len() + stderr.len());
     both.extend_from_slice(stdout);
     both.extend_from_slice(stderr);
-    if [stdout, stderr, &both].iter().any(|text| mentions_refusal(text)) {
-        return true;
-    }
-    !ORDINARY_FAILURES.contains(&exit_code) && exit_code == KILLED_BY_SECCOMP
+    // Without the words, only a seccomp kill counts: any other failure (2, 126 and 127, "not
+    // found" and "bad usage", included) is the command's own.
+    mentions_refusal(&both) || exit_code == KILLED_BY_SECCOMP
 }
 
 fn mentions_refusal(text: &[u8]) -> bool {

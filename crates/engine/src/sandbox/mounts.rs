@@ -146,6 +146,7 @@ pub fn plan(
             }
             GrantAccess::None => {
                 hidden += 1;
+                within_hidden_limit(hidden, &grant.path.to_string_lossy())?;
                 plan.hide(&grant.path)?;
             }
         }
@@ -153,18 +154,9 @@ pub fn plan(
     for pattern in &policy.denied_globs {
         for path in glob_matches(pattern)? {
             hidden += 1;
-            if hidden > MAX_HIDDEN_PATHS {
-                return Err(std::io::Error::other(format!(
-                    "the sandbox would hide more than {MAX_HIDDEN_PATHS} paths (`{pattern}`); name fewer"
-                )));
-            }
+            within_hidden_limit(hidden, pattern)?;
             plan.hide(&path)?;
         }
-    }
-    if hidden > MAX_HIDDEN_PATHS {
-        return Err(std::io::Error::other(format!(
-            "the sandbox would hide more than {MAX_HIDDEN_PATHS} paths; name fewer"
-        )));
     }
     plan.arg("--unshare-user").arg("--unshare-pid").arg("--unshare-ipc");
     if policy.network == NetworkAccess::Restricted && purpose == Purpose::Command {
@@ -173,6 +165,16 @@ pub fn plan(
     plan.arg("--proc").arg("/proc").arg("--cap-drop").arg("ALL");
     plan.arg("--chdir").arg(cwd);
     Ok(plan)
+}
+
+/// Refuses the launch once `hidden` passes [`MAX_HIDDEN_PATHS`], naming what took it there.
+fn within_hidden_limit(hidden: usize, what: &str) -> std::io::Result<()> {
+    if hidden > MAX_HIDDEN_PATHS {
+        return Err(std::io::Error::other(format!(
+            "the sandbox would hide more than {MAX_HIDDEN_PATHS} paths (`{what}`); name fewer"
+        )));
+    }
+    Ok(())
 }
 
 /// A protected name inside a writable root, kept read-only: what exists is bound read-only;
