@@ -62,6 +62,10 @@ against_both!(
     fs_writes_to_protected_names_are_refused,
     fs_writes_under_read_only_are_refused,
     fs_reads_of_a_none_entry_are_denied,
+    fs_open_under_a_sandbox_reads_and_writes_what_it_allows,
+    fs_without_root_read_sees_the_roots_and_the_platform_only,
+    a_minimal_intent_runs_on_the_platform_and_the_roots,
+    a_missing_none_path_cannot_be_created,
     an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere,
 );
 
@@ -1158,54 +1162,229 @@ async fn fs_writes_under_read_only_are_refused(target: Target) {
 /// A `none` (or `deny`) entry hides a file from reads and refuses writes to it. The reference
 /// serves such reads in its helper; Tether does not serve them yet and refuses each, saying
 /// so — never reading unconfined.
-async fn fs_reads_of_a_none_entry_are_denied(target: Target) {
-    let root = HostDir::new(target, "fs-none");
+/// A root with a hidden file, a hidden directory, a link to the hidden file and a file a
+/// `none` glob hides; the intent that hides them (`access` is `none` or its alias `deny`) on
+/// top of workspace-write.
+fn hiding_intent(root: &HostDir, access: &str) -> Value {
     root.file("secret", "s3cret\n");
     root.file("public", "hello\n");
+    root.file("hidden/inner", "in\n");
+    root.file("x.env", "K=V\n");
+    if !root.exists("link") {
+        std::os::unix::fs::symlink(root.path("secret"), root.path("link")).unwrap();
+    }
+    let path = |relative: &str| json!({"type": "path", "path": root.uri(relative)});
+    let mut entries = workspace_write_entries();
+    entries.push(json!({"path": path("secret"), "access": access}));
+    entries.push(json!({"path": path("hidden"), "access": access}));
+    let pattern = format!("{}/*.env", root.display(""));
+    entries.push(json!({"path": {"type": "glob_pattern", "pattern": pattern}, "access": access}));
+    fs_intent(entries, root)
+}
+
+/// The params of a walk of `uri` deep enough for the scenarios' trees.
+fn walk_params(uri: String) -> Value {
+    json!({"path": uri, "options": {"maxDepth": 3, "maxDirectories": 10, "maxEntries": 100,
+        "followDirectorySymlinks": false}})
+}
+
+fn with_sandbox(mut params: Value, intent: &Value) -> Value {
+    params["sandbox"] = intent.clone();
+    params
+}
+
+async fn fs_reads_of_a_none_entry_are_denied(target: Target) {
+    let root = HostDir::new(target, "fs-none");
     let (_server, mut client) = started(target).await;
     for access in ["none", "deny"] {
-        let mut entries = workspace_write_entries();
-        entries
-            .push(json!({"path": {"type": "path", "path": root.uri("secret")}, "access": access}));
-        let intent = fs_intent(entries, &root);
-        let with_intent = |mut params: Value| {
-            params["sandbox"] = intent.clone();
-            params
+        let intent = hiding_intent(&root, access);
+        let mut call = async |method: &str, params: Value| {
+            client.call(method, with_sandbox(params, &intent)).await.unwrap()
         };
-
-        let write = with_intent(json!({"path": root.uri("secret"), "dataBase64": "eA=="}));
-        assert_error(client.err("fs/writeFile", write).await.unwrap(), -32603, EROFS);
-        if target == Target::Tether {
-            // Reads under an intent that hides paths are not served yet, and never unconfined:
-            // each is refused, saying so.
-            for (method, params) in [
-                ("fs/readFile", json!({"path": root.uri("public")})),
-                ("fs/getMetadata", json!({"path": root.uri("secret")})),
-                ("fs/open", json!({"handleId": format!("h-{access}"), "path": root.uri("secret")})),
-            ] {
-                let error = client.err(method, with_intent(params)).await.unwrap();
-                assert_eq!(error.code, -32603, "{method}");
-                assert!(
-                    error.message.starts_with("reading under a sandbox that hides paths"),
-                    "{error:?}"
-                );
-            }
-            continue;
+        let write = json!({"path": root.uri("secret"), "dataBase64": "eA=="});
+        assert_error(call("fs/writeFile", write).await.unwrap_err(), -32603, EROFS);
+        // Hidden files read as the kernel refuses them, whichever way they are reached.
+        for (method, relative) in [
+            ("fs/readFile", "secret"),
+            ("fs/readFile", "link"),
+            ("fs/readFile", "hidden/inner"),
+            ("fs/readFile", "x.env"),
+            ("fs/getMetadata", "hidden/inner"),
+            ("fs/readDirectory", "hidden"),
+            ("fs/canonicalize", "hidden/inner"),
+        ] {
+            let error = call(method, json!({"path": root.uri(relative)})).await.unwrap_err();
+            assert_eq!(
+                (error.code, error.message.as_str()),
+                (-32600, EACCES),
+                "{method} {relative}"
+            );
         }
-        let read = with_intent(json!({"path": root.uri("secret")}));
-        assert_error(client.err("fs/readFile", read).await.unwrap(), -32600, EACCES);
-        let open =
-            with_intent(json!({"handleId": format!("h-{access}"), "path": root.uri("secret")}));
-        assert_error(client.err("fs/open", open).await.unwrap(), -32600, EACCES);
-        let metadata = with_intent(json!({"path": root.uri("secret")}));
-        let metadata = client.ok("fs/getMetadata", metadata).await.unwrap();
-        assert_eq!((metadata["isFile"].clone(), metadata["size"].clone()), (json!(true), json!(0)));
+        let open = json!({"handleId": format!("h-{access}"), "path": root.uri("secret")});
+        assert_error(call("fs/open", open).await.unwrap_err(), -32600, EACCES);
+        // What hides them is visible: an empty file, an empty directory.
+        let secret = call("fs/getMetadata", json!({"path": root.uri("secret")})).await.unwrap();
+        assert_eq!((secret["isFile"].clone(), secret["size"].clone()), (json!(true), json!(0)));
+        let hidden = call("fs/getMetadata", json!({"path": root.uri("hidden")})).await.unwrap();
+        assert_eq!(hidden["isDirectory"], true);
+        let canonical = call("fs/canonicalize", json!({"path": root.uri("link")})).await.unwrap();
+        assert_eq!(canonical["path"], root.uri("secret"));
+        let listing = call("fs/readDirectory", json!({"path": root.uri("")})).await.unwrap();
+        let names: BTreeSet<&str> = listing["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["fileName"].as_str().unwrap())
+            .collect();
+        for name in ["secret", "hidden", "public", "link", "x.env"] {
+            assert!(names.contains(name), "{name} listed: {names:?}");
+        }
+        // A walk reports the hidden directory as an error and goes on.
+        let unreadable = json!([{"path": root.uri("hidden"), "message": EACCES}]);
+        let walk = call("fs/walk", walk_params(root.uri("hidden"))).await.unwrap();
+        assert_eq!(walk, json!({"entries": [], "errors": unreadable, "truncated": false}));
+        let walk = call("fs/walk", walk_params(root.uri(""))).await.unwrap();
+        assert_eq!(walk["errors"], unreadable);
+        let paths: Vec<&str> = walk["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
+        assert!(paths.contains(&root.uri("public").as_str()), "{paths:?}");
+        assert!(!paths.contains(&root.uri("hidden/inner").as_str()), "{paths:?}");
 
-        let public = with_intent(json!({"path": root.uri("public")}));
-        let public = client.ok("fs/readFile", public).await.unwrap();
+        let public = call("fs/readFile", json!({"path": root.uri("public")})).await.unwrap();
         assert_eq!(public["dataBase64"], b64encode(b"hello\n"), "{access}");
+        let hostname = call("fs/readFile", json!({"path": "file:///etc/hostname"})).await.unwrap();
+        assert_eq!(hostname["dataBase64"], b64encode(&std::fs::read("/etc/hostname").unwrap()));
     }
     assert_eq!(root.read("secret"), "s3cret\n");
+}
+
+async fn fs_open_under_a_sandbox_reads_and_writes_what_it_allows(target: Target) {
+    let root = HostDir::new(target, "fs-open");
+    let outside = HostDir::new(target, "fs-open-outside");
+    root.file(".git/config", "[core]\n");
+    let intent = hiding_intent(&root, "none");
+    let (_server, mut client) = started(target).await;
+    let mut call = async |method: &str, params: Value| {
+        client.call(method, with_sandbox(params, &intent)).await.unwrap()
+    };
+
+    let open = json!({"handleId": "read", "path": root.uri("public")});
+    assert_eq!(call("fs/open", open).await.unwrap(), json!({"handleId": "read"}));
+    let block = call("fs/readBlock", json!({"handleId": "read", "offset": 0, "len": 64})).await;
+    assert_eq!(block.unwrap(), json!({"chunk": b64encode(b"hello\n"), "eof": true}));
+
+    let open = json!({"handleId": "write", "path": root.uri("new"), "mode": "replace"});
+    assert_eq!(call("fs/open", open).await.unwrap(), json!({"handleId": "write"}));
+    let block = json!({"handleId": "write", "offset": 0, "chunk": b64encode(b"streamed")});
+    assert_eq!(call("fs/writeBlock", block).await.unwrap(), json!({}));
+    assert_eq!(call("fs/close", json!({"handleId": "write"})).await.unwrap(), json!({}));
+    assert_eq!(root.read("new"), "streamed");
+
+    for (id, uri) in [
+        ("hidden", root.uri("secret")),
+        ("protected", root.uri(".git/config")),
+        ("outside", outside.uri("escaped")),
+    ] {
+        let open = json!({"handleId": id, "path": uri, "mode": "replace"});
+        assert_error(call("fs/open", open).await.unwrap_err(), -32603, EROFS);
+    }
+    assert_eq!(
+        (root.read("secret"), root.read(".git/config")),
+        ("s3cret\n".into(), "[core]\n".into())
+    );
+    assert!(!outside.exists("escaped"));
+}
+
+/// Without `root` read, file calls see the roots and what Tether and the reference need to
+/// run (`/etc`, `/usr`, …), and nothing else; writes land in the roots only. A write outside
+/// them is refused by Tether; the reference answers `{}` for a write into its scratch root that
+/// vanishes with the helper.
+async fn fs_without_root_read_sees_the_roots_and_the_platform_only(target: Target) {
+    let root = HostDir::new(target, "fs-noread");
+    let outside = HostDir::new(target, "fs-noread-outside");
+    root.file("public", "hello\n");
+    outside.file("o", "out\n");
+    let intent = fs_intent(vec![special("project_roots", "write")], &root);
+    let (_server, mut client) = started(target).await;
+    let mut call = async |method: &str, params: Value| {
+        client.call(method, with_sandbox(params, &intent)).await.unwrap()
+    };
+    let read = call("fs/readFile", json!({"path": root.uri("public")})).await.unwrap();
+    assert_eq!(read["dataBase64"], b64encode(b"hello\n"));
+    let hostname = call("fs/readFile", json!({"path": "file:///etc/hostname"})).await.unwrap();
+    assert_eq!(hostname["dataBase64"], b64encode(&std::fs::read("/etc/hostname").unwrap()));
+    let error = call("fs/readFile", json!({"path": outside.uri("o")})).await.unwrap_err();
+    assert_error(error, -32004, ENOENT);
+
+    let write = json!({"path": root.uri("written"), "dataBase64": b64encode(b"in")});
+    assert_eq!(call("fs/writeFile", write).await.unwrap(), json!({}));
+    assert_eq!(root.read("written"), "in");
+    let write = json!({"path": format!("{}-escaped", root.uri("")), "dataBase64": "eA=="});
+    let answer = call("fs/writeFile", write).await;
+    match target {
+        Target::Tether => assert_error(answer.unwrap_err(), -32603, EROFS),
+        Target::Reference => assert_eq!(answer.unwrap(), json!({})),
+    }
+    assert!(!PathBuf::from(format!("{}-escaped", root.display(""))).exists());
+}
+
+/// `minimal` gives a command the platform (`/bin`, `/etc`, `/usr`, …) and the intent's roots;
+/// other host paths are not there.
+async fn a_minimal_intent_runs_on_the_platform_and_the_roots(target: Target) {
+    let root = HostDir::new(target, "minimal");
+    let outside = HostDir::new(target, "minimal-outside");
+    root.file("public", "hello\n");
+    outside.file("o", "out\n");
+    let (_server, mut client) = started(target).await;
+    let entries = vec![special("minimal", "read"), special("project_roots", "write")];
+    let script = format!("cat /etc/hostname public && echo w > w && cat {}", outside.display("o"));
+    let finished =
+        run(&mut client, sandboxed("minimal", &script, &root, process_intent(entries, &root)))
+            .await;
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap();
+    assert_eq!(finished.stdout, format!("{hostname}hello\n"));
+    assert_eq!(
+        finished.stderr,
+        format!("cat: {}: {}\n", outside.display("o"), "No such file or directory")
+    );
+    assert_eq!(finished.exit_code, 1);
+    assert_eq!(root.read("w"), "w\n");
+}
+
+/// A `none` path that does not exist cannot be created: its first missing component is an
+/// empty read-only file while the sandbox lives (`stat` mode 600, as bubblewrap makes it), made
+/// on the host and gone from it afterwards.
+async fn a_missing_none_path_cannot_be_created(target: Target) {
+    let root = HostDir::new(target, "none-missing");
+    let (_server, mut client) = started(target).await;
+    let mut entries = workspace_write_entries();
+    for relative in ["absent", "nodir/absent"] {
+        entries
+            .push(json!({"path": {"type": "path", "path": root.uri(relative)}, "access": "none"}));
+    }
+    let script =
+        "stat -c '%F %a %s' absent nodir; echo x > absent; mkdir nodir; echo y > nodir/absent";
+    let finished = run(
+        &mut client,
+        sandboxed("none-missing", script, &root, process_intent(entries.clone(), &root)),
+    )
+    .await;
+    assert_eq!(finished.stdout, "regular empty file 600 0\nregular empty file 600 0\n");
+    assert_eq!(
+        finished.stderr,
+        "/bin/sh: 1: cannot create absent: Read-only file system\n\
+         mkdir: cannot create directory 'nodir': File exists\n\
+         /bin/sh: 1: cannot create nodir/absent: Directory nonexistent\n"
+    );
+    assert_eq!(root.names(), BTreeSet::new(), "the targets are gone from the host");
+
+    let write = json!({"path": root.uri("absent"), "dataBase64": "eA==", "sandbox": fs_intent(entries, &root)});
+    assert_error(client.err("fs/writeFile", write).await.unwrap(), -32603, EROFS);
+    assert_eq!(root.names(), BTreeSet::new());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,8 +5,6 @@
 //! a sandbox ([`crate::fs::sandboxed`]). A binary calls [`run_if_helper`] first thing in `main`,
 //! before any runtime or logging starts.
 
-use std::ffi::OsString;
-
 use crate::sandbox::inner::{self, ExecArgs, HELPER_ARG};
 
 /// Runs the helper mode the arguments ask for, and exits; returns at once when they ask for
@@ -23,7 +21,7 @@ pub fn run_if_helper() {
             Err(error) => fail(&format!("bad inner-stage arguments: {error}")),
         },
         Some("fs") => crate::fs::sandboxed::serve_one(),
-        _ => fail(&format!("unknown helper mode {:?}", mode.unwrap_or_else(OsString::new))),
+        _ => fail(&format!("unknown helper mode {:?}", mode.unwrap_or_default())),
     }
 }
 

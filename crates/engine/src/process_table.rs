@@ -134,19 +134,19 @@ impl ProcessTable {
         let sandboxed = params.sandbox.is_some();
         let inner_info = spawned.sandbox.as_mut().and_then(|hold| hold.info.take());
         let stdin = spawned.stdin.take().map(process::start_stdin_writer);
-        let local = process::new_process(
-            params.process_id.clone(),
-            spawned.pid,
-            process::RetainedOutput::new(
+        let local = process::new_process(process::NewProcess {
+            id: params.process_id.clone(),
+            pgid: spawned.pid,
+            output: process::RetainedOutput::new(
                 self.config.retained_output_bytes,
                 self.config.spill.clone(),
             ),
             stdin,
-            spawned.terminal.take(),
-            params.argv.clone(),
-            params.tty,
+            terminal: spawned.terminal.take(),
+            argv: params.argv.clone(),
+            tty: params.tty,
             sandboxed,
-        );
+        });
         processes.insert(params.process_id.clone(), local.clone());
         self.unfinished.fetch_add(1, Ordering::Relaxed);
         drop(processes);

@@ -185,7 +185,7 @@ impl Processor {
                 return self.read(id, session, params).await;
             }
             Call::Process(call) => handlers::process::run(&id, call, &session),
-            Call::Fs(call) => handlers::fs::run(&id, call, &self.state.fs, &mut self.fs).await,
+            Call::Fs(call) => handlers::fs::run(&id, *call, &self.state.fs, &mut self.fs).await,
             Call::Http(params) => return self.http(id, *params).await,
         };
         match result {

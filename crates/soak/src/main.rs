@@ -69,6 +69,17 @@ async fn main() -> anyhow::Result<()> {
     let expected: Arc<Vec<u8>> =
         Arc::new((1..=args.lines).map(|n| format!("{n}\n")).collect::<String>().into_bytes());
 
+    let sampler = started_server.as_ref().map(|server| server.sampler());
+
+    // Every client connects before the first cut: what is soaked is recovery, and a first
+    // connection has nothing to recover.
+    let mut connected = Vec::new();
+    for _ in 0..args.clients {
+        let client = ExecServerClient::connect(&proxy.url, ClientOptions::default())
+            .await
+            .context("cannot connect through the proxy")?;
+        connected.push(client);
+    }
     let cuts = Arc::new(AtomicU64::new(0));
     let cutter = {
         let (proxy, cuts) = (proxy.clone(), cuts.clone());
@@ -86,14 +97,9 @@ async fn main() -> anyhow::Result<()> {
             }
         })
     };
-    let sampler = started_server.as_ref().map(|server| server.sampler());
-
     let begun = Instant::now();
     let mut clients = Vec::new();
-    for c in 0..args.clients {
-        let client = ExecServerClient::connect(&proxy.url, ClientOptions::default())
-            .await
-            .context("cannot connect through the proxy")?;
+    for (c, client) in connected.into_iter().enumerate() {
         for p in 0..args.processes {
             let (client, tally, expected) = (client.clone(), tally.clone(), expected.clone());
             let lines = args.lines;

@@ -9,6 +9,7 @@ use tether_protocol::fs::FsReadDirectoryEntry;
 use super::no_follow;
 
 /// A directory's entries in the order the OS lists them, with how many there were in all.
+#[derive(Debug)]
 pub(crate) struct Listing {
     pub entries: Vec<FsReadDirectoryEntry>,
     /// Every listed entry, also those past the `keep` given to [`list`].

@@ -17,9 +17,10 @@ use tether_protocol::fs::{
     FsOpenParams, FsOpenResponse, FsReadBlockParams, FsReadBlockResponse, FsWriteBlockParams,
 };
 
+use super::FsError;
 use super::blocking::blocking;
-use super::request::{Admission, Work, admit, native_path, refuse_sandboxed_read};
-use super::{FsError, regular_file};
+use super::request::{Admission, Work, admit, native_path};
+use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
 
 /// The files one connection has open, by the client's handle ids. Dropping it closes them all,
 /// which is what ending the connection does.
@@ -45,21 +46,15 @@ impl FileHandles {
     /// Opens `path` as `handleId`: a regular file for reading (`read`, the default), or a file
     /// created or truncated for writing (`replace`). The id is checked first (length, then
     /// uniqueness), then the connection's handle count, then the path, as the reference does.
+    /// Under a sandbox that confines the open, the file is opened inside it; what the handle
+    /// reads or writes later is that file.
     pub async fn open(&mut self, params: FsOpenParams) -> Result<FsOpenResponse, FsError> {
         let mode = params.mode();
         let work = match mode {
             FsOpenMode::Read => Work::Read,
             FsOpenMode::Replace => Work::Write,
         };
-        if let Admission::Sandboxed(_) = admit(params.sandbox.as_ref(), work)? {
-            return Err(match work {
-                Work::Read => refuse_sandboxed_read(),
-                Work::Write => FsError::other(
-                    "streamed writes under a restricted sandbox are not supported by this \
-                     executor; write the file whole with fs/writeFile, which the sandbox confines",
-                ),
-            });
-        }
+        let admission = admit(params.sandbox.as_ref(), work)?;
         let id = params.handle_id;
         if id.len() > FS_HANDLE_ID_MAX_BYTES {
             return Err(FsError::invalid_input(format!(
@@ -75,11 +70,15 @@ impl FileHandles {
             )));
         }
         let path = native_path(&params.path)?;
-        let file = blocking(move || match mode {
-            FsOpenMode::Read => regular_file::open_for_read(&path),
-            FsOpenMode::Replace => regular_file::open_for_write(&path, true),
-        })
-        .await?;
+        let how = match mode {
+            FsOpenMode::Read => OpenHow::Read { follow: true },
+            FsOpenMode::Replace => OpenHow::Replace,
+        };
+        let op = FileOp::Open { path, how };
+        let file: File = match admission {
+            Admission::InProcess => File::expect(blocking(move || op.apply()).await?)?,
+            Admission::Sandboxed(policy) => sandboxed::run(&policy, op).await?,
+        };
         self.open.insert(id.clone(), OpenFile { file: Arc::new(file) });
         Ok(FsOpenResponse { handle_id: id })
     }

@@ -1,9 +1,13 @@
 //! [`LocalFileSystem`]: the filesystem of the machine this process runs on.
 //!
 //! Each method checks the request (sandbox intent, then what else the reference checks before
-//! the path, then the path) and runs the filesystem work on the blocking pool. The work itself
-//! lives in one module per concern: [`regular_file`], [`directory`], [`metadata`], [`walk`],
-//! [`remove`], [`copy`].
+//! the path, then the path) and runs the filesystem work on the blocking pool, or in a helper
+//! inside the sandbox when the intent confines it ([`sandboxed`]). The work itself lives in one
+//! module per concern: [`regular_file`], [`directory`](super::directory),
+//! [`metadata`](super::metadata), [`walk`], [`remove`](super::remove), [`copy`](super::copy).
+
+use std::fs::File;
+use std::path::PathBuf;
 
 use async_trait::async_trait;
 use tether_protocol::fs::{
@@ -16,9 +20,10 @@ use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
 
 use super::blocking::blocking;
-use super::request::{Admission, Work, admit, native_path, refuse_sandboxed_read};
-use super::sandboxed::{self, FileOp};
-use super::{FileReadStream, FileSystem, FsError, directory, metadata, regular_file, stream, walk};
+use super::directory::Listing;
+use super::request::{Admission, Work, admit, native_path};
+use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
+use super::{FileReadStream, FileSystem, FsError, regular_file, stream, walk};
 
 /// The executor's own filesystem.
 #[derive(Debug, Clone, Default)]
@@ -30,19 +35,14 @@ impl LocalFileSystem {
     }
 }
 
-/// Admits a read: in-process, or refused (a read the sandbox would have to confine is not
-/// served unconfined).
-fn admit_read(sandbox: Option<&SandboxContext>) -> Result<(), FsError> {
-    match admit(sandbox, Work::Read)? {
-        Admission::InProcess => Ok(()),
-        Admission::Sandboxed(_) => Err(refuse_sandboxed_read()),
-    }
-}
-
-/// Runs a write here, or in the sandbox its intent describes.
-async fn write(sandbox: Option<&SandboxContext>, op: FileOp) -> Result<(), FsError> {
-    match admit(sandbox, Work::Write)? {
-        Admission::InProcess => blocking(move || op.apply()).await,
+/// Runs `op` here, or in the sandbox its intent describes, and answers what it yields.
+async fn perform<T: FromOutcome + Send + 'static>(
+    sandbox: Option<&SandboxContext>,
+    work: Work,
+    op: FileOp,
+) -> Result<T, FsError> {
+    match admit(sandbox, work)? {
+        Admission::InProcess => T::expect(blocking(move || op.apply()).await?),
         Admission::Sandboxed(policy) => sandboxed::run(&policy, op).await,
     }
 }
@@ -50,10 +50,19 @@ async fn write(sandbox: Option<&SandboxContext>, op: FileOp) -> Result<(), FsErr
 #[async_trait]
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, params: FsReadFileParams) -> Result<FsReadFileResponse, FsError> {
-        admit_read(params.sandbox.as_ref())?;
+        let admission = admit(params.sandbox.as_ref(), Work::Read)?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        let bytes = blocking(move || regular_file::read_whole(&path, follow)).await?;
+        let bytes = match admission {
+            Admission::InProcess => {
+                blocking(move || regular_file::read_whole(&path, follow)).await?
+            }
+            Admission::Sandboxed(policy) => {
+                let how = OpenHow::Read { follow };
+                let file: File = sandboxed::run(&policy, FileOp::Open { path, how }).await?;
+                blocking(move || regular_file::read_opened(file)).await?
+            }
+        };
         Ok(FsReadFileResponse { data_base64: ByteChunk::from(bytes) })
     }
 
@@ -65,32 +74,33 @@ impl FileSystem for LocalFileSystem {
         })?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        write(params.sandbox.as_ref(), FileOp::WriteFile { path, data: bytes, follow }).await
+        let op = FileOp::WriteFile { path, data: bytes, follow };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
     }
 
     async fn create_directory(&self, params: FsCreateDirectoryParams) -> Result<(), FsError> {
         let (recursive, follow) = (params.is_recursive(), params.follows_symlinks());
         let path = native_path(&params.path)?;
-        write(params.sandbox.as_ref(), FileOp::CreateDirectory { path, recursive, follow }).await
+        let op = FileOp::CreateDirectory { path, recursive, follow };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
     }
 
     async fn get_metadata(
         &self,
         params: FsGetMetadataParams,
     ) -> Result<FsGetMetadataResponse, FsError> {
-        admit_read(params.sandbox.as_ref())?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        blocking(move || metadata::metadata(&path, follow)).await
+        perform(params.sandbox.as_ref(), Work::Read, FileOp::Metadata { path, follow }).await
     }
 
     async fn canonicalize(
         &self,
         params: FsCanonicalizeParams,
     ) -> Result<FsCanonicalizeResponse, FsError> {
-        admit_read(params.sandbox.as_ref())?;
         let path = native_path(&params.path)?;
-        let real = blocking(move || std::fs::canonicalize(path)).await?;
+        let real: PathBuf =
+            perform(params.sandbox.as_ref(), Work::Read, FileOp::Canonicalize { path }).await?;
         let path = PathUri::from_path(&real)
             .ok_or_else(|| FsError::other(format!("`{}` is not absolute", real.display())))?;
         Ok(FsCanonicalizeResponse { path })
@@ -102,10 +112,10 @@ impl FileSystem for LocalFileSystem {
         &self,
         params: FsReadDirectoryParams,
     ) -> Result<FsReadDirectoryResponse, FsError> {
-        admit_read(params.sandbox.as_ref())?;
         let path = native_path(&params.path)?;
         let keep = FS_READ_DIRECTORY_MAX_ENTRIES;
-        let listing = blocking(move || directory::list(&path, keep)).await?;
+        let op = FileOp::ReadDirectory { path, keep };
+        let listing: Listing = perform(params.sandbox.as_ref(), Work::Read, op).await?;
         if listing.total > FS_READ_DIRECTORY_MAX_ENTRIES {
             return Err(FsError::other(format!(
                 "fs/readDirectory returned {} entries; limit is {FS_READ_DIRECTORY_MAX_ENTRIES}",
@@ -116,25 +126,26 @@ impl FileSystem for LocalFileSystem {
     }
 
     async fn walk(&self, params: FsWalkParams) -> Result<FsWalkResponse, FsError> {
-        admit_read(params.sandbox.as_ref())?;
         walk::validate(&params.options)?;
         let path = native_path(&params.path)?;
-        let options = params.options;
-        blocking(move || walk::walk(&path, &options)).await
+        let op = FileOp::Walk { path, options: params.options };
+        perform(params.sandbox.as_ref(), Work::Read, op).await
     }
 
     async fn remove(&self, params: FsRemoveParams) -> Result<(), FsError> {
         let (recursive, force) = (params.is_recursive(), params.is_forced());
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        write(params.sandbox.as_ref(), FileOp::Remove { path, recursive, force, follow }).await
+        let op = FileOp::Remove { path, recursive, force, follow };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
     }
 
     async fn copy(&self, params: FsCopyParams) -> Result<(), FsError> {
         let source = native_path(&params.source_path)?;
         let destination = native_path(&params.destination_path)?;
         let recursive = params.recursive;
-        write(params.sandbox.as_ref(), FileOp::Copy { source, destination, recursive }).await
+        let op = FileOp::Copy { source, destination, recursive };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
     }
 
     async fn read_file_stream(
@@ -142,7 +153,9 @@ impl FileSystem for LocalFileSystem {
         path: PathUri,
         sandbox: Option<SandboxContext>,
     ) -> Result<FileReadStream, FsError> {
-        admit_read(sandbox.as_ref())?;
-        stream::open_local(native_path(&path)?).await
+        let path = native_path(&path)?;
+        let how = OpenHow::Read { follow: true };
+        let file: File = perform(sandbox.as_ref(), Work::Read, FileOp::Open { path, how }).await?;
+        Ok(stream::blocks_of(file))
     }
 }

@@ -21,7 +21,7 @@ mod no_follow;
 mod regular_file;
 mod remove;
 mod request;
-pub mod sandboxed;
+pub(crate) mod sandboxed;
 mod stream;
 mod walk;
 mod watch_missing;
@@ -82,7 +82,8 @@ pub struct FsError {
     pub message: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum FsErrorKind {
     /// The path (or handle) does not exist: `-32004`. Codex's `apply_patch` relies on this code
     /// to create missing parent directories.

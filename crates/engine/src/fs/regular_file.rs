@@ -18,7 +18,16 @@ use super::no_follow;
 
 /// The whole file at `path`, at most [`FS_READ_FILE_MAX_BYTES`].
 pub(crate) fn read_whole(path: &Path, follow_symlinks: bool) -> io::Result<Vec<u8>> {
-    let file = if follow_symlinks { open_for_read(path)? } else { open_for_read_no_follow(path)? };
+    read_opened(open_for_reading(path, follow_symlinks)?)
+}
+
+/// Opens the regular file at `path` for reading, as `fs/readFile` does.
+pub(crate) fn open_for_reading(path: &Path, follow_symlinks: bool) -> io::Result<File> {
+    if follow_symlinks { open_for_read(path) } else { open_for_read_no_follow(path) }
+}
+
+/// The whole of an open file, at most [`FS_READ_FILE_MAX_BYTES`].
+pub(crate) fn read_opened(file: File) -> io::Result<Vec<u8>> {
     let too_large = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,

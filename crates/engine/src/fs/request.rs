@@ -60,14 +60,6 @@ pub(crate) fn admit(sandbox: Option<&SandboxContext>, work: Work) -> Result<Admi
     }
 }
 
-/// A read whose intent hides paths: not served yet, and never served unconfined.
-pub(crate) fn refuse_sandboxed_read() -> FsError {
-    FsError::other(
-        "reading under a sandbox that hides paths or does not make `/` readable is not \
-         supported by this executor; send the read without a sandbox, or with `/` readable",
-    )
-}
-
 /// The native path a `file:` URI names on this host.
 ///
 /// A URI with another host is invalid input (`'file://otherhost/x' is invalid on 'linux'`, as

@@ -5,7 +5,6 @@
 //! is the one opened at the start: replacing or removing its path meanwhile changes nothing.
 
 use std::fs::File;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,7 +16,6 @@ use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
 use super::FsError;
 use super::blocking::blocking;
 use super::handles::read_at;
-use super::regular_file;
 
 /// A file's contents as non-empty blocks of at most [`FS_BLOCK_MAX_BYTES`], in order. Ends
 /// after the last block, or after the first error.
@@ -65,9 +63,9 @@ impl std::fmt::Debug for FileReadStream {
     }
 }
 
-/// Opens `path` (a regular file, following links, as `fs/open` does) and reads it in blocks.
-pub(crate) async fn open_local(path: PathBuf) -> Result<FileReadStream, FsError> {
-    let file = Arc::new(blocking(move || regular_file::open_for_read(&path)).await?);
+/// Reads an open file in blocks, from its start.
+pub(crate) fn blocks_of(file: File) -> FileReadStream {
+    let file = Arc::new(file);
     // The state is where the next block starts, or `None` once a short block said the file
     // ended.
     let blocks = stream::unfold(Some(0u64), move |offset| {
@@ -86,5 +84,5 @@ pub(crate) async fn open_local(path: PathBuf) -> Result<FileReadStream, FsError>
             }
         }
     });
-    Ok(FileReadStream::new(blocks))
+    FileReadStream::new(blocks)
 }

@@ -405,16 +405,20 @@ impl WriteIds {
     }
 }
 
-pub(crate) fn new_process(
-    id: ProcessId,
-    pgid: rustix::process::Pid,
-    output: RetainedOutput,
-    stdin: Option<StdinQueue>,
-    terminal: Option<std::os::fd::OwnedFd>,
-    argv: Vec<String>,
-    tty: bool,
-    sandboxed: bool,
-) -> Arc<LocalProcess> {
+/// What a started process is made of, for [`new_process`].
+pub(crate) struct NewProcess {
+    pub id: ProcessId,
+    pub pgid: rustix::process::Pid,
+    pub output: RetainedOutput,
+    pub stdin: Option<StdinQueue>,
+    pub terminal: Option<std::os::fd::OwnedFd>,
+    pub argv: Vec<String>,
+    pub tty: bool,
+    pub sandboxed: bool,
+}
+
+pub(crate) fn new_process(parts: NewProcess) -> Arc<LocalProcess> {
+    let NewProcess { id, pgid, output, stdin, terminal, argv, tty, sandboxed } = parts;
     Arc::new(LocalProcess {
         id,
         pgid,

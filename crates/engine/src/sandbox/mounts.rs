@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use tether_protocol::sandbox::NetworkAccess;
 
 use super::policy::{Base, FullPolicy, GrantAccess, PROTECTED_NAMES};
-use super::synthetic::SyntheticTargets;
+use super::synthetic::{Kind, SyntheticTargets};
 
 /// The platform basics `minimal` makes readable.
 const MINIMAL_PATHS: [&str; 6] = ["/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"];
@@ -52,21 +52,37 @@ impl Plan {
         self.arg("--perms").arg(mode).arg("--tmpfs").arg(path).arg("--remount-ro").arg(path);
     }
 
-    /// `path` hidden: an empty, unreadable directory or file in its place.
+    /// `path` hidden: an empty, unreadable directory or file in its place. A missing path
+    /// cannot be created instead: its first missing component becomes an empty read-only
+    /// file, on a target made on the host.
     fn hide(&mut self, path: &Path) -> std::io::Result<()> {
-        let Ok(metadata) = std::fs::metadata(path) else {
-            // Nothing there to hide.
-            return Ok(());
-        };
-        if metadata.is_dir() {
-            self.empty_dir(path, "000");
-            return Ok(());
+        match std::fs::metadata(path) {
+            Ok(metadata) if metadata.is_dir() => self.empty_dir(path, "000"),
+            Ok(_) => self.empty_file(path, Some("000"))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let Some(target) = first_missing(path) else { return Ok(()) };
+                match self.synthetic.make(&target, Kind::File) {
+                    Ok(()) => self.empty_file(&target, None)?,
+                    // Where Tether may not create it, neither may the command.
+                    Err(error) if cannot_create(&error) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Err(error) => return Err(error),
         }
+        Ok(())
+    }
+
+    /// An empty read-only file over `path`, with `mode` or bubblewrap's own (`0600`).
+    fn empty_file(&mut self, path: &Path, mode: Option<&str>) -> std::io::Result<()> {
         let empty = std::fs::File::open("/dev/null")?;
         let fd: std::os::fd::OwnedFd = empty.into();
         let number: RawFd = std::os::fd::AsRawFd::as_raw_fd(&fd);
         self.data_fds.push(fd);
-        self.arg("--perms").arg("000").arg("--ro-bind-data").arg(number.to_string()).arg(path);
+        if let Some(mode) = mode {
+            self.arg("--perms").arg(mode);
+        }
+        self.arg("--ro-bind-data").arg(number.to_string()).arg(path);
         Ok(())
     }
 
@@ -106,13 +122,17 @@ pub fn plan(
 ) -> std::io::Result<Plan> {
     let mut plan = Plan::default();
     plan.arg("--as-pid-1").arg("--new-session").arg("--die-with-parent");
-    match policy.base {
-        Base::Root => plan.path_args("--ro-bind", Path::new("/")),
-        Base::Minimal => plan.read_only_paths(&MINIMAL_PATHS),
-        Base::Empty => {}
+    match (policy.base, purpose) {
+        (Base::Root, _) => plan.path_args("--ro-bind", Path::new("/")),
+        // The helper reads what Tether needs to run, as the reference's helper does, whatever
+        // the intent: reads elsewhere still need a grant.
+        (Base::Minimal, _) | (Base::Empty, Purpose::FileOperation) => {
+            plan.read_only_paths(&MINIMAL_PATHS)
+        }
+        // Only what loading the inner stage takes.
+        (Base::Empty, Purpose::Command) => plan.read_only_paths(&LOADER_PATHS),
     }
     if policy.base != Base::Root {
-        plan.read_only_paths(&LOADER_PATHS);
         plan.path_args("--ro-bind", helper);
     }
     plan.arg("--dev").arg("/dev");
@@ -162,7 +182,14 @@ pub fn plan(
     if policy.network == NetworkAccess::Restricted && purpose == Purpose::Command {
         plan.arg("--unshare-net");
     }
-    plan.arg("--proc").arg("/proc").arg("--cap-drop").arg("ALL");
+    plan.arg("--proc").arg("/proc");
+    if policy.base != Base::Root {
+        // The root bubblewrap builds is a scratch tmpfs: left writable, a write outside every
+        // grant would "succeed" into memory and vanish. Read-only, it is refused as a write
+        // outside the grants is refused when `/` is readable.
+        plan.arg("--remount-ro").arg("/");
+    }
+    plan.arg("--cap-drop").arg("ALL");
     plan.arg("--chdir").arg(cwd);
     Ok(plan)
 }
@@ -185,12 +212,38 @@ fn protect(plan: &mut Plan, path: &Path) -> std::io::Result<()> {
         Ok(meta) if meta.is_dir() && is_empty_dir(path) => plan.empty_dir(path, "555"),
         Ok(_) => plan.path_args("--ro-bind", path),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            plan.synthetic.make(path)?;
+            plan.synthetic.make(path, Kind::Directory)?;
             plan.empty_dir(path, "555");
         }
         Err(error) => return Err(error),
     }
     Ok(())
+}
+
+/// The first component of `path` that does not exist, below the deepest that does and is a
+/// directory; `None` when nothing is missing, or when what exists is not a directory (nothing
+/// can be created below it) or is a link (what it leads to is not the intent's to hide).
+fn first_missing(path: &Path) -> Option<PathBuf> {
+    let mut missing = path;
+    loop {
+        let parent = missing.parent()?;
+        match std::fs::symlink_metadata(parent) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => return None,
+            Err(_) => missing = parent,
+        }
+    }
+    match std::fs::symlink_metadata(missing) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Some(missing.to_path_buf()),
+        _ => None,
+    }
+}
+
+fn cannot_create(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+    )
 }
 
 fn is_empty_dir(path: &Path) -> bool {

@@ -1,23 +1,35 @@
-//! Mount targets made on the host for protected names that do not exist.
+//! Mount targets made on the host for paths that do not exist.
 //!
 //! A writable root's missing `.git` (or `.agents`, `.codex`, `.aws`) is covered inside the
-//! sandbox by an empty read-only directory, so the command cannot create one. A mount needs a
-//! target, and the target lies in the writable root on the host, so an empty directory appears
-//! there while the command runs. Tether removes it when the last sandbox using it has ended.
+//! sandbox by an empty read-only directory, so the command cannot create one; a missing path
+//! the intent hides (`none`) is covered by an empty read-only file, for the same reason. A
+//! mount needs a target, and the target lies on the host, so an empty directory or file
+//! appears there while the command runs. Tether removes it when the last sandbox using it has
+//! ended.
 //!
-//! The count is what keeps this safe: removing the directory while another sandbox still has
+//! The count is what keeps this safe: removing the target while another sandbox still has
 //! something mounted on it would detach that mount, and that command could then create the
 //! name it must not. So each path is counted across the server, and removed at zero — only
-//! if it is still the empty directory Tether made (`rmdir` leaves a non-empty one alone).
+//! if it is still the empty directory or file Tether made.
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-/// Paths Tether made, with how many live sandboxes use each.
-static IN_USE: Mutex<Option<HashMap<PathBuf, usize>>> = Mutex::new(None);
+/// What a target is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Directory,
+    File,
+}
 
-fn in_use() -> MutexGuard<'static, Option<HashMap<PathBuf, usize>>> {
+/// Paths Tether made, with what each is and how many live sandboxes use it.
+type Targets = HashMap<PathBuf, (Kind, usize)>;
+
+static IN_USE: Mutex<Option<Targets>> = Mutex::new(None);
+
+fn in_use() -> MutexGuard<'static, Option<Targets>> {
     IN_USE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -28,22 +40,31 @@ pub struct SyntheticTargets {
 }
 
 impl SyntheticTargets {
-    /// Makes `path` an empty directory for the sandbox about to start, if it does not exist,
-    /// and holds it. A path that already exists and was not made here is not held (it is the
-    /// user's, and stays).
-    pub fn make(&mut self, path: &Path) -> std::io::Result<()> {
+    /// Makes `path` an empty directory or file for the sandbox about to start, if it does not
+    /// exist, and holds it. A path that already exists and was not made here is not held (it
+    /// is the user's, and stays).
+    pub fn make(&mut self, path: &Path, kind: Kind) -> std::io::Result<()> {
         let mut guard = in_use();
-        let counts = guard.get_or_insert_with(HashMap::new);
-        if let Some(count) = counts.get_mut(path) {
+        let targets = guard.get_or_insert_with(HashMap::new);
+        if let Some((_, count)) = targets.get_mut(path) {
             *count += 1;
         } else {
-            match std::fs::create_dir(path) {
+            let made = match kind {
+                Kind::Directory => std::fs::create_dir(path),
+                Kind::File => std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map(drop),
+            };
+            match made {
                 Ok(()) => {}
                 // Somebody else's: mounted over all the same, never removed.
                 Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
                 Err(error) => return Err(error),
             }
-            counts.insert(path.to_path_buf(), 1);
+            targets.insert(path.to_path_buf(), (kind, 1));
         }
         self.held.push(path.to_path_buf());
         Ok(())
@@ -53,14 +74,26 @@ impl SyntheticTargets {
 impl Drop for SyntheticTargets {
     fn drop(&mut self) {
         let mut guard = in_use();
-        let Some(counts) = guard.as_mut() else { return };
+        let Some(targets) = guard.as_mut() else { return };
         for path in self.held.drain(..) {
-            let Some(count) = counts.get_mut(&path) else { continue };
+            let Some((kind, count)) = targets.get_mut(&path) else { continue };
             *count -= 1;
             if *count == 0 {
-                counts.remove(&path);
-                // Only an empty directory goes; anything put there since stays.
-                let _ = std::fs::remove_dir(&path);
+                let kind = *kind;
+                targets.remove(&path);
+                // Only what is still empty goes; anything put there since stays.
+                match kind {
+                    Kind::Directory => {
+                        let _ = std::fs::remove_dir(&path);
+                    }
+                    Kind::File => {
+                        let empty = std::fs::symlink_metadata(&path)
+                            .is_ok_and(|meta| meta.is_file() && meta.len() == 0);
+                        if empty {
+                            let _ = std::fs::remove_file(&path);
+                        }
+                    }
+                }
             }
         }
     }
@@ -76,8 +109,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let made = dir.join(".git");
         let (mut first, mut second) = (SyntheticTargets::default(), SyntheticTargets::default());
-        first.make(&made).unwrap();
-        second.make(&made).unwrap();
+        first.make(&made, Kind::Directory).unwrap();
+        second.make(&made, Kind::Directory).unwrap();
         assert!(made.is_dir());
         drop(first);
         assert!(made.is_dir(), "still used by the second sandbox");
@@ -87,9 +120,25 @@ mod tests {
         let users = dir.join(".codex");
         std::fs::create_dir(&users).unwrap();
         let mut held = SyntheticTargets::default();
-        held.make(&users).unwrap();
+        held.make(&users, Kind::Directory).unwrap();
         drop(held);
         assert!(users.is_dir(), "not made here, so not removed");
+
+        let file = dir.join("absent");
+        let mut held = SyntheticTargets::default();
+        held.make(&file, Kind::File).unwrap();
+        assert!(file.is_file());
+        drop(held);
+        assert!(!file.exists());
+        let mut held = SyntheticTargets::default();
+        held.make(&file, Kind::File).unwrap();
+        std::fs::write(&file, "written meanwhile").unwrap();
+        drop(held);
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "written meanwhile",
+            "not empty, so kept"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

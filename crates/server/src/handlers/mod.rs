@@ -18,7 +18,7 @@ pub(crate) enum Call {
     EnvironmentInfo,
     EnvironmentStatus,
     Process(process::ProcessCall),
-    Fs(fs::FsCall),
+    Fs(Box<fs::FsCall>),
     Http(Box<tether_protocol::http::HttpRequestParams>),
 }
 
@@ -38,7 +38,7 @@ impl Call {
             Method::Initialize => unreachable!("initialize is decoded by the processor"),
             method => match process::ProcessCall::decode(method, params.clone())? {
                 Some(call) => Call::Process(call),
-                None => Call::Fs(fs::FsCall::decode(method, params)?),
+                None => Call::Fs(Box::new(fs::FsCall::decode(method, params)?)),
             },
         })
     }

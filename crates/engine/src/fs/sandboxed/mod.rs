@@ -1,0 +1,129 @@
+//! File operations inside a sandbox: work the intent confines runs in a helper process inside
+//! the same mounts as a sandboxed command, so the kernel gives the answers (a denied write is
+//! `EROFS`, a hidden file `EACCES`, a write through a link that leads out is refused, a missing
+//! parent is `ENOENT`), exactly as it would to the command.
+//!
+//! The server side ([`run`]) starts `bwrap <mounts> -- <tether> __tether-sandbox fs`, writes
+//! one [`FileOp`] as JSON to its stdin, and reads one answer from its stdout, a Unix socket. The
+//! helper side ([`serve_one`]) performs the operation with the same code the in-process calls
+//! use. Opening a file is an operation too: the helper sends the open file back as a
+//! descriptor, so a sandboxed `fs/readFile` or `fs/open` reads (or writes) it here, at full
+//! speed, with the access the sandbox granted when it was opened.
+
+mod op;
+mod wire;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::process::Stdio;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub(crate) use op::{FileOp, FromOutcome, OpenHow, Outcome};
+use wire::Answer;
+
+use super::FsError;
+use crate::sandbox::Sandboxing;
+use crate::sandbox::inner::HELPER_ARG;
+use crate::sandbox::mounts::{self, Purpose};
+use crate::sandbox::policy::FullPolicy;
+
+/// The largest request the helper reads: a whole-file write of the largest file a client may
+/// send, in base64, and its framing.
+const MAX_REQUEST_BYTES: usize =
+    tether_protocol::fs::FS_READ_FILE_MAX_BYTES as usize / 3 * 4 + 64 * 1024;
+
+/// What the helper's stderr may add to an error message.
+const MAX_STDERR_BYTES: usize = 4096;
+
+/// The helper: one operation from stdin, its answer on stdout. Never returns.
+pub fn serve_one() -> ! {
+    let mut request = Vec::new();
+    let read = std::io::stdin().take(MAX_REQUEST_BYTES as u64 + 1).read_to_end(&mut request);
+    let (answer, file) = match read {
+        Err(error) => (Answer::failed(error.into()), None),
+        Ok(_) if request.len() > MAX_REQUEST_BYTES => (
+            Answer::failed(FsError::other(format!("request over {MAX_REQUEST_BYTES} bytes"))),
+            None,
+        ),
+        Ok(_) => match serde_json::from_slice::<FileOp>(&request) {
+            Ok(op) => Answer::of(op.apply()),
+            Err(error) => (Answer::failed(FsError::other(format!("bad request: {error}"))), None),
+        },
+    };
+    let text = serde_json::to_vec(&answer).expect("an answer serialises");
+    let stdout = std::io::stdout();
+    if let Err(error) = wire::send(&stdout, &text, file.as_ref()) {
+        let _ = writeln!(std::io::stderr(), "could not answer: {error}");
+        std::process::exit(1)
+    }
+    std::process::exit(0)
+}
+
+/// Runs `op` inside the sandbox `policy` describes, and answers what it yields.
+pub(crate) async fn run<T: FromOutcome>(policy: &FullPolicy, op: FileOp) -> Result<T, FsError> {
+    T::expect(perform(policy, op).await?)
+}
+
+async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
+    let sandboxing = Sandboxing::current();
+    let (Some(bwrap), Some(helper)) = (&sandboxing.bwrap, &sandboxing.helper) else {
+        let why = sandboxing.unavailable().unwrap_or_default();
+        return Err(FsError::other(format!("fs sandbox helper failed to start: {why}")));
+    };
+    let plan = mounts::plan(policy, helper, std::path::Path::new("/"), Purpose::FileOperation)
+        .map_err(|e| FsError::other(format!("failed to prepare fs sandbox: {e}")))?;
+    let request = serde_json::to_vec(&op).expect("an operation serialises");
+    let (ours, theirs) = UnixStream::pair().map_err(FsError::from)?;
+    ours.set_nonblocking(true).map_err(FsError::from)?;
+    let ours = tokio::net::UnixStream::from_std(ours).map_err(FsError::from)?;
+    let inherited: Vec<i32> = plan.data_fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut command = tokio::process::Command::new(bwrap);
+    command
+        .args(&plan.args)
+        .arg("--")
+        .arg(helper)
+        .arg(HELPER_ARG)
+        .arg("fs")
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(OwnedFd::from(theirs)))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: system calls only: the descriptors bubblewrap reads are made inheritable.
+    unsafe {
+        command.pre_exec(move || crate::sandbox::launch::keep_across_exec(&inherited));
+    }
+    let spawned = command.spawn();
+    // The helper holds its own copies now; ours must go, or the answer would never end.
+    drop(command);
+    let mut child =
+        spawned.map_err(|e| FsError::other(format!("fs sandbox helper failed to start: {e}")))?;
+    drop(plan.data_fds);
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let write = async move {
+        // A helper that failed to start stops reading; its status says why.
+        let _ = stdin.write_all(&request).await;
+    };
+    let mut diagnostics = Vec::new();
+    let read_errors =
+        async { (&mut stderr).take(MAX_STDERR_BYTES as u64).read_to_end(&mut diagnostics).await };
+    let ((), received, _) = tokio::join!(write, wire::receive(&ours), read_errors);
+    let status = child.wait().await.map_err(FsError::from)?;
+    // The plan's mount targets are let go only now that the helper is gone.
+    drop(plan.synthetic);
+    let failed = || {
+        FsError::other(format!(
+            "fs sandbox helper failed with status {status}: {}",
+            String::from_utf8_lossy(&diagnostics).trim()
+        ))
+    };
+    let (answer, file) = received.map_err(|e| FsError::other(format!("fs sandbox helper: {e}")))?;
+    match serde_json::from_slice::<Answer>(&answer) {
+        Ok(answer) => answer.into_outcome(file),
+        Err(_) => Err(failed()),
+    }
+}

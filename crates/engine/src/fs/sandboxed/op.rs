@@ -1,0 +1,200 @@
+//! The file operations a sandbox may have to confine, and what each one yields.
+//!
+//! One [`FileOp`] is the unit of work whether it runs here or in the helper: the same code
+//! performs it in both places, so a confined call differs from a free one only in what the
+//! kernel lets it touch.
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tether_protocol::ByteChunk;
+use tether_protocol::fs::{FsGetMetadataResponse, FsWalkOptions, FsWalkResponse};
+
+use super::super::directory::{self, Listing};
+use super::super::{FsError, copy, metadata, regular_file, remove, walk};
+
+/// One operation, as the helper receives it. Paths travel as their bytes: a path need not be
+/// UTF-8.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub(crate) enum FileOp {
+    WriteFile {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        data: ByteChunk,
+        follow: bool,
+    },
+    CreateDirectory {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        recursive: bool,
+        follow: bool,
+    },
+    Remove {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        recursive: bool,
+        force: bool,
+        follow: bool,
+    },
+    Copy {
+        #[serde(with = "path_bytes")]
+        source: PathBuf,
+        #[serde(with = "path_bytes")]
+        destination: PathBuf,
+        recursive: bool,
+    },
+    Metadata {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        follow: bool,
+    },
+    Canonicalize {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+    },
+    /// Lists a directory, keeping at most `keep` entries and counting the rest.
+    ReadDirectory {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        keep: usize,
+    },
+    Walk {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        options: FsWalkOptions,
+    },
+    /// Opens a file; the open file is the answer, and the caller reads or writes it. Opening
+    /// is where the sandbox decides, so a file opened inside it may be used outside.
+    Open {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        how: OpenHow,
+    },
+}
+
+/// How [`FileOp::Open`] opens its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum OpenHow {
+    /// A regular file for reading, following links or not (`fs/readFile`, `fs/open`).
+    Read { follow: bool },
+    /// Created or truncated for writing, following links (`fs/open` in `replace` mode).
+    Replace,
+}
+
+/// What an operation yields.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Done,
+    Metadata(FsGetMetadataResponse),
+    Path(PathBuf),
+    Listing(Listing),
+    Walk(FsWalkResponse),
+    File(File),
+}
+
+impl FileOp {
+    /// Performs the operation here, in whatever sandbox this process is in.
+    pub(crate) fn apply(self) -> io::Result<Outcome> {
+        let done = |result: io::Result<()>| result.map(|()| Outcome::Done);
+        match self {
+            FileOp::WriteFile { path, data, follow } => {
+                done(regular_file::write_whole(&path, &data.0, follow))
+            }
+            FileOp::CreateDirectory { path, recursive, follow } => {
+                done(directory::create(&path, recursive, follow))
+            }
+            FileOp::Remove { path, recursive, force, follow } => {
+                done(remove::remove(&path, recursive, force, follow))
+            }
+            FileOp::Copy { source, destination, recursive } => {
+                done(copy::copy(&source, &destination, recursive))
+            }
+            FileOp::Metadata { path, follow } => {
+                metadata::metadata(&path, follow).map(Outcome::Metadata)
+            }
+            FileOp::Canonicalize { path } => std::fs::canonicalize(path).map(Outcome::Path),
+            FileOp::ReadDirectory { path, keep } => {
+                directory::list(&path, keep).map(Outcome::Listing)
+            }
+            FileOp::Walk { path, options } => walk::walk(&path, &options).map(Outcome::Walk),
+            FileOp::Open { path, how } => match how {
+                OpenHow::Read { follow } => regular_file::open_for_reading(&path, follow),
+                OpenHow::Replace => regular_file::open_for_write(&path, true),
+            }
+            .map(Outcome::File),
+        }
+    }
+}
+
+/// The value a caller expects from an [`Outcome`]; any other is the helper's mistake.
+pub(crate) trait FromOutcome: Sized {
+    const WHAT: &'static str;
+    fn from_outcome(outcome: Outcome) -> Option<Self>;
+
+    fn expect(outcome: Outcome) -> Result<Self, FsError> {
+        let answered = outcome.what();
+        Self::from_outcome(outcome).ok_or_else(|| {
+            FsError::other(format!(
+                "the fs sandbox helper answered {answered} where {} was asked for",
+                Self::WHAT
+            ))
+        })
+    }
+}
+
+impl Outcome {
+    fn what(&self) -> &'static str {
+        match self {
+            Outcome::Done => <() as FromOutcome>::WHAT,
+            Outcome::Metadata(_) => FsGetMetadataResponse::WHAT,
+            Outcome::Path(_) => PathBuf::WHAT,
+            Outcome::Listing(_) => Listing::WHAT,
+            Outcome::Walk(_) => FsWalkResponse::WHAT,
+            Outcome::File(_) => File::WHAT,
+        }
+    }
+}
+
+macro_rules! from_outcome {
+    ($type:ty, $what:literal, $pattern:pat => $value:expr) => {
+        impl FromOutcome for $type {
+            const WHAT: &'static str = $what;
+            fn from_outcome(outcome: Outcome) -> Option<Self> {
+                match outcome {
+                    $pattern => Some($value),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+from_outcome!((), "nothing", Outcome::Done => ());
+from_outcome!(FsGetMetadataResponse, "metadata", Outcome::Metadata(value) => value);
+from_outcome!(PathBuf, "a path", Outcome::Path(value) => value);
+from_outcome!(Listing, "a listing", Outcome::Listing(value) => value);
+from_outcome!(FsWalkResponse, "a walk", Outcome::Walk(value) => value);
+from_outcome!(File, "an open file", Outcome::File(value) => value);
+
+/// A path as its bytes, for paths that are not UTF-8.
+pub(crate) mod path_bytes {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(path.as_os_str().as_bytes())
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<PathBuf, D::Error> {
+        Ok(PathBuf::from(OsString::from_vec(Vec::<u8>::deserialize(deserializer)?)))
+    }
+}
