@@ -46,6 +46,11 @@ fn main() -> anyhow::Result<()> {
             })
         }))
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal; a log file or a collector gets plain text.
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = match cli.command {

@@ -37,6 +37,7 @@ against_both!(
     copy_refuses_what_it_cannot_copy,
     read_blocks_are_eof_only_when_short,
     write_blocks_fill_gaps_and_stay_within_signed_offsets,
+    a_large_file_streams_in_whole_blocks_as_advertised,
     handle_ids_are_bounded_unique_and_limited_per_connection,
     handles_close_idempotently_and_fail_as_opened,
     a_handle_keeps_reading_its_file_after_the_path_is_replaced,
@@ -904,6 +905,31 @@ async fn read_blocks_are_eof_only_when_short(target: Target) {
     {
         assert_error(client.err("fs/readBlock", params).await.unwrap(), -32600, bad_length);
     }
+}
+
+/// `fileWriteStreaming` is advertised, and what Codex then sends for a large copy lands
+/// intact: a 32-hex-digit handle, 40 blocks of 1 MiB, in order, then `fs/close`.
+async fn a_large_file_streams_in_whole_blocks_as_advertised(target: Target) {
+    const BLOCK: usize = 1024 * 1024;
+    let scratch = Scratch::new(target, "streamed-write");
+    let server = ServerProcess::start(target).await.unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    assert_eq!(init["environmentInfo"]["capabilities"]["fileWriteStreaming"], true, "{init}");
+
+    // Every block differs from the others, so a block written twice or out of place shows.
+    let contents: Vec<u8> =
+        (0..40 * BLOCK).map(|i| ((i / BLOCK) as u8).wrapping_mul(31) ^ (i as u8)).collect();
+    let id = "0123456789abcdef0123456789abcdef";
+    let open = json!({"handleId": id, "path": scratch.uri("copy.bin"), "mode": "replace"});
+    assert_eq!(client.ok("fs/open", open).await.unwrap(), json!({"handleId": id}));
+    for (n, chunk) in contents.chunks(BLOCK).enumerate() {
+        let written = client.ok("fs/writeBlock", write_block(id, (n * BLOCK) as u64, chunk));
+        assert_eq!(written.await.unwrap(), json!({}), "block {n}");
+    }
+    assert_eq!(client.ok("fs/close", json!({"handleId": id})).await.unwrap(), json!({}));
+    let landed = scratch.read("copy.bin");
+    assert_eq!(landed.len(), contents.len());
+    assert!(landed == contents, "the copy differs from what was sent");
 }
 
 async fn write_blocks_fill_gaps_and_stay_within_signed_offsets(target: Target) {

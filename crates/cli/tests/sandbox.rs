@@ -1450,6 +1450,12 @@ async fn stdio_session(launcher: &[&str], env: &[(&str, &str)], params: Value) -
     seen
 }
 
+/// The answer to the session's `process/start`. Notifications of the process may come before
+/// it: the protocol orders a process's events by `seq`, not against responses.
+fn start_result(seen: &[Value]) -> &Value {
+    &seen.iter().find(|m| m["id"] == 2).expect("the start was answered")["result"]
+}
+
 /// The stderr text and the exit notification of a stdio session's process.
 fn stderr_and_exit(seen: &[Value]) -> (String, Value) {
     let stderr = output_of(seen, "stderr");
@@ -1467,7 +1473,7 @@ async fn without_bubblewrap_nothing_sandboxed_runs() {
     let params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
     let launcher = [tether.to_str().unwrap(), "serve", "--listen", "stdio"];
     let seen = stdio_session(&launcher, &[("PATH", "/nonexistent")], params).await;
-    assert_eq!(seen[1]["result"]["sandboxType"], "linuxSeccomp", "{seen:?}");
+    assert_eq!(start_result(&seen)["sandboxType"], "linuxSeccomp", "{seen:?}");
     let (stderr, exited) = stderr_and_exit(&seen);
     assert_eq!(
         (exited["exitCode"].clone(), exited["sandboxDenied"].clone()),
@@ -1476,6 +1482,40 @@ async fn without_bubblewrap_nothing_sandboxed_runs() {
     assert!(stderr.contains("bubblewrap is unavailable"), "{stderr}");
     assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
     assert!(!root.exists("ran"), "the command never ran");
+}
+
+/// The start-up log says whether sandboxing is available, and if not why and what to install;
+/// written to a pipe, it is plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_log_says_whether_sandboxing_is_available() {
+    use tokio::io::AsyncBufReadExt;
+    let tether = tether_testkit::server::tether_binary().unwrap();
+    for (path, expected) in [
+        (std::env::var("PATH").unwrap(), "sandboxing available bwrap=/usr/bin/bwrap"),
+        ("/nonexistent".to_owned(), "sandboxing unavailable: bubblewrap is unavailable"),
+    ] {
+        let mut server = tokio::process::Command::new(&tether)
+            .args(["serve", "--listen", "ws://127.0.0.1:0"])
+            .env("PATH", &path)
+            .env_remove("TETHER_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+        let mut log = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            log.push_str(&line);
+            log.push('\n');
+            if line.contains("listening") {
+                break;
+            }
+        }
+        server.kill().await.unwrap();
+        assert!(log.contains(expected), "{expected:?} in {log}");
+        assert!(!log.contains('\x1b'), "no colour codes on a pipe: {log:?}");
+    }
 }
 
 /// No user namespaces (the server runs in a user namespace that may create none, as sandbox.md
@@ -1493,7 +1533,7 @@ async fn without_user_namespaces_nothing_sandboxed_runs() {
     );
     let launcher = ["unshare", "-U", "-r", "/bin/sh", "-c", &serve];
     let seen = stdio_session(&launcher, &[], params).await;
-    assert_eq!(seen[1]["result"]["sandboxType"], "linuxSeccomp", "{seen:?}");
+    assert_eq!(start_result(&seen)["sandboxType"], "linuxSeccomp", "{seen:?}");
     let (stderr, exited) = stderr_and_exit(&seen);
     assert_ne!(exited["exitCode"], 0, "{stderr}");
     assert!(stderr.contains("bwrap: "), "bubblewrap says why: {stderr}");

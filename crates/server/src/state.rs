@@ -44,6 +44,7 @@ fn capabilities() -> Capabilities {
     Capabilities {
         fs_watch_missing: true,
         http_header_env_vars: true,
+        file_write_streaming: true,
         tether_extensions: Some(TetherExtensions {
             pty_size: true,
             close_stdin: true,

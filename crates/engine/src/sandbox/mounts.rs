@@ -107,8 +107,10 @@ impl Plan {
 pub enum Purpose {
     /// A client's command: every namespace the intent calls for.
     Command,
-    /// One file operation by the helper, which runs only Tether's own code: no network
-    /// namespace (it would cost a third of the launch and isolate nothing).
+    /// One file operation by the helper, which runs only Tether's own code: no network or
+    /// IPC namespace (each costs launch time and would isolate nothing the helper uses). The
+    /// pid namespace stays: the helper's `/proc` must not show the host's processes, whose
+    /// `/proc/<pid>/root` leads out.
     FileOperation,
 }
 
@@ -178,9 +180,12 @@ pub fn plan(
             plan.hide(&path)?;
         }
     }
-    plan.arg("--unshare-user").arg("--unshare-pid").arg("--unshare-ipc");
-    if policy.network == NetworkAccess::Restricted && purpose == Purpose::Command {
-        plan.arg("--unshare-net");
+    plan.arg("--unshare-user").arg("--unshare-pid");
+    if purpose == Purpose::Command {
+        plan.arg("--unshare-ipc");
+        if policy.network == NetworkAccess::Restricted {
+            plan.arg("--unshare-net");
+        }
     }
     plan.arg("--proc").arg("/proc");
     if policy.base != Base::Root {

@@ -92,9 +92,12 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
         .stdout(Stdio::from(OwnedFd::from(theirs)))
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // SAFETY: system calls only: the descriptors bubblewrap reads are made inheritable.
-    unsafe {
-        command.pre_exec(move || crate::sandbox::launch::keep_across_exec(&inherited));
+    if !inherited.is_empty() {
+        // SAFETY: system calls only: the descriptors bubblewrap reads are made inheritable.
+        // Only then: a command without a hook is spawned without copying the server's memory.
+        unsafe {
+            command.pre_exec(move || crate::sandbox::launch::keep_across_exec(&inherited));
+        }
     }
     let spawned = command.spawn();
     // The helper holds its own copies now; ours must go, or the answer would never end.
