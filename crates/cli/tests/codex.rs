@@ -14,6 +14,7 @@ against_both!(
     codex_applies_patches_through_the_executor,
     codex_views_an_image_through_the_executor,
     codex_reaches_an_mcp_server_through_the_executor,
+    codex_reaches_an_mcp_server_the_executor_declares,
     codex_workspace_write_confines_commands_to_the_workspace,
     codex_workspace_write_applies_patches_in_the_sandbox,
     codex_read_only_denies_a_command_that_writes,
@@ -162,6 +163,27 @@ async fn codex_reaches_an_mcp_server_through_the_executor(target: Target) {
     };
     let outputs = workspace.run_codex_with(&server, vec![call], &config).await;
     assert!(outputs[0].contains("Echo: hello-through-the-executor"), "{}", outputs[0]);
+}
+
+/// An HTTP MCP server that only the executor's own configuration declares (its
+/// `$CODEX_HOME/config.toml`, which Codex cannot see): Codex learns it with
+/// `environmentConfig/read` and the model can call it.
+async fn codex_reaches_an_mcp_server_the_executor_declares(target: Target) {
+    let mcp = McpEverything::start().await.unwrap();
+    let executor_home = Outside::new(target, "executor-home");
+    let config = format!("[mcp_servers.executor_everything]\nurl = \"{}\"\n", mcp.url);
+    std::fs::write(executor_home.0.join("config.toml"), config).unwrap();
+    let home = executor_home.0.display().to_string();
+    let server =
+        ServerProcess::start_with_env(target, &[], &[("CODEX_HOME", &home)]).await.unwrap();
+    let workspace = Workspace::new(target, "executor-mcp");
+    let call = ToolCall::Mcp {
+        namespace: "mcp__executor_everything".into(),
+        name: "echo".into(),
+        arguments: serde_json::json!({"message": "declared-by-the-executor"}),
+    };
+    let outputs = workspace.run_codex(&server, vec![call]).await;
+    assert!(outputs[0].contains("Echo: declared-by-the-executor"), "{}", outputs[0]);
 }
 
 /// `-s workspace-write`: a command writes in the workspace, and is refused outside it (a

@@ -20,10 +20,7 @@ pub fn executor_version() -> String {
 /// methods it serves.
 pub fn environment_info(capabilities: Capabilities) -> EnvironmentInfo {
     let cwd = std::env::current_dir().ok();
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| login_account().map(|a| a.home));
+    let home = home_dir();
     let temporary_directories = std::env::var_os("TMPDIR")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -47,6 +44,14 @@ pub fn environment_info(capabilities: Capabilities) -> EnvironmentInfo {
         temp_dir: PathUri::from_path(&std::env::temp_dir()),
         capabilities: Some(capabilities),
     }
+}
+
+/// The executor user's home: `$HOME` when it is absolute, else the account's.
+pub fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| login_account().map(|a| a.home))
 }
 
 /// A stable id for "this build of this executor on this kind of machine": clients may cache

@@ -22,11 +22,14 @@
 //! - [`allocator`]: the allocator tuning a streaming process wants (freed heap kept for reuse).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
 //!   `environment/info` reports it.
+//! - [`codex_config`]: the executor's own Codex configuration, layer by layer, as
+//!   `environmentConfig/read` reports it.
 //!
 //! Architecture invariant: this crate knows the protocol's data types but nothing of JSON-RPC,
 //! connections or sessions. Errors are typed ([`ProcessError`]); the server maps them to codes.
 
 pub mod allocator;
+pub mod codex_config;
 pub mod env_policy;
 pub mod environment;
 pub mod exec;

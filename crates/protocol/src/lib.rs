@@ -11,6 +11,7 @@
 //! - [`error`]: the error codes both sides agree on.
 //! - [`method`]: every method name and the handshake family it belongs to.
 //! - [`session`]: `initialize`, `environment/info` and `environment/status`.
+//! - [`environment_config`]: `environmentConfig/read`, the executor's own Codex configuration.
 //! - [`process`]: `process/*` requests, results and notifications.
 //! - [`fs`] and [`http`]: the filesystem methods and `http/request`.
 //! - [`sandbox`]: the confinement a `process/start` or `fs/*` call asks for.
@@ -20,6 +21,7 @@
 pub mod bytes;
 pub mod decode;
 pub mod envelope;
+pub mod environment_config;
 pub mod error;
 #[cfg(test)]
 #[macro_use]

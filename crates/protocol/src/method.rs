@@ -12,6 +12,8 @@ pub enum Method {
     ProcessTerminate,
     EnvironmentInfo,
     EnvironmentStatus,
+    /// Chosen keys of the executor's Codex configuration (`environmentConfigRead`).
+    EnvironmentConfigRead,
     FsReadFile,
     FsWriteFile,
     FsCreateDirectory,
@@ -49,7 +51,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 26] = [
+    pub const ALL: [Method; 27] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -58,6 +60,7 @@ impl Method {
         Method::ProcessTerminate,
         Method::EnvironmentInfo,
         Method::EnvironmentStatus,
+        Method::EnvironmentConfigRead,
         Method::FsReadFile,
         Method::FsWriteFile,
         Method::FsCreateDirectory,
@@ -88,6 +91,7 @@ impl Method {
             Method::ProcessTerminate => "process/terminate",
             Method::EnvironmentInfo => "environment/info",
             Method::EnvironmentStatus => "environment/status",
+            Method::EnvironmentConfigRead => "environmentConfig/read",
             Method::FsReadFile => "fs/readFile",
             Method::FsWriteFile => "fs/writeFile",
             Method::FsCreateDirectory => "fs/createDirectory",
@@ -128,6 +132,7 @@ impl Method {
             | Method::ProcessList => "exec",
             Method::EnvironmentInfo => "environment info",
             Method::EnvironmentStatus => "environment status",
+            Method::EnvironmentConfigRead => "environment config",
             Method::HttpRequest => "http",
             _ => "filesystem",
         }

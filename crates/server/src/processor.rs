@@ -187,6 +187,9 @@ impl Processor {
             Call::Process(call) => handlers::process::run(&id, call, &session),
             Call::Fs(call) => handlers::fs::run(&id, *call, &self.state.fs, &mut self.fs).await,
             Call::Http(params) => return self.http(id, *params).await,
+            Call::EnvironmentConfigRead(params) => {
+                handlers::environment_config::run(&id, *params).await
+            }
         };
         match result {
             Ok(text) => self.send(text).await,

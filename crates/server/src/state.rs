@@ -45,6 +45,7 @@ fn capabilities() -> Capabilities {
         fs_watch_missing: true,
         http_header_env_vars: true,
         file_write_streaming: true,
+        environment_config_read: true,
         tether_extensions: Some(TetherExtensions {
             pty_size: true,
             close_stdin: true,

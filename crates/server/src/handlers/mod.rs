@@ -2,6 +2,7 @@
 //! its errors. Decoding comes first and on its own ([`Call::decode`]) because the reference
 //! checks params before the handshake: `process/start {}` before `initialize` is `-32602`.
 
+pub(crate) mod environment_config;
 pub(crate) mod fs;
 pub(crate) mod http;
 pub(crate) mod process;
@@ -20,6 +21,7 @@ pub(crate) enum Call {
     Process(process::ProcessCall),
     Fs(Box<fs::FsCall>),
     Http(Box<tether_protocol::http::HttpRequestParams>),
+    EnvironmentConfigRead(Box<tether_protocol::environment_config::EnvironmentConfigReadParams>),
 }
 
 impl Call {
@@ -35,6 +37,9 @@ impl Call {
                 Call::EnvironmentStatus
             }
             Method::HttpRequest => Call::Http(Box::new(params_of(params)?)),
+            Method::EnvironmentConfigRead => {
+                Call::EnvironmentConfigRead(Box::new(params_of(params)?))
+            }
             Method::Initialize => unreachable!("initialize is decoded by the processor"),
             method => match process::ProcessCall::decode(method, params.clone())? {
                 Some(call) => Call::Process(call),
