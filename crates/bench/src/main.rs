@@ -8,6 +8,7 @@
 //! Run with `cargo run --release -p tether-bench` (see `--help`).
 
 mod ceilings;
+mod config_workloads;
 mod io_workloads;
 mod report;
 mod sandbox_workloads;
@@ -32,12 +33,12 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// recovery, files, bigfile, http, sandbox, sandboxfs.
+    /// recovery, files, bigfile, http, sandbox, sandboxfs, config.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery,files,bigfile,http,\
-                         sandbox,sandboxfs"
+                         sandbox,sandboxfs,config"
     )]
     only: Vec<String>,
     /// Skip the reference (for profiling Tether alone).
@@ -179,6 +180,21 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         table.push(row);
         drop(peer);
+    }
+    if wants("config") {
+        let repository: &'static config_workloads::Repository =
+            Box::leak(Box::new(config_workloads::Repository::prepare()?));
+        let mut row = Row::new(
+            "environmentConfig/read, user + 3 project layers (median ms)",
+            report::Better::Lower,
+        );
+        row.target = Some(Target { of_reference: 1.0, at_most: None });
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            config_workloads::read(server, repository, config_workloads::READ_RUNS).await
+        })
+        .await?;
+        repository.remove();
+        table.push(row);
     }
     if wants("sandbox") {
         use sandbox_workloads::Intent;

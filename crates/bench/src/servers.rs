@@ -51,7 +51,8 @@ impl Server {
         let mut command = match kind {
             Kind::Tether => {
                 let mut command = Command::new(tether_binary()?);
-                command.arg("serve");
+                // Tether writes nothing there; it reads the executor's Codex config from it.
+                command.arg("serve").env("CODEX_HOME", &scratch);
                 command
             }
             Kind::Reference => {
@@ -72,6 +73,11 @@ impl Server {
         std::thread::spawn(move || for _ in stdout.lines() {});
         let pid = child.id();
         Ok(Self { url: url.trim().to_owned(), pid, child: std::sync::Mutex::new(child), scratch })
+    }
+
+    /// The server's `CODEX_HOME` (its scratch directory).
+    pub fn codex_home(&self) -> &std::path::Path {
+        &self.scratch
     }
 
     /// `host:port`.

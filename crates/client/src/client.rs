@@ -290,6 +290,16 @@ impl ExecServerClient {
         Ok(list.processes)
     }
 
+    /// Chosen keys of the executor's own Codex configuration (`environmentConfig/read`), for
+    /// servers that advertise `environmentConfigRead`. Read-only, so retried across a drop.
+    pub async fn read_environment_config(
+        &self,
+        params: &tether_protocol::environment_config::EnvironmentConfigReadParams,
+    ) -> Result<tether_protocol::environment_config::EnvironmentConfigReadResponse, ClientError>
+    {
+        self.call("environmentConfig/read", params, Retry::Safe).await
+    }
+
     /// Follows a process already running (or finished) in this session, from the oldest output
     /// the server still holds. Also says whether earlier output was no longer retained.
     pub async fn attach(

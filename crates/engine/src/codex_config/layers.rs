@@ -81,23 +81,21 @@ pub(super) fn config_layers(
         layers.push(Layer { source: format!("user ({})", user_file.display()), base_dir, table });
     }
     // The cwd need not exist: its nearest marked ancestor is still its project.
-    {
-        let root = project_root(cwd, &markers);
-        for dir in dirs_from(&root, cwd) {
-            if !(trust.trusts(&dir) || trust.trusts(&root)) {
-                continue;
-            }
-            let base_dir = dir.join(".codex");
-            let file = base_dir.join("config.toml");
-            if file == user_file {
-                continue;
-            }
-            let Some(mut table) = load(&file, "project")? else { continue };
-            for key in PROJECT_DENYLIST {
-                table.remove(key);
-            }
-            layers.push(Layer { source: format!("project ({})", file.display()), base_dir, table });
+    let root = project_root(cwd, &markers);
+    for dir in dirs_from(&root, cwd) {
+        if !(trust.trusts(&dir) || trust.trusts(&root)) {
+            continue;
         }
+        let base_dir = dir.join(".codex");
+        let file = base_dir.join("config.toml");
+        if file == user_file {
+            continue;
+        }
+        let Some(mut table) = load(&file, "project")? else { continue };
+        for key in PROJECT_DENYLIST {
+            table.remove(key);
+        }
+        layers.push(Layer { source: format!("project ({})", file.display()), base_dir, table });
     }
     let managed_file = sources.system_dir.join("managed_config.toml");
     if let Some(table) = load(&managed_file, "managed")? {
