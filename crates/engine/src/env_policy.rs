@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 
 use tether_protocol::process::{EnvInherit, EnvPolicy};
 
+use crate::wildcard::{self, Case};
+
 /// Names a `core` policy inherits: enough for a shell to find programs, a home and a locale.
 pub const CORE_VARIABLES: &[&str] = &[
     "PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME",
@@ -58,34 +60,9 @@ pub fn child_env(
 }
 
 fn matches_any<S: AsRef<str>>(patterns: &[S], name: &str) -> bool {
-    patterns.iter().any(|p| glob_matches(p.as_ref().as_bytes(), name.as_bytes()))
-}
-
-/// Case-insensitive glob with `*` (any run) and `?` (one character).
-fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
-    let (mut p, mut n) = (0, 0);
-    let mut backtrack: Option<(usize, usize)> = None;
-    while n < name.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                backtrack = Some((p, n));
-                p += 1;
-            }
-            Some(&c) if c == b'?' || c.eq_ignore_ascii_case(&name[n]) => {
-                p += 1;
-                n += 1;
-            }
-            _ => match backtrack {
-                Some((star, matched)) => {
-                    p = star + 1;
-                    n = matched + 1;
-                    backtrack = Some((star, matched + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
+    patterns
+        .iter()
+        .any(|p| wildcard::matches(p.as_ref().as_bytes(), name.as_bytes(), Case::IgnoreAscii))
 }
 
 #[cfg(test)]
@@ -151,14 +128,5 @@ mod tests {
         let env = map(&[("B", "from-env")]);
         let out = child_env(&env, Some(&p), parent());
         assert_eq!(out, map(&[("A", "from-set"), ("B", "from-env"), ("PATH", "/bin")]));
-    }
-
-    #[test]
-    fn globs() {
-        assert!(glob_matches(b"*KEY*", b"my_api_key"));
-        assert!(glob_matches(b"A?C", b"abc"));
-        assert!(!glob_matches(b"A?C", b"abbc"));
-        assert!(glob_matches(b"*", b""));
-        assert!(!glob_matches(b"X*", b"YX"));
     }
 }

@@ -39,6 +39,7 @@ pub mod http;
 pub mod process;
 pub mod process_table;
 pub mod sandbox;
+mod wildcard;
 
 pub use exec::ProcessUpdate;
 pub use process::{ProcessError, ProcessEvent};

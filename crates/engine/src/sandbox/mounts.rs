@@ -15,6 +15,7 @@ use tether_protocol::sandbox::NetworkAccess;
 
 use super::policy::{Base, FullPolicy, GrantAccess, PROTECTED_NAMES};
 use super::synthetic::{Kind, SyntheticTargets};
+use crate::wildcard::{self, Case};
 
 /// The platform basics `minimal` makes readable.
 const MINIMAL_PATHS: [&str; 6] = ["/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"];
@@ -288,7 +289,7 @@ fn walk_glob(dir: &Path, parts: &[&str], found: &mut Vec<PathBuf>) {
     }
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
-        if name_matches(first.as_bytes(), entry.file_name().as_encoded_bytes()) {
+        if wildcard::matches(first.as_bytes(), entry.file_name().as_encoded_bytes(), Case::Exact) {
             walk_glob(&entry.path(), rest, found);
         }
     }
@@ -301,19 +302,6 @@ fn subdirectories(dir: &Path) -> Vec<PathBuf> {
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.path())
         .collect()
-}
-
-/// `*` any run of characters, `?` one character, anything else itself.
-fn name_matches(pattern: &[u8], name: &[u8]) -> bool {
-    match (pattern.split_first(), name.split_first()) {
-        (None, None) => true,
-        (Some((b'*', rest)), _) => {
-            name_matches(rest, name) || (!name.is_empty() && name_matches(pattern, &name[1..]))
-        }
-        (Some((b'?', rest)), Some((_, name_rest))) => name_matches(rest, name_rest),
-        (Some((p, rest)), Some((n, name_rest))) if p == n => name_matches(rest, name_rest),
-        _ => false,
-    }
 }
 
 #[cfg(test)]
@@ -395,14 +383,5 @@ mod tests {
         assert_eq!(plan.data_fds.len(), 2, "{args}");
         assert!(!args.contains("--unshare-net"));
         std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn names_match_stars_and_question_marks() {
-        assert!(name_matches(b"*.key", b"a.key"));
-        assert!(name_matches(b"?.key", b"a.key"));
-        assert!(!name_matches(b"?.key", b"ab.key"));
-        assert!(name_matches(b"*", b""));
-        assert!(!name_matches(b"*.key", b"a.keys"));
     }
 }
