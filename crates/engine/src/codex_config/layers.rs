@@ -38,13 +38,32 @@ const PROJECT_DENYLIST: [&str; 12] = [
 /// What marks a project root when the config names none.
 const DEFAULT_ROOT_MARKERS: [&str; 1] = [".git"];
 
-/// Where the files are.
+/// Where the files are, and whose home it is.
 #[derive(Debug, Clone)]
 pub struct Sources {
     /// `/etc/codex`.
     pub system_dir: PathBuf,
     /// `$CODEX_HOME`.
     pub codex_home: PathBuf,
+    /// The executor user's home, reported as `userHomeDir`.
+    pub home: Option<PathBuf>,
+}
+
+/// Both stacks before selection, each with the index of its first layer after the system
+/// one (where a client inserts its cloud layers).
+#[derive(Debug)]
+pub(super) struct Stacks {
+    pub config: (Vec<Layer>, usize),
+    pub requirements: (Vec<Layer>, usize),
+}
+
+/// Reads every file once: the legacy managed file is a layer of both stacks.
+pub(super) fn stacks(sources: &Sources, cwd: &Path) -> Result<Stacks, ConfigError> {
+    let managed_file = sources.system_dir.join("managed_config.toml");
+    let managed = load(&managed_file, "managed")?;
+    let config = config_layers(sources, cwd, &managed_file, managed.as_ref())?;
+    let requirements = requirements_layers(sources, &managed_file, managed.as_ref())?;
+    Ok(Stacks { config, requirements })
 }
 
 /// One layer before selection.
@@ -55,11 +74,12 @@ pub(super) struct Layer {
     pub table: Table,
 }
 
-/// The config layers for `cwd`, and the index of the first layer after the system one (where a
-/// client inserts its cloud layers).
-pub(super) fn config_layers(
+/// The config layers for `cwd`, and the index of the first layer after the system one.
+fn config_layers(
     sources: &Sources,
     cwd: &Path,
+    managed_file: &Path,
+    managed: Option<&Table>,
 ) -> Result<(Vec<Layer>, usize), ConfigError> {
     let mut layers = Vec::new();
     let system_file = sources.system_dir.join("config.toml");
@@ -97,19 +117,22 @@ pub(super) fn config_layers(
         }
         layers.push(Layer { source: format!("project ({})", file.display()), base_dir, table });
     }
-    let managed_file = sources.system_dir.join("managed_config.toml");
-    if let Some(table) = load(&managed_file, "managed")? {
+    if let Some(table) = managed {
         layers.push(Layer {
             source: format!("legacy managed_config.toml ({})", managed_file.display()),
             base_dir: sources.system_dir.clone(),
-            table,
+            table: table.clone(),
         });
     }
     Ok((layers, cloud_insertion))
 }
 
 /// The requirements layers, and the index after the system requirements file.
-pub(super) fn requirements_layers(sources: &Sources) -> Result<(Vec<Layer>, usize), ConfigError> {
+fn requirements_layers(
+    sources: &Sources,
+    managed_file: &Path,
+    managed: Option<&Table>,
+) -> Result<(Vec<Layer>, usize), ConfigError> {
     let mut layers = Vec::new();
     let file = sources.system_dir.join("requirements.toml");
     if let Some(table) = load(&file, "requirements")? {
@@ -120,12 +143,11 @@ pub(super) fn requirements_layers(sources: &Sources) -> Result<(Vec<Layer>, usiz
         });
     }
     let cloud_insertion = layers.len();
-    let managed_file = sources.system_dir.join("managed_config.toml");
-    if let Some(managed) = load(&managed_file, "managed")? {
+    if let Some(managed) = managed {
         layers.push(Layer {
             source: managed_file.display().to_string(),
             base_dir: sources.system_dir.clone(),
-            table: managed_requirements(&managed),
+            table: managed_requirements(managed),
         });
     }
     Ok((layers, cloud_insertion))

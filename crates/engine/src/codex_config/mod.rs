@@ -53,13 +53,14 @@ impl ConfigError {
 }
 
 impl Sources {
-    /// This executor's: `/etc/codex`, and `$CODEX_HOME` or `~/.codex`.
-    pub fn from_env(home: Option<&Path>) -> Self {
+    /// This executor's: `/etc/codex`, `$CODEX_HOME` or `~/.codex`, and the user's home.
+    pub fn from_env() -> Self {
+        let home = crate::environment::home_dir();
         let codex_home = std::env::var_os("CODEX_HOME")
             .filter(|value| !value.is_empty())
             .map(PathBuf::from)
-            .unwrap_or_else(|| home.unwrap_or(Path::new("/")).join(".codex"));
-        Self { system_dir: PathBuf::from(SYSTEM_DIR), codex_home }
+            .unwrap_or_else(|| home.as_deref().unwrap_or(Path::new("/")).join(".codex"));
+        Self { system_dir: PathBuf::from(SYSTEM_DIR), codex_home, home }
     }
 }
 
@@ -81,17 +82,18 @@ fn validate(params: &EnvironmentConfigReadParams) -> Result<PathBuf, ConfigError
 pub fn read(
     params: &EnvironmentConfigReadParams,
     sources: &Sources,
-    home: Option<&Path>,
 ) -> Result<EnvironmentConfigReadResponse, ConfigError> {
     let cwd = validate(params)?;
-    let (config, config_insertion) = layers::config_layers(sources, &cwd)?;
-    let (requirements, requirements_insertion) = layers::requirements_layers(sources)?;
+    let layers::Stacks {
+        config: (config, config_insertion),
+        requirements: (requirements, requirements_insertion),
+    } = layers::stacks(sources, &cwd)?;
     let uri = |path: &Path| {
         PathUri::from_path(path)
             .ok_or_else(|| ConfigError::load(format!("`{}` is not absolute", path.display())))
     };
     Ok(EnvironmentConfigReadResponse {
-        user_home_dir: home.and_then(PathUri::from_path),
+        user_home_dir: sources.home.as_deref().and_then(PathUri::from_path),
         codex_home_dir: uri(&sources.codex_home)?,
         hostname: hostname(),
         config: select(config, config_insertion, &params.config_paths, &uri)?,
@@ -204,13 +206,13 @@ mod tests {
         .unwrap();
         std::fs::write(system_dir.join("managed_config.toml"), "approval_policy = \"never\"\n")
             .unwrap();
-        let sources = Sources { system_dir: system_dir.clone(), codex_home: codex_home.clone() };
+        let sources =
+            Sources { system_dir: system_dir.clone(), codex_home: codex_home.clone(), home: None };
         let cwd = format!("file://{}", base.display());
 
         let read = read(
             &params(&cwd, &[&["mcp_servers"]], &[&["mcp_servers"], &["allowed_approval_policies"]]),
             &sources,
-            None,
         )
         .unwrap();
         let sources_of = |layers: &ConfigLayers| {
@@ -241,8 +243,7 @@ mod tests {
 
         // The managed file is the last config layer; a system layer that selects nothing is
         // dropped, and the insertion index with it.
-        let read =
-            super::read(&params(&cwd, &[&["approval_policy"]], &[]), &sources, None).unwrap();
+        let read = super::read(&params(&cwd, &[&["approval_policy"]], &[]), &sources).unwrap();
         assert_eq!(
             sources_of(&read.config),
             [format!(

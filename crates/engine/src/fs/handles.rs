@@ -19,8 +19,8 @@ use tether_protocol::fs::{
 
 use super::FsError;
 use super::blocking::blocking;
-use super::request::{Admission, Work, admit, native_path};
-use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
+use super::request::{Work, admit, native_path};
+use super::sandboxed::{FileOp, OpenHow};
 
 /// The files one connection has open, by the client's handle ids. Dropping it closes them all,
 /// which is what ending the connection does.
@@ -75,10 +75,7 @@ impl FileHandles {
             FsOpenMode::Replace => OpenHow::Replace,
         };
         let op = FileOp::Open { path, how };
-        let file: File = match admission {
-            Admission::InProcess => File::expect(blocking(move || op.apply()).await?)?,
-            Admission::Sandboxed(policy) => sandboxed::run(&policy, op).await?,
-        };
+        let file: File = admission.perform(op).await?;
         self.open.insert(id.clone(), OpenFile { file: Arc::new(file) });
         Ok(FsOpenResponse { handle_id: id })
     }

@@ -41,10 +41,7 @@ async fn perform<T: FromOutcome + Send + 'static>(
     work: Work,
     op: FileOp,
 ) -> Result<T, FsError> {
-    match admit(sandbox, work)? {
-        Admission::InProcess => T::expect(blocking(move || op.apply()).await?),
-        Admission::Sandboxed(policy) => sandboxed::run(&policy, op).await,
-    }
+    admit(sandbox, work)?.perform(op).await
 }
 
 #[async_trait]

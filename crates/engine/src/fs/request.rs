@@ -7,6 +7,8 @@ use tether_protocol::PathUri;
 use tether_protocol::sandbox::SandboxContext;
 
 use super::FsError;
+use super::blocking::blocking;
+use super::sandboxed::{self, FileOp, FromOutcome};
 use crate::sandbox::policy::{self, Confinement, Context, FullPolicy, PolicyError};
 
 /// Where a request's work may run.
@@ -16,6 +18,19 @@ pub(crate) enum Admission {
     InProcess,
     /// In a helper inside the sandbox the policy describes.
     Sandboxed(Box<FullPolicy>),
+}
+
+impl Admission {
+    /// Runs `op` where the admission says, and answers what it yields.
+    pub(crate) async fn perform<T: FromOutcome + Send + 'static>(
+        self,
+        op: FileOp,
+    ) -> Result<T, FsError> {
+        match self {
+            Admission::InProcess => T::expect(blocking(move || op.apply()).await?),
+            Admission::Sandboxed(policy) => sandboxed::run(&policy, op).await,
+        }
+    }
 }
 
 /// What the work does, which decides whether a restriction applies to it.

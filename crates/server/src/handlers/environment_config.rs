@@ -2,7 +2,6 @@
 //! blocking pool (it reads files), its typed errors mapped to codes.
 
 use tether_engine::codex_config::{self, ConfigErrorKind, Sources};
-use tether_engine::environment::home_dir;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::environment_config::EnvironmentConfigReadParams;
 use tether_protocol::error::{INTERNAL_ERROR, INVALID_PARAMS};
@@ -12,13 +11,12 @@ pub(crate) async fn run(
     id: &RequestId,
     params: EnvironmentConfigReadParams,
 ) -> Result<String, JsonRpcError> {
-    let read = tokio::task::spawn_blocking(move || {
-        let home = home_dir();
-        let sources = Sources::from_env(home.as_deref());
-        codex_config::read(&params, &sources, home.as_deref())
-    })
-    .await
-    .map_err(|failed| JsonRpcError::new(INTERNAL_ERROR, format!("config task failed: {failed}")))?;
+    let read =
+        tokio::task::spawn_blocking(move || codex_config::read(&params, &Sources::from_env()))
+            .await
+            .map_err(|failed| {
+                JsonRpcError::new(INTERNAL_ERROR, format!("config task failed: {failed}"))
+            })?;
     match read {
         Ok(response) => Ok(encode_response(id, &response)),
         Err(error) => {
