@@ -1436,14 +1436,15 @@ async fn stdio_session(launcher: &[&str], env: &[(&str, &str)], params: Value) -
     for request in requests {
         stdin.write_all(format!("{request}\n").as_bytes()).await.unwrap();
     }
-    let mut seen = Vec::new();
-    while let Some(line) = lines.next_line().await.unwrap() {
-        let message: Value = serde_json::from_str(&line).unwrap();
-        let closed = message["method"] == "process/closed";
-        seen.push(message);
-        if closed {
-            break;
-        }
+    // Until both the start's answer and the close are in: the protocol orders a process's
+    // notifications by `seq`, not against responses, so either may come last.
+    let mut seen: Vec<Value> = Vec::new();
+    let finished = |seen: &[Value]| {
+        seen.iter().any(|m| m["id"] == 2) && seen.iter().any(|m| m["method"] == "process/closed")
+    };
+    while !finished(&seen) {
+        let Some(line) = lines.next_line().await.unwrap() else { break };
+        seen.push(serde_json::from_str(&line).unwrap());
     }
     drop(stdin);
     let _ = server.wait().await;
