@@ -9,6 +9,7 @@
 
 mod ceilings;
 mod config_workloads;
+mod discovery_workloads;
 mod io_workloads;
 mod report;
 mod sandbox_workloads;
@@ -33,12 +34,12 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// recovery, files, bigfile, http, sandbox, sandboxfs, config.
+    /// recovery, files, bigfile, http, sandbox, sandboxfs, config, discovery.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery,files,bigfile,http,\
-                         sandbox,sandboxfs,config"
+                         sandbox,sandboxfs,config,discovery"
     )]
     only: Vec<String>,
     /// Skip the reference (for profiling Tether alone).
@@ -194,6 +195,28 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
         repository.remove();
+        table.push(row);
+    }
+    if wants("discovery") {
+        let mut row = Row::new(
+            "capabilities/discoverV2, 50 skills + 5 plugins (median ms)",
+            report::Better::Lower,
+        );
+        row.target = Some(Target { of_reference: 1.0, at_most: None });
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            discovery_workloads::installed(server, discovery_workloads::DISCOVERY_RUNS).await
+        })
+        .await?;
+        table.push(row);
+        let mut row = Row::new(
+            "capabilityRoots/discoverV1, 6 roots, 65 skills (median ms)",
+            report::Better::Lower,
+        );
+        row.target = Some(Target { of_reference: 1.0, at_most: None });
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            discovery_workloads::roots(server, discovery_workloads::DISCOVERY_RUNS).await
+        })
+        .await?;
         table.push(row);
     }
     if wants("sandbox") {

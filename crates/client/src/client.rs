@@ -300,6 +300,24 @@ impl ExecServerClient {
         self.call("environmentConfig/read", params, Retry::Safe).await
     }
 
+    /// The skills and plugins installed on the executor (`capabilities/discoverV2`), for servers
+    /// that advertise `capabilityDiscoveryV2`. Read-only, so retried across a drop.
+    pub async fn discover_capabilities(
+        &self,
+        params: &tether_protocol::capabilities::DiscoverV2Params,
+    ) -> Result<tether_protocol::capabilities::DiscoverV2Response, ClientError> {
+        self.call("capabilities/discoverV2", params, Retry::Safe).await
+    }
+
+    /// The capability files under each of `params.roots` (`capabilityRoots/discoverV1`).
+    /// Read-only, so retried across a drop.
+    pub async fn discover_capability_roots(
+        &self,
+        params: &tether_protocol::capabilities::DiscoverRootsParams,
+    ) -> Result<tether_protocol::capabilities::DiscoverRootsResponse, ClientError> {
+        self.call("capabilityRoots/discoverV1", params, Retry::Safe).await
+    }
+
     /// Follows a process already running (or finished) in this session, from the oldest output
     /// the server still holds. Also says whether earlier output was no longer retained.
     pub async fn attach(

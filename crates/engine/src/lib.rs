@@ -29,6 +29,7 @@
 //! connections or sessions. Errors are typed ([`ProcessError`]); the server maps them to codes.
 
 pub mod allocator;
+pub mod capabilities;
 pub mod codex_config;
 pub mod env_policy;
 pub mod environment;

@@ -12,6 +12,8 @@
 //! - [`method`]: every method name and the handshake family it belongs to.
 //! - [`session`]: `initialize`, `environment/info` and `environment/status`.
 //! - [`environment_config`]: `environmentConfig/read`, the executor's own Codex configuration.
+//! - [`capabilities`]: `capabilities/discoverV2` and `capabilityRoots/discoverV1`, the skills
+//!   and plugins installed on the executor.
 //! - [`process`]: `process/*` requests, results and notifications.
 //! - [`fs`] and [`http`]: the filesystem methods and `http/request`.
 //! - [`sandbox`]: the confinement a `process/start` or `fs/*` call asks for.
@@ -19,6 +21,7 @@
 //!   chunks and `file:` URIs.
 
 pub mod bytes;
+pub mod capabilities;
 pub mod decode;
 pub mod envelope;
 pub mod environment_config;

@@ -14,6 +14,10 @@ pub enum Method {
     EnvironmentStatus,
     /// Chosen keys of the executor's Codex configuration (`environmentConfigRead`).
     EnvironmentConfigRead,
+    /// The skills and plugins installed on the executor (`capabilityDiscoveryV2`).
+    CapabilitiesDiscoverV2,
+    /// The capability files under roots the client names.
+    CapabilityRootsDiscoverV1,
     FsReadFile,
     FsWriteFile,
     FsCreateDirectory,
@@ -51,7 +55,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 27] = [
+    pub const ALL: [Method; 29] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -61,6 +65,8 @@ impl Method {
         Method::EnvironmentInfo,
         Method::EnvironmentStatus,
         Method::EnvironmentConfigRead,
+        Method::CapabilitiesDiscoverV2,
+        Method::CapabilityRootsDiscoverV1,
         Method::FsReadFile,
         Method::FsWriteFile,
         Method::FsCreateDirectory,
@@ -92,6 +98,8 @@ impl Method {
             Method::EnvironmentInfo => "environment/info",
             Method::EnvironmentStatus => "environment/status",
             Method::EnvironmentConfigRead => "environmentConfig/read",
+            Method::CapabilitiesDiscoverV2 => "capabilities/discoverV2",
+            Method::CapabilityRootsDiscoverV1 => "capabilityRoots/discoverV1",
             Method::FsReadFile => "fs/readFile",
             Method::FsWriteFile => "fs/writeFile",
             Method::FsCreateDirectory => "fs/createDirectory",
@@ -133,6 +141,9 @@ impl Method {
             Method::EnvironmentInfo => "environment info",
             Method::EnvironmentStatus => "environment status",
             Method::EnvironmentConfigRead => "environment config",
+            Method::CapabilitiesDiscoverV2 | Method::CapabilityRootsDiscoverV1 => {
+                "capability discovery"
+            }
             Method::HttpRequest => "http",
             _ => "filesystem",
         }

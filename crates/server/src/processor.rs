@@ -190,6 +190,7 @@ impl Processor {
             Call::EnvironmentConfigRead(params) => {
                 handlers::environment_config::run(&id, *params).await
             }
+            Call::Discovery(call) => return self.discover(id, *call).await,
         };
         match result {
             Ok(text) => self.send(text).await,
@@ -240,6 +241,21 @@ impl Processor {
         };
         self.phase = Phase::AwaitingInitialized(session);
         Ok(encode_response(id, &response))
+    }
+
+    /// Discovery reads many files, so each call runs in its own task: the connection's other
+    /// requests go on meanwhile, and the work stops (at its next root) when the connection
+    /// ends.
+    async fn discover(&mut self, id: RequestId, call: handlers::capabilities::DiscoveryCall) {
+        let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
+        let outbound = self.outbound.clone();
+        self.waiting.spawn(async move {
+            let _ = match handlers::capabilities::run(&id, call).await {
+                Ok(text) => outbound.send(text).await,
+                Err(error) => outbound.send_error(&id, &error).await,
+            };
+            drop(permit);
+        });
     }
 
     /// Answers a read at once when it need not wait; otherwise waits in its own task.

@@ -46,6 +46,8 @@ fn capabilities() -> Capabilities {
         http_header_env_vars: true,
         file_write_streaming: true,
         environment_config_read: true,
+        capability_discovery_v2: true,
+        capability_discovery_sandbox: true,
         tether_extensions: Some(TetherExtensions {
             pty_size: true,
             close_stdin: true,

@@ -16,14 +16,14 @@ mod copy;
 mod directory;
 mod handles;
 mod local;
-mod metadata;
+pub(crate) mod metadata;
 mod no_follow;
-mod regular_file;
+pub(crate) mod regular_file;
 mod remove;
-mod request;
+pub(crate) mod request;
 pub(crate) mod sandboxed;
 mod stream;
-mod walk;
+pub(crate) mod walk;
 mod watch_missing;
 
 use async_trait::async_trait;

@@ -2,6 +2,7 @@
 //! its errors. Decoding comes first and on its own ([`Call::decode`]) because the reference
 //! checks params before the handshake: `process/start {}` before `initialize` is `-32602`.
 
+pub(crate) mod capabilities;
 pub(crate) mod environment_config;
 pub(crate) mod fs;
 pub(crate) mod http;
@@ -22,6 +23,7 @@ pub(crate) enum Call {
     Fs(Box<fs::FsCall>),
     Http(Box<tether_protocol::http::HttpRequestParams>),
     EnvironmentConfigRead(Box<tether_protocol::environment_config::EnvironmentConfigReadParams>),
+    Discovery(Box<capabilities::DiscoveryCall>),
 }
 
 impl Call {
@@ -39,6 +41,12 @@ impl Call {
             Method::HttpRequest => Call::Http(Box::new(params_of(params)?)),
             Method::EnvironmentConfigRead => {
                 Call::EnvironmentConfigRead(Box::new(params_of(params)?))
+            }
+            Method::CapabilitiesDiscoverV2 => Call::Discovery(Box::new(
+                capabilities::DiscoveryCall::Installed(params_of(params)?),
+            )),
+            Method::CapabilityRootsDiscoverV1 => {
+                Call::Discovery(Box::new(capabilities::DiscoveryCall::Roots(params_of(params)?)))
             }
             Method::Initialize => unreachable!("initialize is decoded by the processor"),
             method => match process::ProcessCall::decode(method, params.clone())? {

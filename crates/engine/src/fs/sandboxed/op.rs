@@ -9,11 +9,13 @@ use std::io;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tether_protocol::ByteChunk;
+use tether_protocol::capabilities::{CapabilityRootDiscovery, DiscoverV2Response};
 use tether_protocol::fs::{FsGetMetadataResponse, FsWalkOptions, FsWalkResponse};
+use tether_protocol::{ByteChunk, PathUri};
 
 use super::super::directory::{self, Listing};
 use super::super::{FsError, copy, metadata, regular_file, remove, walk};
+use crate::capabilities::{self, Locations};
 
 /// One operation, as the helper receives it. Paths travel as their bytes: a path need not be
 /// UTF-8.
@@ -73,6 +75,10 @@ pub(crate) enum FileOp {
         path: PathBuf,
         how: OpenHow,
     },
+    /// Scans one capability root (`capabilityRoots/discoverV1`).
+    DiscoverRoot { id: String, path: PathUri },
+    /// Inventories the installed plugins and skills (`capabilities/discoverV2`).
+    Inventory { locations: Locations },
 }
 
 /// How [`FileOp::Open`] opens its file.
@@ -94,6 +100,8 @@ pub(crate) enum Outcome {
     Listing(Listing),
     Walk(FsWalkResponse),
     File(File),
+    Root(Box<CapabilityRootDiscovery>),
+    Inventory(Box<DiscoverV2Response>),
 }
 
 impl FileOp {
@@ -126,6 +134,12 @@ impl FileOp {
                 OpenHow::Replace => regular_file::open_for_write(&path, true),
             }
             .map(Outcome::File),
+            FileOp::DiscoverRoot { id, path } => Ok(Outcome::Root(Box::new(
+                capabilities::scan_root(id, path, capabilities::ROOT_RULES),
+            ))),
+            FileOp::Inventory { locations } => {
+                Ok(Outcome::Inventory(Box::new(capabilities::inventory(&locations))))
+            }
         }
     }
 }
@@ -155,6 +169,8 @@ impl Outcome {
             Outcome::Listing(_) => Listing::WHAT,
             Outcome::Walk(_) => FsWalkResponse::WHAT,
             Outcome::File(_) => File::WHAT,
+            Outcome::Root(_) => CapabilityRootDiscovery::WHAT,
+            Outcome::Inventory(_) => DiscoverV2Response::WHAT,
         }
     }
 }
@@ -179,6 +195,8 @@ from_outcome!(PathBuf, "a path", Outcome::Path(value) => value);
 from_outcome!(Listing, "a listing", Outcome::Listing(value) => value);
 from_outcome!(FsWalkResponse, "a walk", Outcome::Walk(value) => value);
 from_outcome!(File, "an open file", Outcome::File(value) => value);
+from_outcome!(CapabilityRootDiscovery, "a capability root", Outcome::Root(value) => *value);
+from_outcome!(DiscoverV2Response, "an inventory", Outcome::Inventory(value) => *value);
 
 /// A path as its bytes, for paths that are not UTF-8.
 pub(crate) mod path_bytes {

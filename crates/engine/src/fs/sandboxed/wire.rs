@@ -12,6 +12,7 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 use serde::{Deserialize, Serialize};
+use tether_protocol::capabilities::{CapabilityRootDiscovery, DiscoverV2Response};
 use tether_protocol::fs::{
     FS_READ_DIRECTORY_MAX_ENTRIES, FsGetMetadataResponse, FsReadDirectoryEntry, FsWalkResponse,
 };
@@ -22,10 +23,16 @@ use super::super::directory::Listing;
 use super::super::{FsError, FsErrorKind};
 use super::op::{Outcome, path_bytes};
 
-/// The largest answer the server reads: a full listing of the longest names with every byte
-/// escaped (`NAME_MAX` bytes at up to six each, and the JSON around them). Every other answer
-/// is smaller: a walk's is bounded at 4 MiB, and a file travels as a descriptor, not bytes.
-pub(super) const MAX_ANSWER_BYTES: usize = FS_READ_DIRECTORY_MAX_ENTRIES * (255 * 6 + 64);
+/// The largest answer the server reads: the larger of a full listing of the longest names with
+/// every byte escaped (`NAME_MAX` bytes at up to six each, and the JSON around them) and a
+/// capability root's files (16 MiB of text, escaped at up to six bytes a byte, and its paths).
+/// Every other answer is smaller: a walk's is bounded at 4 MiB, an inventory's at 4 MiB, and a
+/// file travels as a descriptor, not bytes.
+pub(super) const MAX_ANSWER_BYTES: usize = {
+    let listing = FS_READ_DIRECTORY_MAX_ENTRIES * (255 * 6 + 64);
+    let root = crate::capabilities::scan::MAX_ROOT_BYTES as usize * 6 + 4 * 1024 * 1024;
+    if listing > root { listing } else { root }
+};
 
 /// How much of the answer one `recvmsg` takes.
 const RECEIVE_CHUNK_BYTES: usize = 64 * 1024;
@@ -54,6 +61,12 @@ pub(super) enum Answer {
         walk: FsWalkResponse,
     },
     Opened,
+    Root {
+        root: Box<CapabilityRootDiscovery>,
+    },
+    Inventory {
+        inventory: Box<DiscoverV2Response>,
+    },
     /// The error as the server would have reported it: its kind and the OS's text.
     Failed {
         kind: FsErrorKind,
@@ -71,6 +84,8 @@ impl Answer {
             Ok(Outcome::Listing(Listing { entries, total })) => Answer::Listing { entries, total },
             Ok(Outcome::Walk(walk)) => Answer::Walk { walk },
             Ok(Outcome::File(file)) => return (Answer::Opened, Some(file)),
+            Ok(Outcome::Root(root)) => Answer::Root { root },
+            Ok(Outcome::Inventory(inventory)) => Answer::Inventory { inventory },
             Err(error) => Answer::failed(error.into()),
         };
         (answer, None)
@@ -88,6 +103,8 @@ impl Answer {
             Answer::Path { path } => Outcome::Path(path),
             Answer::Listing { entries, total } => Outcome::Listing(Listing { entries, total }),
             Answer::Walk { walk } => Outcome::Walk(walk),
+            Answer::Root { root } => Outcome::Root(root),
+            Answer::Inventory { inventory } => Outcome::Inventory(inventory),
             Answer::Opened => match file {
                 Some(fd) => Outcome::File(File::from(fd)),
                 None => return Err(FsError::other("the fs sandbox helper sent no file")),

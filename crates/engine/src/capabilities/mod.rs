@@ -1,0 +1,149 @@
+//! What is installed on the executor for Codex: skills and plugins.
+//!
+//! - [`discover_roots`] (`capabilityRoots/discoverV1`): the raw capability files under roots the
+//!   client names, one bounded [`scan`] per root.
+//! - [`discover_installed`] (`capabilities/discoverV2`): the parsed [`inventory`] of the
+//!   executor's plugin cache ([`plugin_cache`]) and skill roots, with each skill's
+//!   [`front_matter`] and [`skill_metadata`].
+//!
+//! Both only read, and every read is bounded. Under a sandbox intent that hides something the
+//! work runs in the fs helper inside that sandbox, so discovery sees what a command would.
+
+mod front_matter;
+mod inventory;
+mod plugin_cache;
+pub(crate) mod scan;
+mod skill_metadata;
+
+use tether_protocol::capabilities::{
+    CAPABILITY_ROOTS_MAX, CapabilityRootDiscovery, CapabilityRootRequest, DiscoverRootsParams,
+    DiscoverRootsResponse, DiscoverV2Params, DiscoverV2Response,
+};
+
+pub(crate) use inventory::{Locations, inventory};
+pub(crate) use scan::{InlineMcp, Rules, scan_root};
+
+use crate::codex_config::Sources;
+use crate::fs::FsError;
+use crate::fs::request::{Work, admit};
+use crate::fs::sandboxed::FileOp;
+
+/// The encoded size of one `capabilityRoots/discoverV1` answer, so it stays one frame below
+/// the 64 MiB message bound whatever the roots hold: a root that would pass it is answered
+/// with an error instead of its files.
+pub const MAX_ROOTS_RESPONSE_BYTES: usize = 48 * 1024 * 1024;
+
+/// How `capabilityRoots/discoverV1` reads a root: inline MCP servers have no file of their own.
+pub(crate) const ROOT_RULES: Rules =
+    Rules { inline_mcp: InlineMcp::NoFile, warn_missing_declared: false };
+
+/// Why discovery gave no answer at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DiscoveryError {
+    pub kind: DiscoveryErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscoveryErrorKind {
+    /// More roots than [`CAPABILITY_ROOTS_MAX`]: `-32600`.
+    TooManyRoots,
+    /// A sandbox intent that cannot apply here: `-32602`.
+    InvalidParams,
+    /// The work itself failed (the sandbox helper could not run): `-32603`.
+    Failed,
+}
+
+impl From<FsError> for DiscoveryError {
+    fn from(error: FsError) -> Self {
+        let kind = match error.kind {
+            crate::fs::FsErrorKind::InvalidInput => DiscoveryErrorKind::InvalidParams,
+            _ => DiscoveryErrorKind::Failed,
+        };
+        DiscoveryError { kind, message: error.message }
+    }
+}
+
+/// `capabilities/discoverV2`: the executor's installed plugins and standalone skills.
+pub async fn discover_installed(
+    params: DiscoverV2Params,
+    sources: &Sources,
+) -> Result<DiscoverV2Response, DiscoveryError> {
+    let locations = Locations {
+        codex_home: sources.codex_home.clone(),
+        home: sources.home.clone(),
+        system_dir: sources.system_dir.clone(),
+    };
+    Ok(admit(params.sandbox.as_ref(), Work::Read)?.perform(FileOp::Inventory { locations }).await?)
+}
+
+/// `capabilityRoots/discoverV1`: each root's files, in the request's order. A root that cannot
+/// be read, or whose sandbox cannot apply, carries its own `error`; only too many roots fail
+/// the call. Roots run one after another, so a connection that goes away stops the work at the
+/// next root.
+pub async fn discover_roots(
+    params: DiscoverRootsParams,
+) -> Result<DiscoverRootsResponse, DiscoveryError> {
+    if params.roots.len() > CAPABILITY_ROOTS_MAX {
+        return Err(DiscoveryError {
+            kind: DiscoveryErrorKind::TooManyRoots,
+            message: format!(
+                "capability root discovery accepts at most {CAPABILITY_ROOTS_MAX} roots"
+            ),
+        });
+    }
+    let mut roots = Vec::with_capacity(params.roots.len());
+    let mut budget = MAX_ROOTS_RESPONSE_BYTES;
+    for root in params.roots {
+        let discovered = discover_root(root).await;
+        let bytes = serde_json::to_vec(&discovered).map_or(usize::MAX, |text| text.len() + 1);
+        match budget.checked_sub(bytes) {
+            Some(left) => {
+                budget = left;
+                roots.push(discovered);
+            }
+            None => roots.push(over_budget(discovered)),
+        }
+    }
+    Ok(DiscoverRootsResponse { roots })
+}
+
+async fn discover_root(root: CapabilityRootRequest) -> CapabilityRootDiscovery {
+    let CapabilityRootRequest { id, path, sandbox } = root;
+    let failed = |id: String, path: tether_protocol::PathUri, error: FsError| {
+        let message = format!("failed to inspect capability root {path}: {}", error.message);
+        CapabilityRootDiscovery { error: Some(message), ..empty(id, path) }
+    };
+    let admission = match admit(sandbox.as_ref(), Work::Read) {
+        Ok(admission) => admission,
+        Err(error) => return failed(id, path, error),
+    };
+    let op = FileOp::DiscoverRoot { id: id.clone(), path: path.clone() };
+    match admission.perform::<CapabilityRootDiscovery>(op).await {
+        Ok(discovered) => discovered,
+        Err(error) => failed(id, path, error),
+    }
+}
+
+/// A root whose files would not fit in the answer: its error says so, and nothing else is kept.
+fn over_budget(discovered: CapabilityRootDiscovery) -> CapabilityRootDiscovery {
+    let message = format!(
+        "capability root {} was not returned: the answer would exceed its \
+         {MAX_ROOTS_RESPONSE_BYTES}-byte limit; ask for fewer roots at once",
+        discovered.path
+    );
+    CapabilityRootDiscovery { error: Some(message), ..empty(discovered.id, discovered.path) }
+}
+
+fn empty(id: String, path: tether_protocol::PathUri) -> CapabilityRootDiscovery {
+    CapabilityRootDiscovery {
+        id,
+        path,
+        plugin: None,
+        skills: Vec::new(),
+        namespace_manifests: Vec::new(),
+        warnings: Vec::new(),
+        error: None,
+    }
+}
