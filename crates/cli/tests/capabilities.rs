@@ -514,3 +514,27 @@ async fn a_sandbox_intent_hides_what_it_hides_from_discovery(target: Target) {
         )])
     );
 }
+
+/// Tether keeps the inventory between calls, and any change below a location is seen by the
+/// very next call. (The reference keeps answering with the first text it read of an edited
+/// `SKILL.md`, so this is Tether's alone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installs_edits_and_removals_are_seen_by_the_next_discovery() {
+    let fixture = Fixture::new(Target::Tether, "live");
+    fixture.skill("home/.codex/skills/kept", "name: kept\ndescription: kept");
+    let (_server, mut client) = fixture.started(Target::Tether).await;
+    let descriptions = |found: &Value| texts(&found["skills"], "description");
+
+    assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept"]);
+    fixture.skill("home/.codex/skills/new", "name: new\ndescription: one");
+    assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept", "one"]);
+    fixture.skill("home/.codex/skills/new", "name: new\ndescription: two");
+    assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept", "two"]);
+    fixture.write("home/.codex/skills/new/agents/openai.yaml", "policy:\n  products: [atlas]\n");
+    let found = fixture.installed(&mut client).await;
+    assert_eq!(found["skills"][1]["policy"]["products"], json!(["atlas"]));
+    std::fs::remove_dir_all(fixture.path("home/.codex/skills/new")).unwrap();
+    assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept"]);
+    fixture.cached_plugin("mkt", "late", "1.0.0", r#"{"name":"late"}"#);
+    assert_eq!(texts(&fixture.installed(&mut client).await["plugins"], "id"), ["late@mkt"]);
+}

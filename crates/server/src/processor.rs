@@ -249,8 +249,9 @@ impl Processor {
     async fn discover(&mut self, id: RequestId, call: handlers::capabilities::DiscoveryCall) {
         let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
         let outbound = self.outbound.clone();
+        let cache = self.state.inventory.clone();
         self.waiting.spawn(async move {
-            let _ = match handlers::capabilities::run(&id, call).await {
+            let _ = match handlers::capabilities::run(&id, call, &cache).await {
                 Ok(text) => outbound.send(text).await,
                 Err(error) => outbound.send_error(&id, &error).await,
             };

@@ -7,6 +7,8 @@ use tether_engine::http::LocalHttpClient;
 use tether_protocol::process::ProcessSignal;
 use tether_protocol::session::{Capabilities, EnvironmentInfo, TetherExtensions};
 
+use tether_engine::capabilities::InventoryCache;
+
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
 use crate::registry::SessionRegistry;
@@ -16,6 +18,8 @@ pub(crate) struct ServerState {
     pub fs: LocalFileSystem,
     /// One client for every connection, so they share its connection pool.
     pub http: Arc<LocalHttpClient>,
+    /// The executor's installed skills and plugins, kept while nothing under them changes.
+    pub inventory: Arc<InventoryCache>,
     pub sessions: Arc<SessionRegistry>,
     /// Computed once at start: the executor does not change under a running server.
     pub environment_info: EnvironmentInfo,
@@ -31,6 +35,7 @@ impl ServerState {
             environment_info: tether_engine::environment::environment_info(capabilities()),
             fs: LocalFileSystem::new(),
             http: Arc::new(LocalHttpClient::new()),
+            inventory: Arc::new(InventoryCache::default()),
             metrics: Arc::new(Metrics::default()),
             connections: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
             config,

@@ -68,26 +68,46 @@ impl Locations {
 
 /// Everything installed at `locations`.
 pub(crate) fn inventory(locations: &Locations) -> DiscoverV2Response {
+    inventory_noting(locations, &mut Vec::new())
+}
+
+/// As [`inventory`], noting in `directories` every directory whose change could change the
+/// answer: each one read, and each location's parent (or, for a location that does not exist
+/// yet, the nearest directory above it that does).
+pub(crate) fn inventory_noting(
+    locations: &Locations,
+    directories: &mut Vec<PathBuf>,
+) -> DiscoverV2Response {
     let mut answer = Answer::default();
-    let (installed, truncated) =
-        plugin_cache::installed(&locations.codex_home.join("plugins/cache"));
+    let cache = locations.codex_home.join("plugins/cache");
+    note_location(&cache, directories);
+    let (installed, truncated) = plugin_cache::installed(&cache, directories);
     let mut location_problem = truncated;
     for plugin in installed {
         location_problem |= plugin.remote_id.is_err();
-        let (found, problems) = plugin_of(plugin);
+        let (found, problems) = plugin_of(plugin, directories);
         answer.note(problems);
         if let Some(plugin) = found {
             answer.add_plugin(plugin);
         }
     }
     for (id, root) in locations.skill_roots() {
-        let (skills, problems) = standalone_skills(id, &root);
+        note_location(&root, directories);
+        let (skills, problems) = standalone_skills(id, &root, directories);
         answer.note(problems);
         for skill in skills {
             answer.add_skill(skill);
         }
     }
     answer.finish(location_problem)
+}
+
+/// A location's parent (where it would be created, removed or renamed), or for a location
+/// that does not exist yet, the nearest directory above it that does.
+fn note_location(location: &Path, directories: &mut Vec<PathBuf>) {
+    if let Some(existing) = location.ancestors().skip(1).find(|dir| dir.is_dir()) {
+        directories.push(existing.to_path_buf());
+    }
 }
 
 /// The answer being built, and what it costs.
@@ -163,9 +183,13 @@ struct ManifestInterface {
 
 /// One installed plugin, and whether anything in it could not be loaded. A plugin without a
 /// manifest that parses is not listed.
-fn plugin_of(installed: Installed) -> (Option<ExecutorPlugin>, bool) {
+fn plugin_of(
+    installed: Installed,
+    directories: &mut Vec<PathBuf>,
+) -> (Option<ExecutorPlugin>, bool) {
     let Some(root_uri) = PathUri::from_path(&installed.root) else { return (None, true) };
-    let scanned = scan::scan_root(installed.id.clone(), root_uri.clone(), RULES);
+    let scanned =
+        scan::scan_root_noting(installed.id.clone(), root_uri.clone(), RULES, directories);
     let mut problems = scanned.error.is_some() || !scanned.warnings.is_empty();
     let Some(files) = scanned.plugin.clone() else { return (None, true) };
     let Ok(manifest) = serde_json::from_str::<Manifest>(&files.manifest.contents) else {
@@ -230,12 +254,16 @@ fn namespaces(scanned: &CapabilityRootDiscovery, root: &Path, own: &str) -> Vec<
 
 /// The skills of a standalone root, each with the root it came from. A root that does not
 /// exist has none, and no problem.
-fn standalone_skills(id: &str, root: &Path) -> (Vec<ExecutorSkill>, bool) {
+fn standalone_skills(
+    id: &str,
+    root: &Path,
+    directories: &mut Vec<PathBuf>,
+) -> (Vec<ExecutorSkill>, bool) {
     if !root.exists() {
         return (Vec::new(), false);
     }
     let Some(uri) = PathUri::from_path(root) else { return (Vec::new(), true) };
-    let scanned = scan::scan_root(id.to_owned(), uri.clone(), RULES);
+    let scanned = scan::scan_root_noting(id.to_owned(), uri.clone(), RULES, directories);
     let mut problems = scanned.error.is_some() || !scanned.warnings.is_empty();
     let discovery_root = DiscoveryRoot { id: id.to_owned(), path: uri };
     let skills = skills_of(&scanned, &mut problems)

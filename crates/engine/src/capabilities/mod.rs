@@ -9,23 +9,28 @@
 //! Both only read, and every read is bounded. Under a sandbox intent that hides something the
 //! work runs in the fs helper inside that sandbox, so discovery sees what a command would.
 
+mod cache;
 mod front_matter;
 mod inventory;
 mod plugin_cache;
 pub(crate) mod scan;
 mod skill_metadata;
 
+use std::sync::Arc;
+
 use tether_protocol::capabilities::{
     CAPABILITY_ROOTS_MAX, CapabilityRootDiscovery, CapabilityRootRequest, DiscoverRootsParams,
     DiscoverRootsResponse, DiscoverV2Params, DiscoverV2Response,
 };
 
+pub use cache::InventoryCache;
 pub(crate) use inventory::{Locations, inventory};
 pub(crate) use scan::{InlineMcp, Rules, scan_root};
 
 use crate::codex_config::Sources;
 use crate::fs::FsError;
-use crate::fs::request::{Work, admit};
+use crate::fs::blocking::blocking;
+use crate::fs::request::{Admission, Work, admit};
 use crate::fs::sandboxed::FileOp;
 
 /// The encoded size of one `capabilityRoots/discoverV1` answer, so it stays one frame below
@@ -65,17 +70,26 @@ impl From<FsError> for DiscoveryError {
     }
 }
 
-/// `capabilities/discoverV2`: the executor's installed plugins and standalone skills.
+/// `capabilities/discoverV2`: the executor's installed plugins and standalone skills, from
+/// `cache` unless an intent confines the reads (each confined call reads afresh, in the
+/// sandbox).
 pub async fn discover_installed(
     params: DiscoverV2Params,
     sources: &Sources,
+    cache: &Arc<InventoryCache>,
 ) -> Result<DiscoverV2Response, DiscoveryError> {
     let locations = Locations {
         codex_home: sources.codex_home.clone(),
         home: sources.home.clone(),
         system_dir: sources.system_dir.clone(),
     };
-    Ok(admit(params.sandbox.as_ref(), Work::Read)?.perform(FileOp::Inventory { locations }).await?)
+    match admit(params.sandbox.as_ref(), Work::Read)? {
+        Admission::InProcess => {
+            let cache = Arc::clone(cache);
+            Ok(blocking(move || Ok(cache.inventory(&locations))).await?)
+        }
+        confined => Ok(confined.perform(FileOp::Inventory { locations }).await?),
+    }
 }
 
 /// `capabilityRoots/discoverV1`: each root's files, in the request's order. A root that cannot

@@ -10,6 +10,9 @@ use serde::Deserialize;
 /// Marketplaces, and plugins per marketplace, looked at. A cache is a few dozen plugins; the
 /// bound keeps a hostile tree from costing more than a bounded listing.
 const MAX_LISTED: usize = 2_000;
+/// Plugins listed in all: each is scanned on every inventory, so a cache of thousands would cost
+/// seconds; real ones hold a few dozen.
+const MAX_PLUGINS: usize = 512;
 /// The largest remote-install record read; it holds one short id.
 const MAX_REMOTE_RECORD_BYTES: u64 = 16 * 1024;
 /// The longest remote plugin id, in bytes.
@@ -31,14 +34,24 @@ pub(crate) struct Installed {
     pub(crate) remote_id: Result<Option<String>, ()>,
 }
 
-/// What the cache holds, sorted by id, and whether listing it hit [`MAX_LISTED`].
-pub(crate) fn installed(cache: &Path) -> (Vec<Installed>, bool) {
+/// What the cache holds, sorted by id, and whether listing it hit a bound. Every directory
+/// listed is noted in `listed`.
+pub(crate) fn installed(cache: &Path, listed: &mut Vec<PathBuf>) -> (Vec<Installed>, bool) {
     let mut plugins = Vec::new();
     let mut truncated = false;
+    if cache.is_dir() {
+        listed.push(cache.to_path_buf());
+    }
     for marketplace in directories(cache, &mut truncated) {
         let Some(marketplace_name) = valid_name(&marketplace, false) else { continue };
+        listed.push(marketplace.clone());
         for package in directories(&marketplace, &mut truncated) {
+            if plugins.len() == MAX_PLUGINS {
+                truncated = true;
+                break;
+            }
             let Some(plugin_name) = valid_name(&package, true) else { continue };
+            listed.push(package.clone());
             let Some(version) = active_version(&package) else { continue };
             plugins.push(Installed {
                 id: format!("{plugin_name}@{marketplace_name}"),

@@ -51,6 +51,17 @@ pub(crate) enum InlineMcp {
 
 /// Scans the root `uri` names, reading its plugin files by `rules`.
 pub(crate) fn scan_root(id: String, uri: PathUri, rules: Rules) -> CapabilityRootDiscovery {
+    scan_root_noting(id, uri, rules, &mut Vec::new())
+}
+
+/// As [`scan_root`], noting in `directories` every directory the answer depends on (the root
+/// and each directory the walk met), so a cache can watch them.
+pub(crate) fn scan_root_noting(
+    id: String,
+    uri: PathUri,
+    rules: Rules,
+    directories: &mut Vec<PathBuf>,
+) -> CapabilityRootDiscovery {
     let mut discovery = CapabilityRootDiscovery {
         id,
         path: uri.clone(),
@@ -92,7 +103,7 @@ pub(crate) fn scan_root(id: String, uri: PathUri, rules: Rules) -> CapabilityRoo
             return discovery;
         }
     };
-    let mut scan = Scan { warnings: Vec::new(), budget: 0 };
+    let mut scan = Scan { warnings: Vec::new(), budget: 0, linked: Vec::new() };
     scan.warnings.extend(
         walked.errors.into_iter().map(|error| {
             format!("failed to scan capability path {}: {}", error.path, error.message)
@@ -102,10 +113,15 @@ pub(crate) fn scan_root(id: String, uri: PathUri, rules: Rules) -> CapabilityRoo
         scan.warnings.push(format!("capability scan reached its traversal limit (root: {uri})"));
     }
 
+    directories.push(root.clone());
     let mut skill_files = Vec::new();
     let mut manifests = Vec::new();
-    for entry in walked.entries.into_iter().filter(|entry| entry.kind == FsWalkEntryKind::File) {
+    for entry in walked.entries {
         let Ok(path) = entry.path.to_path() else { continue };
+        if entry.kind == FsWalkEntryKind::Directory {
+            directories.push(path);
+            continue;
+        }
         if path.file_name().is_some_and(|name| name == SKILL_FILE) {
             skill_files.push((entry.path.to_string(), path));
         } else if let Some(priority) = manifest_priority(&path) {
@@ -148,6 +164,7 @@ pub(crate) fn scan_root(id: String, uri: PathUri, rules: Rules) -> CapabilityRoo
         discovery.skills.push(DiscoveredSkillFiles { instructions, metadata });
     }
     discovery.warnings = scan.warnings;
+    directories.extend(scan.linked);
     discovery
 }
 
@@ -163,6 +180,8 @@ pub(crate) struct Rules {
 struct Scan {
     warnings: Vec<String>,
     budget: u64,
+    /// The directories of files read through a link: a change there changes the answer too.
+    linked: Vec<PathBuf>,
 }
 
 impl Scan {
@@ -244,7 +263,16 @@ impl Scan {
     fn read_text(&mut self, path: &Path) -> Option<CapabilityTextFile> {
         let uri = PathUri::from_path(path)?;
         let size = match metadata::followed(path) {
-            Ok(found) if found.is_file => found.size,
+            Ok(found) if found.is_file => {
+                if found.is_symlink
+                    && let Some(dir) = std::fs::canonicalize(path)
+                        .ok()
+                        .and_then(|target| target.parent().map(Path::to_path_buf))
+                {
+                    self.linked.push(dir);
+                }
+                found.size
+            }
             Ok(_) => return None,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return None,
             Err(error) => {

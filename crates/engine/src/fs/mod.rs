@@ -11,7 +11,7 @@
 //! Connection-scoped state — open file handles ([`FileHandles`]) and the missing-path watch
 //! ([`MissingWatch`]) — is not part of the trait: it lives as long as one connection.
 
-mod blocking;
+pub(crate) mod blocking;
 mod copy;
 mod directory;
 mod handles;

@@ -1,7 +1,9 @@
 //! `capabilities/discoverV2` and `capabilityRoots/discoverV1`: thin wrappers over
 //! [`tether_engine::capabilities`], their typed errors mapped to codes.
 
-use tether_engine::capabilities::{self, DiscoveryError, DiscoveryErrorKind};
+use std::sync::Arc;
+
+use tether_engine::capabilities::{self, DiscoveryError, DiscoveryErrorKind, InventoryCache};
 use tether_engine::codex_config::Sources;
 use tether_protocol::JsonRpcError;
 use tether_protocol::RequestId;
@@ -15,11 +17,16 @@ pub(crate) enum DiscoveryCall {
     Roots(DiscoverRootsParams),
 }
 
-pub(crate) async fn run(id: &RequestId, call: DiscoveryCall) -> Result<String, JsonRpcError> {
+/// Runs `call`; `cache` keeps the installed inventory between calls (one per server).
+pub(crate) async fn run(
+    id: &RequestId,
+    call: DiscoveryCall,
+    cache: &Arc<InventoryCache>,
+) -> Result<String, JsonRpcError> {
     match call {
         DiscoveryCall::Installed(params) => {
             let sources = Sources::from_env();
-            let found = capabilities::discover_installed(*params, &sources).await;
+            let found = capabilities::discover_installed(*params, &sources, cache).await;
             found.map(|response| encode_response(id, &response)).map_err(to_rpc)
         }
         DiscoveryCall::Roots(params) => capabilities::discover_roots(params)
