@@ -40,6 +40,7 @@ pub mod http;
 pub mod process;
 pub mod process_table;
 pub mod sandbox;
+pub mod shell_snapshot;
 mod wildcard;
 
 pub use exec::ProcessUpdate;

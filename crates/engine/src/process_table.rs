@@ -180,6 +180,17 @@ impl ProcessTable {
         Ok(ExecResponse { process_id: params.process_id, sandbox_type: Some(sandbox_type) })
     }
 
+    /// Spawns what `params` describes (validated, environment built, sandbox applied) without
+    /// listing it: for work the server does on a command's behalf, such as capturing its
+    /// shell's state, which the caller reads and reaps itself.
+    pub(crate) fn spawn_unlisted(
+        &self,
+        params: &ExecParams,
+    ) -> Result<process::Spawned, ProcessError> {
+        let request = validate(params, &self.parent_env)?;
+        process::spawn(request).map_err(ProcessError::Spawn)
+    }
+
     fn evict_if_same(&self, local: &Arc<LocalProcess>) {
         let mut processes = self.processes();
         if processes.get(local.id()).is_some_and(|current| Arc::ptr_eq(current, local)) {
@@ -290,8 +301,9 @@ fn validate<'a>(
         ))
     })?;
     if params.shell_snapshot.is_some() {
+        // `ShellSnapshots::prepare` turns the request into plain arguments first.
         return Err(ProcessError::InvalidParams(
-            "shell snapshots are unsupported on this executor; start the process without `shellSnapshot`".into(),
+            "`shellSnapshot` must be prepared (`ShellSnapshots::prepare`) before the start".into(),
         ));
     }
     if params.enforce_managed_network

@@ -42,6 +42,23 @@ impl From<&str> for ProcessId {
     }
 }
 
+/// Which shell state a command wants restored: captured once per scope (Codex sends
+/// `<thread>:<environment>`) and shell, and reused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShellSnapshotRequest {
+    /// 1 to 256 bytes.
+    pub scope_id: String,
+    pub shell: SnapshotShell,
+}
+
+/// The shell whose state is captured: `bash`, `zsh` or `sh`, at `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SnapshotShell {
+    pub name: String,
+    pub path: String,
+}
+
 /// `process/start` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,9 +72,10 @@ pub struct ExecParams {
     pub env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_policy: Option<EnvPolicy>,
-    /// Executor-cached shell state (a Codex-internal feature Tether does not serve).
+    /// Restore the user's interactive shell state (functions, aliases, options, exports)
+    /// before a `<shell> -lc <script>` command (the `shellSnapshotV2` capability).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shell_snapshot: Option<Value>,
+    pub shell_snapshot: Option<ShellSnapshotRequest>,
     /// Run on a PTY (one `pty` stream) instead of pipes (`stdout` and `stderr`).
     pub tty: bool,
     /// Keep stdin writable for a pipe process; otherwise its stdin is closed at start.

@@ -184,6 +184,16 @@ impl Processor {
             Call::Process(ProcessCall::Read(params)) => {
                 return self.read(id, session, params).await;
             }
+            Call::Process(ProcessCall::Start(params)) if params.shell_snapshot.is_some() => {
+                // Capturing the user's shell state may run its startup (once per scope): the
+                // start waits for it, as the reference's does, and keeps its place in order.
+                match self.state.snapshots.prepare(&session.processes, *params).await {
+                    Ok(params) => {
+                        handlers::process::run(&id, ProcessCall::Start(Box::new(params)), &session)
+                    }
+                    Err(error) => Err(from_process_error(error)),
+                }
+            }
             Call::Process(call) => handlers::process::run(&id, call, &session),
             Call::Fs(call) => handlers::fs::run(&id, *call, &self.state.fs, &mut self.fs).await,
             Call::Http(params) => return self.http(id, *params).await,

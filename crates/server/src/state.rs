@@ -8,6 +8,7 @@ use tether_protocol::process::ProcessSignal;
 use tether_protocol::session::{Capabilities, EnvironmentInfo, TetherExtensions};
 
 use tether_engine::capabilities::InventoryCache;
+use tether_engine::shell_snapshot::ShellSnapshots;
 
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
@@ -20,6 +21,8 @@ pub(crate) struct ServerState {
     pub http: Arc<LocalHttpClient>,
     /// The executor's installed skills and plugins, kept while nothing under them changes.
     pub inventory: Arc<InventoryCache>,
+    /// Users' shell states, captured once per scope for `shellSnapshot` starts.
+    pub snapshots: ShellSnapshots,
     pub sessions: Arc<SessionRegistry>,
     /// Computed once at start: the executor does not change under a running server.
     pub environment_info: EnvironmentInfo,
@@ -36,6 +39,7 @@ impl ServerState {
             fs: LocalFileSystem::new(),
             http: Arc::new(LocalHttpClient::new()),
             inventory: Arc::new(InventoryCache::default()),
+            snapshots: ShellSnapshots::default(),
             metrics: Arc::new(Metrics::default()),
             connections: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
             config,
@@ -53,6 +57,7 @@ fn capabilities() -> Capabilities {
         environment_config_read: true,
         capability_discovery_v2: true,
         capability_discovery_sandbox: true,
+        shell_snapshot_v2: true,
         tether_extensions: Some(TetherExtensions {
             pty_size: true,
             close_stdin: true,

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
 pub use spawn::{PTY_COLS, PTY_ROWS};
-pub(crate) use spawn::{SpawnRequest, program_for, spawn};
+pub(crate) use spawn::{SpawnRequest, Spawned, program_for, spawn};
 pub use spill::{
     DEFAULT_SPILL_BYTES_PER_PROCESS, MIN_SPILL_BYTES_PER_PROCESS, SPILLED_CHUNKS_PER_PROCESS,
     SpillConfig,
