@@ -18,6 +18,8 @@ against_both!(
     codex_workspace_write_confines_commands_to_the_workspace,
     codex_workspace_write_applies_patches_in_the_sandbox,
     codex_read_only_denies_a_command_that_writes,
+    codex_tells_the_model_about_a_skill_installed_on_the_executor,
+    codex_commands_have_the_executor_users_bashrc,
 );
 
 /// A Codex run's working directory and home, removed when dropped.
@@ -72,6 +74,17 @@ impl Workspace {
         calls: Vec<ToolCall>,
         extra: &str,
     ) -> Vec<String> {
+        self.run_seen(server, sandbox, calls, extra).await.0
+    }
+
+    /// As [`Self::run`], also returning every request the model received.
+    async fn run_seen(
+        &self,
+        server: &ServerProcess,
+        sandbox: &str,
+        calls: Vec<ToolCall>,
+        extra: &str,
+    ) -> (Vec<String>, Vec<serde_json::Value>) {
         let model = MockModel::scripted(calls.clone()).await.unwrap();
         std::fs::write(self.root.join("home/config.toml"), model.codex_config_with(extra)).unwrap();
         let run = tokio::process::Command::new(reference_binary().unwrap())
@@ -89,7 +102,7 @@ impl Workspace {
         assert!(output.status.success(), "codex exec failed: {stderr}");
         let outputs = model.tool_outputs();
         assert_eq!(outputs.len(), calls.len(), "one output per call: {outputs:?}\n{stderr}");
-        outputs
+        (outputs, model.requests())
     }
 }
 
@@ -241,6 +254,53 @@ async fn codex_read_only_denies_a_command_that_writes(target: Target) {
     assert!(reported.contains("readable-content"), "{reported}");
     assert!(reported.contains("Read-only file system"), "{reported}");
     assert!(!marker.exists(), "the write was refused: {reported}");
+}
+
+/// An executor whose user has a home of their own (`HOME`, with `CODEX_HOME` in it), which
+/// Codex's side cannot see.
+async fn executor_with_home(target: Target, home: &Outside) -> ServerProcess {
+    let codex_home = home.0.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let (home, codex_home) = (home.0.display().to_string(), codex_home.display().to_string());
+    let env = [("HOME", home.as_str()), ("CODEX_HOME", codex_home.as_str())];
+    ServerProcess::start_with_env(target, &[], &env).await.unwrap()
+}
+
+/// With `executor_capability_discovery_v2`, a skill installed only on the executor
+/// (`$CODEX_HOME/skills`) is among the skills the model is told about.
+async fn codex_tells_the_model_about_a_skill_installed_on_the_executor(target: Target) {
+    let executor_home = Outside::new(target, "skill-home");
+    let skill = executor_home.0.join(".codex/skills/executor-skill");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: executor-skill\ndescription: Only-on-the-executor skill marker\n---\nUse it.\n",
+    )
+    .unwrap();
+    let server = executor_with_home(target, &executor_home).await;
+    let workspace = Workspace::new(target, "executor-skill");
+    let features = "[features]\nexecutor_capability_discovery_v2 = true\n";
+    let (_, requests) = workspace.run_seen(&server, "danger-full-access", vec![], features).await;
+    let told = serde_json::to_string(&requests).unwrap();
+    assert!(told.contains("Only-on-the-executor skill marker"), "the model was not told: {told}");
+}
+
+/// With `shell_snapshot_v2`, a command has the functions and exports of the executor user's
+/// `~/.bashrc`, which a plain `bash -lc` does not read.
+async fn codex_commands_have_the_executor_users_bashrc(target: Target) {
+    let executor_home = Outside::new(target, "bashrc-home");
+    std::fs::write(
+        executor_home.0.join(".bashrc"),
+        "rcfn() { echo \"rcfn says $1\"; }\nexport RC_EXPORT=from-the-bashrc\n",
+    )
+    .unwrap();
+    let server = executor_with_home(target, &executor_home).await;
+    let workspace = Workspace::new(target, "bashrc");
+    let features = "[features]\nshell_snapshot_v2 = true\n";
+    let cmd = "rcfn hello; echo export=$RC_EXPORT".to_owned();
+    let outputs = workspace.run_codex_with(&server, vec![ToolCall::Exec { cmd }], features).await;
+    assert!(outputs[0].contains("rcfn says hello"), "{}", outputs[0]);
+    assert!(outputs[0].contains("export=from-the-bashrc"), "{}", outputs[0]);
 }
 
 /// A directory outside `/tmp` and outside the workspace, removed when dropped.

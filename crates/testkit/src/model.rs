@@ -47,12 +47,14 @@ impl ToolCall {
 struct Script {
     calls: Vec<ToolCall>,
     outputs: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<Value>>>,
 }
 
 /// A running mock model server on `127.0.0.1:0`; stops when dropped.
 pub struct MockModel {
     pub base_url: String,
     outputs: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<Value>>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -65,7 +67,8 @@ impl MockModel {
     /// Serves a model that makes `calls` one per turn, in order, then answers "done".
     pub async fn scripted(calls: Vec<ToolCall>) -> anyhow::Result<Self> {
         let outputs = Arc::new(Mutex::new(Vec::new()));
-        let script = Script { calls, outputs: outputs.clone() };
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let script = Script { calls, outputs: outputs.clone(), requests: requests.clone() };
         let app = Router::new()
             .route("/v1/responses", post(respond))
             .route(
@@ -80,7 +83,7 @@ impl MockModel {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Self { base_url, outputs, server })
+        Ok(Self { base_url, outputs, requests, server })
     }
 
     /// The text of each tool output Codex sent back, in order.
@@ -97,6 +100,12 @@ impl MockModel {
     /// The tool output items Codex sent back, as it sent them.
     pub fn tool_output_items(&self) -> Vec<Value> {
         self.outputs.lock().unwrap().clone()
+    }
+
+    /// Every request Codex sent, in order: what the model was told (instructions, context,
+    /// the tools it may call).
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
     }
 
     /// A `config.toml` for `CODEX_HOME` that points Codex at this model, plus `extra` TOML.
@@ -122,6 +131,7 @@ impl Drop for MockModel {
 
 async fn respond(State(script): State<Script>, body: String) -> impl IntoResponse {
     let request: Value = serde_json::from_str(&body).unwrap_or_default();
+    script.requests.lock().unwrap().push(request.clone());
     let outputs: Vec<Value> = request["input"]
         .as_array()
         .into_iter()

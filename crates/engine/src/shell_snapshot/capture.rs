@@ -219,7 +219,11 @@ mod tests {
         let snapshot = parse(output, Shell::Bash).unwrap();
         assert_eq!(snapshot.state, "f () \n{ \n    echo\n}\nshopt -s extglob\n");
         let names: Vec<_> = snapshot.environment.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        assert_eq!(names, ["A=1", "B=x=y", "SHLVL=2"], "the level is kept: the restored shell counts on");
+        assert_eq!(
+            names,
+            ["A=1", "B=x=y", "SHLVL=2"],
+            "the level is kept: the restored shell counts on"
+        );
         assert!(matches!(parse(b"no markers", Shell::Bash), Err(CaptureError::Malformed)));
     }
 

@@ -199,7 +199,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_startup_that_hangs_is_given_up_then_retried_after_a_pause() {
-        let home = std::env::temp_dir().join(format!("tether-snapshot-hang-{}", std::process::id()));
+        let home =
+            std::env::temp_dir().join(format!("tether-snapshot-hang-{}", std::process::id()));
         std::fs::create_dir_all(&home).unwrap();
         std::fs::write(home.join(".bashrc"), "sleep 30\nrcfn() { :; }\n").unwrap();
         let (events, _rx) = mpsc::channel(16);
