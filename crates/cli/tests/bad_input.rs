@@ -147,6 +147,22 @@ async fn write_signal_and_read_params_are_validated(target: Target) {
     let error =
         client.err("process/read", json!({"processId": "p", "afterSeq": -1})).await.unwrap();
     assert_eq!(error.code, -32602);
+    // The reference keeps ids of any length; Tether bounds what it must remember.
+    let long = json!({"processId": "p", "chunk": "eA==", "writeId": "w".repeat(8 << 20)});
+    match target {
+        Target::Reference => {
+            client.ok("process/write", long).await.unwrap();
+        }
+        Target::Tether => {
+            let error = client.err("process/write", long).await.unwrap();
+            assert_eq!(
+                (error.code, error.message.as_str()),
+                (-32602, "writeId must be at most 256 bytes; send a shorter idempotency key")
+            );
+        }
+    }
+    let longest = json!({"processId": "p", "chunk": "eA==", "writeId": "w".repeat(256)});
+    client.ok("process/write", longest).await.unwrap();
     client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
 }
 

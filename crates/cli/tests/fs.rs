@@ -984,6 +984,16 @@ async fn handle_ids_are_bounded_unique_and_limited_per_connection(target: Target
         let error = client.err("fs/open", json!({"handleId": id, "path": "file://otherhost/x"}));
         assert_error(error.await.unwrap(), -32600, too_long);
     }
+    // Every handle call refuses such an id, without repeating it.
+    let huge = "h".repeat(100_000);
+    for (method, params) in [
+        ("fs/readBlock", json!({"handleId": huge, "offset": 0, "len": 1})),
+        ("fs/writeBlock", json!({"handleId": huge, "offset": 0, "chunk": "YQ=="})),
+        ("fs/close", json!({"handleId": huge})),
+    ] {
+        let error = client.err(method, params).await.unwrap();
+        assert_error(error, -32600, too_long);
+    }
     let duplicate = client.err("fs/open", open("", "missing")).await.unwrap();
     assert_error(duplicate, -32600, "file handle `` already exists");
 

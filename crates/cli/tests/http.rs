@@ -449,6 +449,27 @@ async fn a_body_that_breaks_off_fails_the_request_or_the_stream(target: Target) 
     assert_eq!(frames.last().unwrap()["error"], "error decoding response body");
 }
 
+/// A buffered answer has a ceiling in Tether (the reference buffers bodies of any size, so an
+/// endless one grows it until it is killed): past 32 MiB the request fails, saying how to get
+/// the body, and the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_body_past_its_limit_fails_with_the_way_out() {
+    let (_server, mut client, peer) = started(Target::Tether).await;
+    let url = peer.url(&format!("/large?bytes={}", 32 * 1024 * 1024 + 1));
+    let error = client.err("http/request", request(&url, json!({}))).await.unwrap();
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (
+            -32603,
+            "failed to read http/request response body: the body exceeds the 33554432-byte \
+             limit of a buffered response; send the request with `streamResponse: true` to \
+             receive it in frames"
+        )
+    );
+    let small = client.ok("http/request", request(&peer.url("/large?bytes=3"), json!({})));
+    assert_eq!(small.await.unwrap()["status"], 200);
+}
+
 async fn an_active_stream_id_cannot_be_reused_until_its_stream_ends(target: Target) {
     let (_server, mut client, peer) = started(target).await;
     let slow = peer.url("/slow-body?ms=800");

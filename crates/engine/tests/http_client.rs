@@ -6,7 +6,8 @@
 #[path = "http_client/shared.rs"]
 mod shared;
 
-use tether_engine::http::LocalHttpClient;
+use shared::{concat, drain, get};
+use tether_engine::http::{HttpClient, HttpError, LocalHttpClient};
 use tether_testkit::HttpPeer;
 
 /// One test per scenario, each with its own client and peer.
@@ -34,3 +35,26 @@ on_local_client!(
     concurrent_streams_keep_their_bodies_apart,
     a_stream_dropped_early_leaves_the_client_usable,
 );
+
+/// (Here only: the remote client streams the requests it buffers.) A buffered body stops at its limit with an error that says how to get it instead; the same
+/// body streams whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_body_past_its_limit_is_refused_with_the_way_out() {
+    let (http, peer) = (LocalHttpClient::new(), HttpPeer::start().await.unwrap());
+    let over = 32 * 1024 * 1024 + 1;
+    let url = peer.url(&format!("/large?bytes={over}"));
+    let error = http.request(get(&url)).await.unwrap_err();
+    assert!(matches!(error, HttpError::Body(_)), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "failed to read http/request response body: the body exceeds the 33554432-byte limit of \
+         a buffered response; send the request with `streamResponse: true` to receive it in frames"
+    );
+    let (head, body) = http.request_streamed(get(&url)).await.unwrap();
+    assert_eq!(head.status, 200);
+    let (chunks, failure) = drain(body).await;
+    assert_eq!((concat(&chunks).len(), failure), (over, None));
+    // The client is still usable.
+    let small = http.request(get(&peer.url("/large?bytes=10"))).await.unwrap();
+    assert_eq!(small.body_base64.0.len(), 10);
+}

@@ -59,6 +59,11 @@ pub struct SnapshotShell {
     pub path: String,
 }
 
+/// The longest `writeId`, in bytes. The server keeps each id it has seen (to recognise a
+/// retry), so an unbounded id is memory a client can make it hold; Codex's ids are 36 bytes.
+/// The reference has no bound; a longer id is refused with `-32602`.
+pub const WRITE_ID_MAX_BYTES: usize = 256;
+
 /// `process/start` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -288,7 +293,7 @@ pub struct WriteParams {
     pub process_id: ProcessId,
     pub chunk: ByteChunk,
     /// Idempotency key: a repeated id is acknowledged without writing again, so a client may
-    /// retry a write whose answer it lost.
+    /// retry a write whose answer it lost. 1 to [`WRITE_ID_MAX_BYTES`] bytes.
     pub write_id: String,
 }
 

@@ -56,11 +56,7 @@ impl FileHandles {
         };
         let admission = admit(params.sandbox.as_ref(), work)?;
         let id = params.handle_id;
-        if id.len() > FS_HANDLE_ID_MAX_BYTES {
-            return Err(FsError::invalid_input(format!(
-                "file handle ID must not exceed {FS_HANDLE_ID_MAX_BYTES} bytes"
-            )));
-        }
+        check_id(&id)?;
         if self.open.contains_key(&id) {
             return Err(FsError::invalid_input(format!("file handle `{id}` already exists")));
         }
@@ -91,6 +87,7 @@ impl FileHandles {
         &mut self,
         params: FsReadBlockParams,
     ) -> Result<FsReadBlockResponse, FsError> {
+        check_id(&params.handle_id)?;
         let len = params.len;
         if !(1..=FS_BLOCK_MAX_BYTES).contains(&len) {
             return Err(FsError::invalid_input(format!(
@@ -112,6 +109,7 @@ impl FileHandles {
     /// zeros. The range must fit the OS's signed 64-bit offsets. A failed write leaves the
     /// handle open, as the reference does.
     pub async fn write_block(&mut self, params: FsWriteBlockParams) -> Result<(), FsError> {
+        check_id(&params.handle_id)?;
         let chunk = params.chunk.into_bytes();
         if !(1..=FS_BLOCK_MAX_BYTES).contains(&chunk.len()) {
             return Err(FsError::invalid_input(format!(
@@ -130,9 +128,12 @@ impl FileHandles {
     }
 
     /// Closes a handle; closing an unknown one is not an error, so a client may close in the
-    /// background without tracking whether it already did.
-    pub fn close(&mut self, params: FsCloseParams) {
+    /// background without tracking whether it already did. An id no handle can have is refused,
+    /// as on every handle call.
+    pub fn close(&mut self, params: FsCloseParams) -> Result<(), FsError> {
+        check_id(&params.handle_id)?;
         self.open.remove(&params.handle_id);
+        Ok(())
     }
 
     fn file(&self, id: &str) -> Result<Arc<File>, FsError> {
@@ -141,6 +142,16 @@ impl FileHandles {
             None => Err(FsError::not_found(format!("unknown file handle `{id}`"))),
         }
     }
+}
+
+/// Refuses an id longer than any handle may have, without repeating it (it may be huge).
+fn check_id(id: &str) -> Result<(), FsError> {
+    if id.len() > FS_HANDLE_ID_MAX_BYTES {
+        return Err(FsError::invalid_input(format!(
+            "file handle ID must not exceed {FS_HANDLE_ID_MAX_BYTES} bytes"
+        )));
+    }
+    Ok(())
 }
 
 /// Up to `len` bytes at `offset`, fewer only at the end of the file.

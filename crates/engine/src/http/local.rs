@@ -76,9 +76,9 @@ impl HttpClient for LocalHttpClient {
     async fn request(&self, params: HttpRequestParams) -> Result<HttpRequestResponse, HttpError> {
         let response = self.send(params).await?;
         let (status, headers) = head(&response);
-        let body = response.bytes().await.map_err(|e| HttpError::Body(body_error(e)))?;
+        let body = buffered_body(response).await?;
         debug!(bytes = body.len(), "http body read");
-        Ok(HttpRequestResponse { status, headers, body_base64: ByteChunk(body) })
+        Ok(HttpRequestResponse { status, headers, body_base64: ByteChunk(body.into()) })
     }
 
     async fn request_streamed(
@@ -173,6 +173,29 @@ fn transport(error: reqwest::Error) -> HttpSendError {
 
 /// The HTTP client's text without the URL (`error decoding response body`), as the reference
 /// reports it.
+/// The largest body a buffered `http/request` answer carries: 32 MiB, which base64 makes 43 MiB,
+/// inside the 64 MiB message an answer may be. A body without end would otherwise grow the
+/// server until it is killed, and every session with it.
+pub const HTTP_BUFFERED_BODY_MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// The whole body, or an error naming the limit once it passes [`HTTP_BUFFERED_BODY_MAX_BYTES`]
+/// (the rest is not read: the connection is dropped).
+async fn buffered_body(response: Response) -> Result<Vec<u8>, HttpError> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| HttpError::Body(body_error(e)))?;
+        if body.len() + chunk.len() > HTTP_BUFFERED_BODY_MAX_BYTES {
+            return Err(HttpError::Body(HttpBodyError(format!(
+                "the body exceeds the {HTTP_BUFFERED_BODY_MAX_BYTES}-byte limit of a buffered \
+                 response; send the request with `streamResponse: true` to receive it in frames"
+            ))));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 fn body_error(error: reqwest::Error) -> HttpBodyError {
     let error = error.without_url();
     debug!(error = %causes(&error), "http body failed");

@@ -1021,7 +1021,7 @@ pub async fn handle_ids_are_bounded_unique_and_limited_per_connection(handles: &
         InvalidInput,
         "file handle `h2` already exists",
     );
-    handles.close(close("h2"));
+    handles.close(close("h2")).unwrap();
     handles.open(open("one-more", &file)).await.unwrap();
 }
 
@@ -1032,9 +1032,9 @@ pub async fn closed_and_unknown_handles_are_not_found_and_close_is_idempotent(
     scratch.file("file.txt", b"x");
     handles.open(open("h1", &scratch.uri("file.txt"))).await.unwrap();
 
-    handles.close(close("h1"));
-    handles.close(close("h1"));
-    handles.close(close("never-opened"));
+    handles.close(close("h1")).unwrap();
+    handles.close(close("h1")).unwrap();
+    handles.close(close("never-opened")).unwrap();
     let unknown = "unknown file handle `h1`";
     assert_fails(handles.read_block(read_block("h1", 0, 1)).await, NotFound, unknown);
     assert_fails(handles.write_block(write_block("h1", 0, b"x")).await, NotFound, unknown);

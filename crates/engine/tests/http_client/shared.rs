@@ -26,12 +26,12 @@ fn request(method: &str, url: &str, extra: Value) -> HttpRequestParams {
     serde_json::from_value(params).expect("valid params")
 }
 
-fn get(url: &str) -> HttpRequestParams {
+pub fn get(url: &str) -> HttpRequestParams {
     request("GET", url, json!({}))
 }
 
 /// Every chunk of a body, and the error it ended with, if any. Nothing may follow an error.
-async fn drain(mut body: HttpBodyStream) -> (Vec<Bytes>, Option<String>) {
+pub async fn drain(mut body: HttpBodyStream) -> (Vec<Bytes>, Option<String>) {
     let mut chunks = Vec::new();
     while let Some(chunk) = next_chunk(&mut body).await {
         match chunk {
@@ -49,7 +49,7 @@ async fn next_chunk(body: &mut HttpBodyStream) -> Option<Result<Bytes, HttpBodyE
     tokio::time::timeout(Duration::from_secs(20), body.next()).await.expect("a chunk in time")
 }
 
-fn concat(chunks: &[Bytes]) -> Vec<u8> {
+pub fn concat(chunks: &[Bytes]) -> Vec<u8> {
     chunks.iter().flat_map(|chunk| chunk.to_vec()).collect()
 }
 

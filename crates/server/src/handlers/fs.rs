@@ -104,7 +104,7 @@ pub(crate) async fn run(
             .map(|()| encode_response(id, &empty))
             .map_err(to_rpc)?,
         FsCall::Close(p) => {
-            connection.handles.close(p);
+            connection.handles.close(p).map_err(to_rpc)?;
             encode_response(id, &empty)
         }
         FsCall::WatchMissing(p) => {

@@ -4,7 +4,8 @@ use serde_json::Value;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::process::{
     CloseStdinParams, ExecParams, ListResponse, ReadParams, ResizeParams, SignalParams,
-    SignalResponse, TerminateParams, TerminateResponse, WriteParams, WriteResponse,
+    SignalResponse, TerminateParams, TerminateResponse, WRITE_ID_MAX_BYTES, WriteParams,
+    WriteResponse,
 };
 use tether_protocol::{JsonRpcError, Method, RequestId};
 
@@ -39,6 +40,12 @@ impl ProcessCall {
                 let params: WriteParams = params_of(params)?;
                 if params.write_id.is_empty() {
                     return Err(invalid_params("writeId must not be empty"));
+                }
+                if params.write_id.len() > WRITE_ID_MAX_BYTES {
+                    return Err(invalid_params(format!(
+                        "writeId must be at most {WRITE_ID_MAX_BYTES} bytes; send a shorter \
+                         idempotency key"
+                    )));
                 }
                 ProcessCall::Write(params)
             }
