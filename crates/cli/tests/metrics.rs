@@ -91,10 +91,34 @@ async fn metrics_need_the_credential_when_the_server_has_one() {
     assert_eq!(scrape(&server, None).await, (401, "missing websocket bearer token".into()));
     let (status, text) = scrape(&server, Some("Bearer metrics-token")).await;
     assert_eq!(status, 200);
-    assert_eq!(sample(&text, "tether_upgrades_refused_total"), 0.0);
-    let refused = RpcClient::connect(&server.url).await;
-    assert!(refused.is_err());
+    let refused = |text: &str, reason: &str| {
+        sample(text, &format!("tether_upgrades_refused_total{{reason=\"{reason}\"}}"))
+    };
+    for reason in ["unauthorized", "origin", "too_many_connections", "not_websocket"] {
+        assert_eq!(refused(&text, reason), 0.0, "{reason}");
+    }
+    assert!(RpcClient::connect(&server.url).await.is_err());
+    // A browser's request, with the credential; and a plain GET that is no upgrade.
+    let address = server.url.trim_start_matches("ws://").to_owned();
+    let mut browser = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {address}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Authorization: Bearer metrics-token\r\nOrigin: http://evil.example\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut browser, request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::io::AsyncReadExt::read_exact(&mut browser, &mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 403");
+    let mut plain = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request =
+        format!("GET / HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer metrics-token\r\n\r\n");
+    tokio::io::AsyncWriteExt::write_all(&mut plain, request.as_bytes()).await.unwrap();
+    tokio::io::AsyncReadExt::read_exact(&mut plain, &mut head).await.unwrap();
+    assert!(head.starts_with(b"HTTP/1.1 4"), "{}", String::from_utf8_lossy(&head));
     let (_, text) = scrape(&server, Some("Bearer metrics-token")).await;
-    assert_eq!(sample(&text, "tether_upgrades_refused_total"), 1.0);
+    assert_eq!(refused(&text, "unauthorized"), 1.0);
+    assert_eq!(refused(&text, "origin"), 1.0);
+    assert_eq!(refused(&text, "not_websocket"), 1.0);
     std::fs::remove_dir_all(dir).unwrap();
 }

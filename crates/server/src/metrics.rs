@@ -20,11 +20,43 @@ pub(crate) struct Snapshot {
     pub spilled_output_bytes: u64,
 }
 
+/// Why a WebSocket upgrade was refused, for `tether_upgrades_refused_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpgradeRefusal {
+    /// 401: no credential, or a wrong one.
+    Unauthorized,
+    /// 403: a browser's request (it sent `Origin`).
+    Origin,
+    /// 503: `--max-connections` reached.
+    TooManyConnections,
+    /// 4xx: not a valid WebSocket upgrade request.
+    NotWebSocket,
+}
+
+impl UpgradeRefusal {
+    const ALL: [UpgradeRefusal; 4] = [
+        UpgradeRefusal::Unauthorized,
+        UpgradeRefusal::Origin,
+        UpgradeRefusal::TooManyConnections,
+        UpgradeRefusal::NotWebSocket,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            UpgradeRefusal::Unauthorized => r#"{reason="unauthorized"}"#,
+            UpgradeRefusal::Origin => r#"{reason="origin"}"#,
+            UpgradeRefusal::TooManyConnections => r#"{reason="too_many_connections"}"#,
+            UpgradeRefusal::NotWebSocket => r#"{reason="not_websocket"}"#,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Metrics {
     connections_open: AtomicI64,
     connections_total: AtomicU64,
-    upgrades_refused: AtomicU64,
+    /// Indexed by [`UpgradeRefusal`] in the order of `UpgradeRefusal::ALL`.
+    upgrades_refused: [AtomicU64; 4],
     output_bytes: AtomicU64,
     sessions_created: AtomicU64,
     sessions_resumed: AtomicU64,
@@ -42,8 +74,9 @@ impl Metrics {
         self.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn upgrade_refused(&self) {
-        self.upgrades_refused.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn upgrade_refused(&self, why: UpgradeRefusal) {
+        let at = UpgradeRefusal::ALL.iter().position(|reason| *reason == why).unwrap_or(0);
+        self.upgrades_refused[at].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn output_sent(&self, bytes: usize) {
@@ -86,11 +119,17 @@ impl Metrics {
             "Connections accepted since start.",
             &[("", load(&self.connections_total))],
         );
+        let refused: Vec<(&str, f64)> = UpgradeRefusal::ALL
+            .iter()
+            .zip(&self.upgrades_refused)
+            .map(|(reason, count)| (reason.label(), load(count)))
+            .collect();
         metric(
             "tether_upgrades_refused_total",
             "counter",
-            "WebSocket upgrades refused for a missing or wrong credential.",
-            &[("", load(&self.upgrades_refused))],
+            "WebSocket upgrades refused, by reason: a missing or wrong credential, a browser's \
+             Origin, the connection limit, not a WebSocket request.",
+            &refused,
         );
         metric(
             "tether_sessions",

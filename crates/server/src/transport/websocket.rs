@@ -21,6 +21,7 @@ use tracing::{Instrument, debug, info_span};
 use super::tls::TlsListener;
 use super::{ConnectionId, Outbound, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
+use crate::metrics::UpgradeRefusal;
 use crate::processor::serve_connection;
 use crate::state::ServerState;
 
@@ -71,20 +72,25 @@ async fn upgrade(
     // Browsers always send Origin and never let a page omit it: refusing it keeps any web page
     // from driving a local executor.
     if headers.contains_key(header::ORIGIN) {
+        app.server.metrics.upgrade_refused(UpgradeRefusal::Origin);
         return (StatusCode::FORBIDDEN, "browser-originated connections are not accepted")
             .into_response();
     }
     if let Err(refusal) = app.server.config.ws_auth.check(&headers) {
         debug!(%peer, reason = refusal.0, "websocket upgrade refused");
-        app.server.metrics.upgrade_refused();
+        app.server.metrics.upgrade_refused(UpgradeRefusal::Unauthorized);
         return (StatusCode::UNAUTHORIZED, refusal.0).into_response();
     }
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
-        Err(rejection) => return rejection.into_response(),
+        Err(rejection) => {
+            app.server.metrics.upgrade_refused(UpgradeRefusal::NotWebSocket);
+            return rejection.into_response();
+        }
     };
     let Ok(permit) = app.server.connections.clone().try_acquire_owned() else {
         let limit = app.server.config.max_connections;
+        app.server.metrics.upgrade_refused(UpgradeRefusal::TooManyConnections);
         debug!(%peer, limit, "websocket upgrade refused: too many connections");
         let message = format!(
             "too many connections to this server: the limit is {limit} (--max-connections); try again later"
