@@ -243,3 +243,39 @@ impl StdioServer {
 fn rustix_pid(pid: u32) -> rustix::process::Pid {
     rustix::process::Pid::from_raw(pid as i32).unwrap()
 }
+
+/// A session id is enough to take over a detached session, so logs above DEBUG never carry it:
+/// they name sessions by a short digest, which still lets an operator follow one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_ids_stay_out_of_the_default_log() {
+    let tether = tether_testkit::server::tether_binary().unwrap();
+    let mut server = tokio::process::Command::new(&tether)
+        .args(["serve", "--listen", "ws://127.0.0.1:0"])
+        .env_remove("TETHER_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).await.unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let (client, init) = RpcClient::connect_initialized(url.trim()).await.unwrap();
+    let session_id = init["sessionId"].as_str().unwrap().to_owned();
+    drop(client);
+    let mut log = String::new();
+    // The detach is logged once the server has seen the connection go.
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("session detached") {
+            break;
+        }
+    }
+    server.kill().await.unwrap();
+    assert!(log.contains("session created"), "{log}");
+    assert!(!log.contains(&session_id), "the id is in the log:\n{log}");
+    let tag = log.split("session=").nth(1).and_then(|rest| rest.get(..8)).unwrap_or_default();
+    assert!(tag.chars().all(|c| c.is_ascii_hexdigit()) && tag.len() == 8, "{log}");
+}

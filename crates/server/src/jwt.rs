@@ -84,6 +84,11 @@ impl JwtVerifier {
                 return Err(INVALID);
             }
         }
+        // `crit` names extensions the verifier must understand (RFC 7515 §4.1.11); this one
+        // understands none, so any `crit` (an empty one is malformed) refuses the token.
+        if header.contains_key("crit") {
+            return Err(INVALID);
+        }
         let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| INVALID)?;
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).map_err(|_| INVALID)?;
         mac.update(&token.as_bytes()[..token.rfind('.').unwrap_or_default()]);
@@ -199,8 +204,13 @@ mod tests {
         ] {
             assert_eq!(v.verify_at(&token(claims.clone()), NOW), Err(INVALID), "{claims}");
         }
-        let extra = json!({"alg": "HS256", "kid": "k1", "crit": ["x"], "typ": "foo"});
+        let extra = json!({"alg": "HS256", "kid": "k1", "typ": "foo", "x-other": 1});
         assert_eq!(v.verify_at(&mint(SECRET, &extra, &json!({"exp": NOW})), NOW), Ok(()));
+        for crit in [json!(["x"]), json!([]), json!(["exp"])] {
+            let header = json!({"alg": "HS256", "crit": crit, "x": 1});
+            let token = mint(SECRET, &header, &json!({"exp": NOW}));
+            assert_eq!(v.verify_at(&token, NOW), Err(INVALID), "{header}");
+        }
     }
 
     #[test]

@@ -243,7 +243,7 @@ impl Processor {
                 session
             }
         };
-        tracing::Span::current().record("session_id", session.id.as_str());
+        tracing::Span::current().record("session", crate::session::log_tag(&session.id).as_str());
         debug!(client_name = %params.client_name, resumed = params.resume_session_id.is_some(), "initialized");
         let response = InitializeResponse {
             session_id: session.id.clone(),

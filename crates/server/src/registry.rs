@@ -8,10 +8,10 @@ use tether_engine::ProcessTableConfig;
 use tether_protocol::JsonRpcError;
 use tether_protocol::error::SESSION_ALREADY_ATTACHED;
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::rpc_error::invalid_request;
-use crate::session::{Attachment, Session};
+use crate::session::{Attachment, Session, log_tag};
 use crate::transport::{ConnectionId, Outbound};
 
 pub(crate) struct SessionRegistry {
@@ -76,7 +76,8 @@ impl SessionRegistry {
         let id = uuid::Uuid::new_v4().to_string();
         let session = Session::new(id.clone(), self.process_config.clone(), connection, outbound);
         sessions.insert(id.clone(), session.clone());
-        info!(session_id = %id, connection = connection.0, "session created");
+        info!(session = %log_tag(&id), connection = connection.0, "session created");
+        debug!(session = %log_tag(&id), session_id = %id, "session id");
         Ok(session)
     }
 
@@ -107,7 +108,7 @@ impl SessionRegistry {
             Attachment::Detached { .. } => {
                 *attachment = Attachment::Attached { connection, outbound };
                 drop(attachment);
-                info!(session_id = %id, connection = connection.0, "session resumed");
+                info!(session = %log_tag(id), connection = connection.0, "session resumed");
                 Ok(session)
             }
         }
@@ -125,7 +126,7 @@ impl SessionRegistry {
             }
             *attachment = Attachment::Detached { connection, expires_at };
         }
-        info!(session_id = %session.id, connection = connection.0, ttl_s = self.detached_ttl.as_secs_f64(), "session detached");
+        info!(session = %log_tag(&session.id), connection = connection.0, ttl_s = self.detached_ttl.as_secs_f64(), "session detached");
         let registry = Arc::downgrade(self);
         let session_id = session.id.clone();
         tokio::spawn(async move {
@@ -147,7 +148,7 @@ impl SessionRegistry {
         if still_detached {
             sessions.remove(id);
             drop(sessions);
-            info!(session_id = %id, "detached session expired; its processes are killed");
+            info!(session = %log_tag(&id), "detached session expired; its processes are killed");
             session.processes.shutdown();
         }
     }

@@ -60,7 +60,7 @@ impl Session {
             attachment: Mutex::new(Attachment::Attached { connection, outbound }),
             id,
         });
-        let span = info_span!("session", session_id = %session.id);
+        let span = info_span!("session", session = %log_tag(&session.id));
         tokio::spawn(forward_events(Arc::downgrade(&session), events_rx).instrument(span));
         session
     }
@@ -114,4 +114,11 @@ fn notification_text(event: ProcessEvent) -> String {
             encode_notification(PROCESS_CLOSED, &ProcessClosedNotification { process_id, seq })
         }
     }
+}
+
+/// What logs above DEBUG call a session: a short digest of its id. Enough to follow one
+/// session through the logs; useless for resuming it, which the id itself allows.
+pub(crate) fn log_tag(id: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(id.as_bytes())[..4])
 }

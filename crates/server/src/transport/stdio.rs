@@ -19,7 +19,7 @@ pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken)
         "connection",
         connection = connection.0,
         transport = "stdio",
-        session_id = tracing::field::Empty
+        session = tracing::field::Empty
     );
     async move {
         let (outbound, mut queue) = Outbound::channel(server.metrics.clone());
