@@ -212,6 +212,19 @@ fn absolute(path: &std::path::Path) -> String {
     std::path::absolute(path).unwrap_or_else(|_| path.to_owned()).display().to_string()
 }
 
+/// Makes the server's `/proc` entries (its environment, memory, descriptors) unreadable by its
+/// children: a command running as the same user could otherwise read the server's whole
+/// environment, tokens included, from `/proc/$PPID/environ`. Children are unaffected (`exec`
+/// makes them dumpable again). A process with `CAP_SYS_PTRACE` (root's commands, unless
+/// sandboxed) can still read it; that is the kernel's rule, not one a server can lift.
+fn keep_own_memory_private() {
+    if let Err(error) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!(%error, "the server's /proc entries stay readable by its children");
+    }
+}
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
@@ -226,6 +239,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
     set_up_sandboxing(args.bwrap.clone())?;
+    keep_own_memory_private();
     let spill = match &args.spill_output_dir {
         Some(dir) => {
             let spill =

@@ -20,7 +20,25 @@ pub const CORE_VARIABLES: &[&str] = &[
 ];
 
 /// Names dropped unless `ignoreDefaultExcludes` is set: anything that looks like a credential.
-pub const DEFAULT_EXCLUDES: &[&str] = &["*KEY*", "*SECRET*", "*TOKEN*"];
+/// Wider than the reference's three (`*KEY*`, `*SECRET*`, `*TOKEN*`): passwords, credential
+/// files, auth sockets and tokens, cookies and database URLs (which carry passwords) too.
+/// `*AUTH_*` and `*_AUTH` rather than `*AUTH*`, so `GIT_AUTHOR_NAME` still reaches commits.
+pub const DEFAULT_EXCLUDES: &[&str] = &[
+    "*KEY*",
+    "*SECRET*",
+    "*TOKEN*",
+    "*PASS*",
+    "*CREDENTIAL*",
+    "*AUTH_*",
+    "*_AUTH",
+    "*COOKIE*",
+    "DATABASE_URL",
+    "*_DATABASE_URL",
+];
+
+/// The server's own settings (`TETHER_*`: tokens, URLs, limits): never inherited from the
+/// executor, whatever the policy. A client may still set such a name in `env` itself.
+const SERVER_OWN_PREFIX: &str = "TETHER_";
 
 /// The executor's own credentials, never handed to a child whatever the request says.
 pub const NEVER_INHERITED: &[&str] = &[
@@ -40,7 +58,12 @@ pub fn child_env(
 ) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     if let Some(policy) = policy {
-        out.extend(parent.into_iter().filter(|(name, _)| match policy.inherit {
+        let parent = parent.into_iter().filter(|(name, _)| {
+            !name
+                .get(..SERVER_OWN_PREFIX.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(SERVER_OWN_PREFIX))
+        });
+        out.extend(parent.filter(|(name, _)| match policy.inherit {
             EnvInherit::All => true,
             EnvInherit::None => false,
             EnvInherit::Core => CORE_VARIABLES.iter().any(|core| core.eq_ignore_ascii_case(name)),
@@ -81,6 +104,12 @@ mod tests {
             ("my_token", "t"),
             ("FOO_PLAIN", "f"),
             ("NODE_REPL_AUTH_TOKEN", "n"),
+            ("PGPASSWORD", "p"),
+            ("DATABASE_URL", "postgres://u:p@h/db"),
+            ("SSH_AUTH_SOCK", "/tmp/agent"),
+            ("GOOGLE_APPLICATION_CREDENTIALS", "/k.json"),
+            ("GIT_AUTHOR_NAME", "A"),
+            ("TETHER_WS_TOKEN", "server's"),
         ])
         .into_iter()
         .collect()
@@ -111,12 +140,24 @@ mod tests {
     #[test]
     fn all_drops_credentials_unless_told_not_to() {
         let out = child_env(&BTreeMap::new(), Some(&policy(EnvInherit::All)), parent());
-        assert_eq!(out, map(&[("FOO_PLAIN", "f"), ("HOME", "/root"), ("PATH", "/bin")]));
+        assert_eq!(
+            out,
+            map(&[
+                ("FOO_PLAIN", "f"),
+                ("GIT_AUTHOR_NAME", "A"),
+                ("HOME", "/root"),
+                ("PATH", "/bin")
+            ])
+        );
         let mut keep = policy(EnvInherit::All);
         keep.ignore_default_excludes = true;
         let out = child_env(&BTreeMap::new(), Some(&keep), parent());
         assert!(out.contains_key("MY_API_KEY") && out.contains_key("my_token"));
+        assert!(out.contains_key("PGPASSWORD") && out.contains_key("SSH_AUTH_SOCK"));
         assert!(!out.contains_key("NODE_REPL_AUTH_TOKEN"), "executor secrets never leak");
+        assert!(!out.contains_key("TETHER_WS_TOKEN"), "nor the server's own settings");
+        let asked = map(&[("TETHER_MODE", "the client's own")]);
+        assert_eq!(child_env(&asked, Some(&keep), parent())["TETHER_MODE"], "the client's own");
     }
 
     #[test]

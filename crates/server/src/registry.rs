@@ -148,7 +148,7 @@ impl SessionRegistry {
         if still_detached {
             sessions.remove(id);
             drop(sessions);
-            info!(session = %log_tag(&id), "detached session expired; its processes are killed");
+            info!(session = %log_tag(id), "detached session expired; its processes are killed");
             session.processes.shutdown();
         }
     }

@@ -119,7 +119,8 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
 
 async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
     let connection = ConnectionId::next();
-    let span = info_span!("connection", connection = connection.0, %peer, session = tracing::field::Empty);
+    let span =
+        info_span!("connection", connection = connection.0, %peer, session = tracing::field::Empty);
     async move {
         debug!("websocket connected");
         let (mut sink, stream) = socket.split();
