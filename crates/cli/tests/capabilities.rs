@@ -3,10 +3,12 @@
 //! `CODEX_HOME`, holding skills and plugins this test installs, as Codex would find them on an
 //! executor.
 
-use std::path::PathBuf;
-
 use serde_json::{Value, json};
 use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+
+mod common;
+/// The executor home every scenario here runs its servers with.
+type Fixture = common::ExecutorHome;
 
 against_both!(
     the_capability_is_advertised,
@@ -23,36 +25,7 @@ against_both!(
 const METADATA_WARNING: &str =
     "some capability metadata could not be loaded; discovery may be incomplete";
 
-/// A home with a `CODEX_HOME` in it and roots beside it, removed when dropped.
-struct Fixture {
-    root: PathBuf,
-}
-
 impl Fixture {
-    fn new(target: Target, name: &str) -> Self {
-        let root = PathBuf::from(format!(
-            "/var/tmp/tether-capabilities-{}-{target:?}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("home/.codex")).unwrap();
-        Self { root }
-    }
-
-    fn path(&self, relative: &str) -> PathBuf {
-        self.root.join(relative)
-    }
-
-    fn uri(&self, relative: &str) -> String {
-        format!("file://{}", self.path(relative).display())
-    }
-
-    fn write(&self, relative: &str, contents: impl AsRef<[u8]>) {
-        let path = self.path(relative);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, contents).unwrap();
-    }
-
     /// A `SKILL.md` at `dir` with this front matter.
     fn skill(&self, dir: &str, front_matter: &str) {
         self.write(&format!("{dir}/SKILL.md"), format!("---\n{front_matter}\n---\nbody\n"));
@@ -71,23 +44,8 @@ impl Fixture {
         dir
     }
 
-    async fn started(&self, target: Target) -> (ServerProcess, RpcClient) {
-        let home = self.path("home").display().to_string();
-        let codex_home = self.path("home/.codex").display().to_string();
-        let env = [("HOME", home.as_str()), ("CODEX_HOME", codex_home.as_str())];
-        let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
-        let (client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
-        (server, client)
-    }
-
     async fn installed(&self, client: &mut RpcClient) -> Value {
         client.ok("capabilities/discoverV2", json!({"cwd": self.uri("")})).await.unwrap()
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
@@ -181,7 +139,7 @@ async fn params_are_decoded_before_the_gate_names_capability_discovery(target: T
 }
 
 async fn skills_come_from_the_executor_roots_with_their_metadata(target: Target) {
-    let fixture = Fixture::new(target, "skills");
+    let fixture = Fixture::new("capabilities", target, "skills");
     let skills = "home/.codex/skills";
     fixture.skill(
         &format!("{skills}/deploy"),
@@ -241,7 +199,7 @@ async fn skills_come_from_the_executor_roots_with_their_metadata(target: Target)
 }
 
 async fn plugins_are_listed_at_their_active_version(target: Target) {
-    let fixture = Fixture::new(target, "plugins");
+    let fixture = Fixture::new("capabilities", target, "plugins");
     for version in ["1.0.0", "1.9.0", "1.10.0"] {
         let dir = fixture.cached_plugin(
             "mkt",
@@ -309,7 +267,7 @@ async fn plugins_are_listed_at_their_active_version(target: Target) {
 }
 
 async fn roots_return_their_skill_and_plugin_files(target: Target) {
-    let fixture = Fixture::new(target, "roots");
+    let fixture = Fixture::new("capabilities", target, "roots");
     fixture.write("plug/.codex-plugin/plugin.json", "{\"name\":\"plug\",\"apps\":\"apps.json\"}\n");
     fixture.write("plug/.claude-plugin/plugin.json", "{\"name\":\"second choice\"}\n");
     fixture.write("plug/.mcp.json", "{\"mcpServers\":{}}\n");
@@ -375,7 +333,7 @@ async fn roots_return_their_skill_and_plugin_files(target: Target) {
 }
 
 async fn roots_fail_alone_and_files_over_their_limits_are_skipped(target: Target) {
-    let fixture = Fixture::new(target, "limits");
+    let fixture = Fixture::new("capabilities", target, "limits");
     fixture.write("big/SKILL.md", vec![b'x'; 1024 * 1024 + 1]);
     fixture.write("big/exact/SKILL.md", vec![b'y'; 1024 * 1024]);
     fixture.write("big/latin1/SKILL.md", b"\xff\xfe caf\xe9");
@@ -422,7 +380,7 @@ async fn roots_fail_alone_and_files_over_their_limits_are_skipped(target: Target
 }
 
 async fn at_most_128_roots_are_scanned(target: Target) {
-    let fixture = Fixture::new(target, "count");
+    let fixture = Fixture::new("capabilities", target, "count");
     let (_server, mut client) = fixture.started(target).await;
     let roots = |n: usize| {
         let root = json!({"id": "r", "path": fixture.uri("none")});
@@ -442,7 +400,7 @@ async fn at_most_128_roots_are_scanned(target: Target) {
 }
 
 async fn a_root_scan_stops_at_its_traversal_limits(target: Target) {
-    let fixture = Fixture::new(target, "traversal");
+    let fixture = Fixture::new("capabilities", target, "traversal");
     for level in ["a", "a/b", "a/b/c", "a/b/c/d", "a/b/c/d/e", "a/b/c/d/e/f", "a/b/c/d/e/f/g"] {
         fixture.write(&format!("deep/{level}/SKILL.md"), level);
     }
@@ -478,7 +436,7 @@ async fn a_root_scan_stops_at_its_traversal_limits(target: Target) {
 }
 
 async fn a_sandbox_intent_hides_what_it_hides_from_discovery(target: Target) {
-    let fixture = Fixture::new(target, "sandbox");
+    let fixture = Fixture::new("capabilities", target, "sandbox");
     fixture.skill("home/.codex/skills/open", "name: open\ndescription: visible");
     fixture.skill("home/.codex/skills/secret", "name: secret\ndescription: hidden");
     fixture.skill("root/visible", "name: v\ndescription: v");
@@ -520,7 +478,7 @@ async fn a_sandbox_intent_hides_what_it_hides_from_discovery(target: Target) {
 /// `SKILL.md`, so this is Tether's alone.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installs_edits_and_removals_are_seen_by_the_next_discovery() {
-    let fixture = Fixture::new(Target::Tether, "live");
+    let fixture = Fixture::new("capabilities", Target::Tether, "live");
     fixture.skill("home/.codex/skills/kept", "name: kept\ndescription: kept");
     let (_server, mut client) = fixture.started(Target::Tether).await;
     let descriptions = |found: &Value| texts(&found["skills"], "description");

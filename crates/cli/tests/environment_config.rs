@@ -5,10 +5,12 @@
 //! Layers are compared by source, base directory and the TOML *value* they carry (Codex
 //! parses the text; its spelling is not the contract).
 
-use std::path::PathBuf;
-
 use serde_json::{Value, json};
 use tether_testkit::{RpcClient, RpcError, ServerProcess, Target, against_both};
+
+mod common;
+/// The executor home every scenario here runs its servers with.
+type Fixture = common::ExecutorHome;
 
 against_both!(
     the_capability_is_advertised,
@@ -24,36 +26,7 @@ against_both!(
     a_broken_user_file_fails_the_read_with_its_place,
 );
 
-/// A home, a `CODEX_HOME` in it, and repositories beside it, removed when dropped.
-struct Fixture {
-    root: PathBuf,
-}
-
 impl Fixture {
-    fn new(target: Target, name: &str) -> Self {
-        let root = PathBuf::from(format!(
-            "/var/tmp/tether-envconfig-{}-{target:?}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("home/.codex")).unwrap();
-        Self { root }
-    }
-
-    fn path(&self, relative: &str) -> PathBuf {
-        self.root.join(relative)
-    }
-
-    fn uri(&self, relative: &str) -> String {
-        format!("file://{}", self.path(relative).display())
-    }
-
-    fn write(&self, relative: &str, contents: &str) {
-        let path = self.path(relative);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, contents).unwrap();
-    }
-
     /// The user's config, with `trusted` directories (relative to the fixture) trusted.
     fn user_config(&self, body: &str, trusted: &[&str]) {
         let mut text = body.to_owned();
@@ -69,21 +42,6 @@ impl Fixture {
     /// A repository at `relative` (a `.git` directory with a `HEAD`).
     fn repo(&self, relative: &str) {
         self.write(&format!("{relative}/.git/HEAD"), "ref: refs/heads/main\n");
-    }
-
-    async fn started(&self, target: Target) -> (ServerProcess, RpcClient) {
-        let home = self.path("home").display().to_string();
-        let codex_home = self.path("home/.codex").display().to_string();
-        let env = [("HOME", home.as_str()), ("CODEX_HOME", codex_home.as_str())];
-        let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
-        let (client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
-        (server, client)
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
@@ -137,7 +95,7 @@ fn project_layer(fixture: &Fixture, dir: &str, value: &str) -> (String, String, 
 // ---------------------------------------------------------------------------------------------
 
 async fn the_capability_is_advertised(target: Target) {
-    let fixture = Fixture::new(target, "capability");
+    let fixture = Fixture::new("envconfig", target, "capability");
     let home = fixture.path("home").display().to_string();
     let server = ServerProcess::start_with_env(target, &[], &[("HOME", &home)]).await.unwrap();
     let (_client, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
@@ -145,7 +103,7 @@ async fn the_capability_is_advertised(target: Target) {
 }
 
 async fn params_are_checked_in_the_reference_order(target: Target) {
-    let fixture = Fixture::new(target, "params");
+    let fixture = Fixture::new("envconfig", target, "params");
     let (_server, mut client) = fixture.started(target).await;
     let cases = [
         (Value::Null, "invalid type: null, expected struct EnvironmentConfigReadParams"),
@@ -191,7 +149,7 @@ async fn params_are_checked_in_the_reference_order(target: Target) {
 }
 
 async fn the_handshake_gate_names_environment_config(target: Target) {
-    let fixture = Fixture::new(target, "gate");
+    let fixture = Fixture::new("envconfig", target, "gate");
     let server = ServerProcess::start(target).await.unwrap();
     let mut client = RpcClient::connect(&server.url).await.unwrap();
     // Params are decoded before the gate.
@@ -214,7 +172,7 @@ async fn the_handshake_gate_names_environment_config(target: Target) {
 }
 
 async fn trusted_projects_add_their_layers_from_the_root_down(target: Target) {
-    let fixture = Fixture::new(target, "trusted");
+    let fixture = Fixture::new("envconfig", target, "trusted");
     fixture.user_config(
         "model = \"gpt-5\"\n[mcp_servers.user_http]\nurl = \"http://127.0.0.1:9/mcp\"\n\
          bearer_token_env_var = \"TOK\"\n[mcp_servers.user_stdio]\ncommand = \"echo\"\n\
@@ -273,7 +231,7 @@ async fn trusted_projects_add_their_layers_from_the_root_down(target: Target) {
 }
 
 async fn trust_is_per_directory_and_a_git_file_marks_a_root(target: Target) {
-    let fixture = Fixture::new(target, "per-dir");
+    let fixture = Fixture::new("envconfig", target, "per-dir");
     // `gitfile` is a root (a `.git` file, as in a worktree); only `gitfile/a` is trusted.
     // `empty` has an empty `.git` directory, which marks nothing: `empty` is its own root.
     fixture.user_config("", &["gitfile/a", "empty"]);
@@ -294,7 +252,7 @@ async fn trust_is_per_directory_and_a_git_file_marks_a_root(target: Target) {
 }
 
 async fn untrusted_projects_add_nothing(target: Target) {
-    let fixture = Fixture::new(target, "untrusted");
+    let fixture = Fixture::new("envconfig", target, "untrusted");
     fixture.user_config("[mcp_servers.u]\nurl = \"http://u\"\n", &[]);
     fixture.repo("repo");
     fixture.write("repo/.codex/config.toml", "[mcp_servers.r]\nurl = \"http://r\"\n");
@@ -308,7 +266,7 @@ async fn untrusted_projects_add_nothing(target: Target) {
 }
 
 async fn repositories_may_not_set_denied_keys(target: Target) {
-    let fixture = Fixture::new(target, "denied");
+    let fixture = Fixture::new("envconfig", target, "denied");
     fixture.user_config("notify = [\"user\"]\n", &["repo"]);
     fixture.repo("repo");
     fixture.write(
@@ -331,7 +289,7 @@ async fn repositories_may_not_set_denied_keys(target: Target) {
 }
 
 async fn selection_keeps_what_was_asked_for(target: Target) {
-    let fixture = Fixture::new(target, "selection");
+    let fixture = Fixture::new("envconfig", target, "selection");
     fixture.user_config(
         "tbl = \"not-a-table\"\nmodel = \"m\"\n[mcp_servers.x]\nurl = \"http://x\"\n[other]\nk = 1\n",
         &[],
@@ -360,7 +318,7 @@ async fn selection_keeps_what_was_asked_for(target: Target) {
 /// A cwd need not exist, or be a directory: its project is found from its nearest marked
 /// ancestor all the same; without one, it has no project layers.
 async fn a_cwd_that_is_missing_or_a_file_still_belongs_to_its_project(target: Target) {
-    let fixture = Fixture::new(target, "cwd");
+    let fixture = Fixture::new("envconfig", target, "cwd");
     fixture.user_config("model = \"u\"\n", &["", "repo", "loose"]);
     fixture.repo("repo");
     fixture.write("repo/.codex/config.toml", "model = \"r\"\n");
@@ -383,7 +341,7 @@ async fn a_cwd_that_is_missing_or_a_file_still_belongs_to_its_project(target: Ta
 }
 
 async fn a_broken_project_file_fails_the_read(target: Target) {
-    let fixture = Fixture::new(target, "broken");
+    let fixture = Fixture::new("envconfig", target, "broken");
     fixture.user_config("", &["broken"]);
     fixture.write("broken/.codex/config.toml", "this is = = bad\n");
     let (_server, mut client) = fixture.started(target).await;
@@ -403,7 +361,7 @@ async fn a_broken_project_file_fails_the_read(target: Target) {
 }
 
 async fn a_broken_user_file_fails_the_read_with_its_place(target: Target) {
-    let fixture = Fixture::new(target, "broken-user");
+    let fixture = Fixture::new("envconfig", target, "broken-user");
     fixture.write("home/.codex/config.toml", "model = \"m\"\nbad = = 1\n");
     let (_server, mut client) = fixture.started(target).await;
     let error = client.err("environmentConfig/read", mcp_request(fixture.uri(""))).await.unwrap();

@@ -44,3 +44,60 @@ pub fn text(chunks: &Value) -> String {
         .map(|c| String::from_utf8(b64decode(&c["chunk"])).unwrap())
         .collect()
 }
+
+/// An executor user's home with a `CODEX_HOME` in it, and room beside it for repositories and
+/// roots, removed when dropped. A server started by [`ExecutorHome::started`] runs with this
+/// `HOME` and `CODEX_HOME`, so it finds only what a test put there.
+pub struct ExecutorHome {
+    root: std::path::PathBuf,
+}
+
+impl ExecutorHome {
+    /// A fresh home under `/var/tmp` (the reference will not sandbox with `CODEX_HOME` in
+    /// `/tmp`), named after the test file's `kind`, the target and the scenario.
+    pub fn new(kind: &str, target: tether_testkit::Target, name: &str) -> Self {
+        let root = std::path::PathBuf::from(format!(
+            "/var/tmp/tether-{kind}-{}-{target:?}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("home/.codex")).unwrap();
+        Self { root }
+    }
+
+    pub fn path(&self, relative: &str) -> std::path::PathBuf {
+        self.root.join(relative)
+    }
+
+    pub fn uri(&self, relative: &str) -> String {
+        format!("file://{}", self.path(relative).display())
+    }
+
+    /// Writes `contents` at `relative`, creating its directories.
+    pub fn write(&self, relative: &str, contents: impl AsRef<[u8]>) {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+
+    /// A server with this `HOME` and `CODEX_HOME`, and a client past the handshake.
+    pub async fn started(
+        &self,
+        target: tether_testkit::Target,
+    ) -> (tether_testkit::ServerProcess, tether_testkit::RpcClient) {
+        let home = self.path("home").display().to_string();
+        let codex_home = self.path("home/.codex").display().to_string();
+        let env = [("HOME", home.as_str()), ("CODEX_HOME", codex_home.as_str())];
+        let server =
+            tether_testkit::ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+        let (client, _) =
+            tether_testkit::RpcClient::connect_initialized(&server.url).await.unwrap();
+        (server, client)
+    }
+}
+
+impl Drop for ExecutorHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}

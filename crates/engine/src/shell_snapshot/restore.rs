@@ -65,23 +65,10 @@ mod tests {
     use super::*;
 
     fn params(env: &[(&str, &str)]) -> ExecParams {
-        ExecParams {
-            process_id: "p".into(),
-            argv: vec!["/bin/bash".into(), "-lc".into(), "rcfn".into(), "extra".into()],
-            cwd: PathUri::parse("file:///").unwrap(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            env_policy: None,
-            shell_snapshot: None,
-            tty: false,
-            pipe_stdin: false,
-            arg0: None,
-            sandbox: None,
-            enforce_managed_network: false,
-            managed_network: None,
-            network_proxy: None,
-            metadata: None,
-            pty_size: None,
-        }
+        let argv = ["/bin/bash", "-lc", "rcfn", "extra"].map(String::from).to_vec();
+        let mut params = ExecParams::new("p", argv, PathUri::parse("file:///").unwrap());
+        params.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        params
     }
 
     #[test]
