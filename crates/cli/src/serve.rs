@@ -111,6 +111,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS")]
     ws_max_clock_skew_seconds: Option<u64>,
 
+    /// Refuse signed bearer tokens valid for longer than this (from now, and from their `iat`).
+    #[arg(long, value_name = "SECONDS")]
+    ws_max_token_lifetime_seconds: Option<u64>,
+
     /// Serve `wss://`: the server's certificate chain (PEM).
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -143,7 +147,8 @@ fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
     let jwt_flags = args.ws_shared_secret_file.is_some()
         || args.ws_issuer.is_some()
         || args.ws_audience.is_some()
-        || args.ws_max_clock_skew_seconds.is_some();
+        || args.ws_max_clock_skew_seconds.is_some()
+        || args.ws_max_token_lifetime_seconds.is_some();
     if args.ws_auth.is_some() && matches!(listen, ListenAddress::Stdio) {
         bail!("WebSocket auth requires a WebSocket listener, not stdio");
     }
@@ -155,7 +160,7 @@ fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
         Some(WsAuthMode::CapabilityToken) => {
             if jwt_flags {
                 bail!(
-                    "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and `--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`"
+                    "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, `--ws-max-clock-skew-seconds`, and `--ws-max-token-lifetime-seconds` require `--ws-auth signed-bearer-token`"
                 );
             }
             match (&args.ws_token_file, &args.ws_token_sha256) {
@@ -202,6 +207,10 @@ fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
                         anyhow::anyhow!("websocket auth clock skew must fit in a signed 64-bit integer")
                     }
                 })?;
+            let verifier = match args.ws_max_token_lifetime_seconds {
+                Some(seconds) => verifier.with_max_lifetime(Duration::from_secs(seconds)),
+                None => verifier,
+            };
             Ok(WsAuth::SignedBearerToken(verifier))
         }
     }

@@ -143,6 +143,34 @@ async fn signed_bearer_tokens_are_checked_claim_by_claim(target: Target) {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `--ws-max-token-lifetime-seconds` (Tether's): a token valid for longer is refused with a
+/// reason that says what to do; shorter ones pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_bearer_tokens_may_be_held_to_a_maximum_lifetime() {
+    let dir = scratch("jwt-lifetime");
+    let secret = write_secret(&dir, "secret", SECRET);
+    let args = [
+        "--ws-auth",
+        "signed-bearer-token",
+        "--ws-shared-secret-file",
+        &secret,
+        "--ws-max-token-lifetime-seconds",
+        "600",
+    ];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let hs256 = json!({"alg": "HS256"});
+    let short = mint(hs256.clone(), json!({"exp": now() + 300}));
+    assert_eq!(upgrade(&server.url, Some(&format!("Bearer {short}"))).await.0, 101);
+    let refusal = "websocket jwt lives longer than this server accepts; mint a shorter-lived token";
+    for claims in [json!({"exp": now() + 86_400}), json!({"exp": now() + 60, "iat": now() - 3600})]
+    {
+        let token = mint(hs256.clone(), claims.clone());
+        let seen = upgrade(&server.url, Some(&format!("Bearer {token}"))).await;
+        assert_eq!(seen, (401, refusal.to_owned()), "{claims}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 async fn the_client_presents_its_token_on_every_connection(target: Target) {
     let dir = scratch(&format!("client-{target:?}"));
     let file = write_secret(&dir, "token", "client-token");

@@ -29,6 +29,8 @@ const EXPIRED: AuthRefusal = AuthRefusal("expired websocket jwt");
 const NOT_YET_VALID: AuthRefusal = AuthRefusal("websocket jwt is not valid yet");
 const ISSUER_MISMATCH: AuthRefusal = AuthRefusal("websocket jwt issuer mismatch");
 const AUDIENCE_MISMATCH: AuthRefusal = AuthRefusal("websocket jwt audience mismatch");
+const TOO_LONG_LIVED: AuthRefusal =
+    AuthRefusal("websocket jwt lives longer than this server accepts; mint a shorter-lived token");
 
 /// Checks HS256 tokens against one shared secret.
 #[derive(Clone)]
@@ -37,6 +39,8 @@ pub struct JwtVerifier {
     issuer: Option<String>,
     audience: Option<String>,
     max_clock_skew_secs: i64,
+    /// The longest a token may be valid for, from now (and from its `iat`, when it has one).
+    max_lifetime_secs: Option<i64>,
 }
 
 impl JwtVerifier {
@@ -64,7 +68,15 @@ impl JwtVerifier {
             issuer: required(issuer),
             audience: required(audience),
             max_clock_skew_secs,
+            max_lifetime_secs: None,
         })
+    }
+
+    /// Refuses tokens valid for longer than `lifetime` (a Tether setting; the reference takes
+    /// any `exp`): a leaked long-lived token then cannot open connections for days.
+    pub fn with_max_lifetime(mut self, lifetime: Duration) -> Self {
+        self.max_lifetime_secs = Some(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX));
+        self
     }
 
     pub fn verify(&self, token: &str) -> Result<(), AuthRefusal> {
@@ -96,6 +108,8 @@ impl JwtVerifier {
 
         let claims = decode_object(payload)?;
         let exp = claims.get("exp").and_then(Value::as_i64).ok_or(INVALID)?;
+        // Not checked by the reference: only an integer `iat` counts, for the lifetime.
+        let iat = claims.get("iat").and_then(Value::as_i64);
         let nbf = match claims.get("nbf") {
             None | Some(Value::Null) => None,
             Some(value) => Some(value.as_i64().ok_or(INVALID)?),
@@ -120,6 +134,13 @@ impl JwtVerifier {
         }
         if nbf.is_some_and(|nbf| now < nbf.saturating_sub(skew)) {
             return Err(NOT_YET_VALID);
+        }
+        if let Some(max) = self.max_lifetime_secs {
+            let from_now = exp > now.saturating_add(max).saturating_add(skew);
+            let from_issue = iat.is_some_and(|iat| exp.saturating_sub(iat) > max);
+            if from_now || from_issue {
+                return Err(TOO_LONG_LIVED);
+            }
         }
         if let Some(issuer) = &self.issuer
             && iss != Some(issuer.as_str())
@@ -225,6 +246,19 @@ mod tests {
         );
         assert_eq!(v.verify_at(&token(json!({"exp": 0})), NOW), Err(EXPIRED));
         assert_eq!(v.verify_at(&token(json!({"exp": i64::MAX, "iat": "whenever"})), NOW), Ok(()));
+    }
+
+    #[test]
+    fn a_maximum_lifetime_bounds_exp_from_now_and_from_iat() {
+        let v = verifier(None, None, 30).with_max_lifetime(Duration::from_secs(3600));
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW + 3600 + 30})), NOW), Ok(()));
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW + 3600 + 31})), NOW), Err(TOO_LONG_LIVED));
+        let issued = json!({"exp": NOW + 60, "iat": NOW - 3600});
+        assert_eq!(v.verify_at(&token(issued), NOW), Err(TOO_LONG_LIVED));
+        assert_eq!(v.verify_at(&token(json!({"exp": NOW, "iat": "x"})), NOW), Ok(()));
+        // Without the setting, any exp is accepted, as by the reference.
+        let open = verifier(None, None, 30);
+        assert_eq!(open.verify_at(&token(json!({"exp": NOW + 10 * 365 * 86400})), NOW), Ok(()));
     }
 
     #[test]
