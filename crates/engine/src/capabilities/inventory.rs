@@ -204,17 +204,8 @@ fn plugin_of(
         .unwrap_or(dir_name);
     let namespaces = namespaces(&scanned, &installed.root, &namespace);
     let mut skills = Vec::new();
-    for (skill, namespace) in skills_of(&scanned, &mut problems).into_iter().map(|skill| {
-        let dir = skill.path.to_path().unwrap_or_default();
-        let namespace = namespaces
-            .iter()
-            .filter(|(root, _)| dir.starts_with(root))
-            .max_by_key(|(root, _)| root.components().count())
-            .map_or(namespace.as_str(), |(_, name)| name.as_str())
-            .to_owned();
-        (skill, namespace)
-    }) {
-        let name = format!("{namespace}:{}", skill.name);
+    for skill in skills_of(&scanned, &mut problems) {
+        let name = format!("{}:{}", namespace_of(&skill, &namespaces), skill.name);
         if name.chars().count() > MAX_QUALIFIED_NAME_CHARS {
             problems = true;
             continue;
@@ -231,6 +222,16 @@ fn plugin_of(
         skills,
     };
     (Some(plugin), problems)
+}
+
+/// The namespace of the deepest plugin directory holding `skill` (the plugin's own at least).
+fn namespace_of<'a>(skill: &ExecutorSkill, namespaces: &'a [(PathBuf, String)]) -> &'a str {
+    let path = skill.path.to_path().unwrap_or_default();
+    namespaces
+        .iter()
+        .filter(|(dir, _)| path.starts_with(dir))
+        .max_by_key(|(dir, _)| dir.components().count())
+        .map_or("", |(_, name)| name.as_str())
 }
 
 /// The namespace each plugin directory under a plugin gives its skills: its manifest's name,
