@@ -186,6 +186,22 @@ pub struct CapabilityRootDiscovery {
     pub error: Option<String>,
 }
 
+impl CapabilityRootDiscovery {
+    /// The root with nothing found yet: the start of a scan, or, with `error` set, a root that
+    /// could not be scanned.
+    pub fn empty(id: String, path: PathUri) -> Self {
+        Self {
+            id,
+            path,
+            plugin: None,
+            skills: Vec::new(),
+            namespace_manifests: Vec::new(),
+            warnings: Vec::new(),
+            error: None,
+        }
+    }
+}
+
 /// A skill's files: `SKILL.md` and its sibling `agents/openai.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

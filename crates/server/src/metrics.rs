@@ -55,7 +55,7 @@ impl UpgradeRefusal {
 pub(crate) struct Metrics {
     connections_open: AtomicI64,
     connections_total: AtomicU64,
-    /// Indexed by [`UpgradeRefusal`] in the order of `UpgradeRefusal::ALL`.
+    /// Indexed by [`UpgradeRefusal`] (its declaration order, which `UpgradeRefusal::ALL` keeps).
     upgrades_refused: [AtomicU64; 4],
     output_bytes: AtomicU64,
     sessions_created: AtomicU64,
@@ -75,8 +75,7 @@ impl Metrics {
     }
 
     pub(crate) fn upgrade_refused(&self, why: UpgradeRefusal) {
-        let at = UpgradeRefusal::ALL.iter().position(|reason| *reason == why).unwrap_or(0);
-        self.upgrades_refused[at].fetch_add(1, Ordering::Relaxed);
+        self.upgrades_refused[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn output_sent(&self, bytes: usize) {
@@ -197,6 +196,13 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusal_reasons_index_their_counters_in_order() {
+        for (at, reason) in UpgradeRefusal::ALL.into_iter().enumerate() {
+            assert_eq!(reason as usize, at, "{reason:?}");
+        }
+    }
 
     #[test]
     fn renders_prometheus_text() {

@@ -126,7 +126,7 @@ impl Answer {
     }
 
     fn fits(&mut self, capabilities: usize, item: &impl Serialize) -> bool {
-        let bytes = serde_json::to_vec(item).map_or(usize::MAX, |text| text.len() + 1);
+        let bytes = super::encoded_len(item);
         if self.capabilities + capabilities > MAX_CAPABILITIES
             || self.bytes.saturating_add(bytes) > MAX_RESPONSE_BYTES
         {

@@ -111,8 +111,7 @@ pub async fn discover_roots(
     let mut budget = MAX_ROOTS_RESPONSE_BYTES;
     for root in params.roots {
         let discovered = discover_root(root).await;
-        let bytes = serde_json::to_vec(&discovered).map_or(usize::MAX, |text| text.len() + 1);
-        match budget.checked_sub(bytes) {
+        match budget.checked_sub(encoded_len(&discovered)) {
             Some(left) => {
                 budget = left;
                 roots.push(discovered);
@@ -127,7 +126,7 @@ async fn discover_root(root: CapabilityRootRequest) -> CapabilityRootDiscovery {
     let CapabilityRootRequest { id, path, sandbox } = root;
     let failed = |id: String, path: tether_protocol::PathUri, error: FsError| {
         let message = format!("failed to inspect capability root {path}: {}", error.message);
-        CapabilityRootDiscovery { error: Some(message), ..empty(id, path) }
+        CapabilityRootDiscovery { error: Some(message), ..CapabilityRootDiscovery::empty(id, path) }
     };
     let admission = match admit(sandbox.as_ref(), Work::Read) {
         Ok(admission) => admission,
@@ -147,17 +146,26 @@ fn over_budget(discovered: CapabilityRootDiscovery) -> CapabilityRootDiscovery {
          {MAX_ROOTS_RESPONSE_BYTES}-byte limit; ask for fewer roots at once",
         discovered.path
     );
-    CapabilityRootDiscovery { error: Some(message), ..empty(discovered.id, discovered.path) }
+    let empty = CapabilityRootDiscovery::empty(discovered.id, discovered.path);
+    CapabilityRootDiscovery { error: Some(message), ..empty }
 }
 
-fn empty(id: String, path: tether_protocol::PathUri) -> CapabilityRootDiscovery {
-    CapabilityRootDiscovery {
-        id,
-        path,
-        plugin: None,
-        skills: Vec::new(),
-        namespace_manifests: Vec::new(),
-        warnings: Vec::new(),
-        error: None,
+/// What `value` costs in an answer: its JSON length, and a separator. Counted without building
+/// the text (a root may hold 16 MiB of it).
+pub(crate) fn encoded_len(value: &impl serde::Serialize) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => counter.0 + 1,
+        Err(_) => usize::MAX,
     }
 }

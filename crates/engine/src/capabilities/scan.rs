@@ -62,15 +62,7 @@ pub(crate) fn scan_root_noting(
     rules: Rules,
     directories: &mut Vec<PathBuf>,
 ) -> CapabilityRootDiscovery {
-    let mut discovery = CapabilityRootDiscovery {
-        id,
-        path: uri.clone(),
-        plugin: None,
-        skills: Vec::new(),
-        namespace_manifests: Vec::new(),
-        warnings: Vec::new(),
-        error: None,
-    };
+    let mut discovery = CapabilityRootDiscovery::empty(id, uri.clone());
     let root = match uri.to_path() {
         Ok(root) => root.components().collect::<PathBuf>(),
         Err(error) => {
@@ -129,8 +121,7 @@ pub(crate) fn scan_root_noting(
         }
     }
     skill_files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    manifests
-        .sort_unstable_by(|a, b| uri_text(&a.0).cmp(&uri_text(&b.0)).then_with(|| a.1.cmp(&b.1)));
+    manifests.sort_by_cached_key(|(plugin_root, priority, _)| (uri_text(plugin_root), *priority));
 
     let own_manifest = scan.first_manifest(&root);
     let inherited = match &own_manifest {
