@@ -20,6 +20,7 @@ against_both!(
     codex_read_only_denies_a_command_that_writes,
     codex_tells_the_model_about_a_skill_installed_on_the_executor,
     codex_commands_have_the_executor_users_bashrc,
+    codex_copies_a_40_mb_file_to_and_from_the_executor,
 );
 
 /// A Codex run's working directory and home, removed when dropped.
@@ -301,6 +302,44 @@ async fn codex_commands_have_the_executor_users_bashrc(target: Target) {
     let outputs = workspace.run_codex_with(&server, vec![ToolCall::Exec { cmd }], features).await;
     assert!(outputs[0].contains("rcfn says hello"), "{}", outputs[0]);
     assert!(outputs[0].contains("export=from-the-bashrc"), "{}", outputs[0]);
+}
+
+/// With `multi_env_copy_file` and two environments (Codex's own, `local`, and the executor,
+/// `remote`), the model's `multi_env_copy_file` moves 40 MB each way intact: into the executor
+/// as streamed writes (`fs/open` replace + 1 MiB `fs/writeBlock`s, which `fileWriteStreaming`
+/// asks for; one `fs/writeFile` of that size would not fit a frame), and back out.
+async fn codex_copies_a_40_mb_file_to_and_from_the_executor(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "copy");
+    let environments = format!(
+        "default = \"remote\"\ninclude_local = true\n\n[[environments]]\nid = \"remote\"\nurl = \"{}\"\n",
+        server.url
+    );
+    std::fs::write(workspace.root.join("home/environments.toml"), environments).unwrap();
+    let data: Vec<u8> =
+        (0..40_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let local = workspace.root.join("local.bin");
+    std::fs::write(&local, &data).unwrap();
+    let on_executor = workspace.work().join("copied.bin");
+    let back = workspace.root.join("back.bin");
+    let copy = |from: &str, source: &Path, to: &str, target: &Path| ToolCall::Function {
+        name: "multi_env_copy_file".into(),
+        arguments: serde_json::json!({
+            "source_environment_id": from, "source_path": source,
+            "target_environment_id": to, "target_path": target,
+        }),
+    };
+    let calls = vec![
+        copy("local", &local, "remote", &on_executor),
+        copy("remote", &on_executor, "local", &back),
+    ];
+    let features = "[features]\nmulti_env_copy_file = true\n";
+    let outputs = workspace.run_codex_with(&server, calls, features).await;
+    for output in &outputs {
+        assert_eq!(output, r#"{"bytes_copied":40000000}"#);
+    }
+    assert!(std::fs::read(&on_executor).unwrap() == data, "the executor's copy is intact");
+    assert!(std::fs::read(&back).unwrap() == data, "the copy back is intact");
 }
 
 /// A directory outside `/tmp` and outside the workspace, removed when dropped.

@@ -25,6 +25,8 @@ pub enum ToolCall {
     ViewImage { path: String },
     /// A tool of an MCP server Codex is connected to (`namespace` is `mcp__<server>`).
     Mcp { namespace: String, name: String, arguments: Value },
+    /// Any other function tool Codex offers, by name (such as `copy_file`).
+    Function { name: String, arguments: Value },
 }
 
 impl ToolCall {
@@ -39,6 +41,8 @@ impl ToolCall {
             ToolCall::Mcp { namespace, name, arguments } => json!({"type": "function_call",
                 "namespace": namespace, "name": name, "call_id": call_id,
                 "arguments": arguments.to_string()}),
+            ToolCall::Function { name, arguments } => json!({"type": "function_call",
+                "name": name, "call_id": call_id, "arguments": arguments.to_string()}),
         }
     }
 }
