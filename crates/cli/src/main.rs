@@ -29,7 +29,19 @@ enum Command {
     Mcp(mcp::McpArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // One line, the whole chain of causes: what failed, why, and (where the message says
+        // it) what to do.
+        Err(error) => {
+            eprintln!("tether: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // Inside a sandbox this binary is the inner stage or the file helper, not the CLI.
     tether_engine::helper::run_if_helper();
     tether_engine::allocator::tune_for_streaming();

@@ -15,7 +15,9 @@ use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT,
+    DEFAULT_REQUEST_HEAD_DEADLINE,
 };
+use tether_server::descriptors;
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
 use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
@@ -74,9 +76,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS)]
     max_sessions: usize,
 
-    /// WebSocket connections open at once; more get HTTP 503.
-    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
-    max_connections: usize,
+    /// WebSocket connections open at once; more get HTTP 503. The server raises its
+    /// file-descriptor limit to hold them and its processes; if the hard limit cannot, a value
+    /// given here is refused and the default lowered to what fits. [default: 1024]
+    #[arg(long)]
+    max_connections: Option<usize>,
+
+    /// Seconds a connection has to send its whole request head (after the TLS handshake);
+    /// one that sends nothing or trickles is closed.
+    #[arg(long, default_value_t = DEFAULT_REQUEST_HEAD_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    request_head_timeout_secs: u64,
 
     /// Seconds between WebSocket pings.
     #[arg(long, default_value_t = DEFAULT_PING_INTERVAL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -234,6 +243,38 @@ fn keep_own_memory_private() {
     }
 }
 
+/// How many WebSocket connections to hold: `--max-connections` (or the default), after making
+/// the file-descriptor limit hold them with room for the sessions' own work (see
+/// `tether_server::descriptors`). A limit that cannot is an error for an explicit value and
+/// lowers the default, with a warning.
+fn fit_connections(requested: Option<usize>) -> anyhow::Result<usize> {
+    let wanted = requested.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    let limit = descriptors::fit_descriptor_limit(wanted);
+    let fits = descriptors::connections_within(limit.soft);
+    if fits >= wanted {
+        return Ok(wanted);
+    }
+    let needed = descriptors::descriptors_needed(wanted);
+    if fits == 0 {
+        bail!(
+            "the file-descriptor limit ({}) is too low to serve WebSocket connections: {} connections need {needed}; raise it (`ulimit -n`)",
+            limit.soft,
+            wanted
+        );
+    }
+    if requested.is_some() {
+        bail!(
+            "--max-connections {wanted} needs {needed} file descriptors, but the limit is {} (`ulimit -Hn`); raise the limit or use --max-connections {fits} or fewer",
+            limit.soft
+        );
+    }
+    tracing::warn!(
+        limit = limit.soft,
+        "the file-descriptor limit holds {fits} connections with room for the sessions' work; serving at most {fits} (--max-connections)"
+    );
+    Ok(fits)
+}
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
@@ -246,6 +287,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?,
         ),
         _ => None,
+    };
+    let max_connections = match listen {
+        ListenAddress::WebSocket(_) => fit_connections(args.max_connections)?,
+        ListenAddress::Stdio => DEFAULT_MAX_CONNECTIONS,
     };
     set_up_sandboxing(args.bwrap.clone())?;
     keep_own_memory_private();
@@ -271,10 +316,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             spill: spill.map(Arc::new),
         },
         max_sessions: args.max_sessions,
-        max_connections: args.max_connections,
+        max_connections,
         ws_auth,
         insecure_no_auth: args.insecure_no_auth,
         tls,
+        request_head_deadline: Duration::from_secs(args.request_head_timeout_secs),
     };
     let server = Server::bind(&listen, config)
         .await

@@ -5,34 +5,8 @@
 use std::time::Duration;
 
 use tether_testkit::{RpcClient, ServerProcess, Target};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-
-/// `GET /metrics` over plain HTTP/1.1: (status, body).
-async fn scrape(server: &ServerProcess, authorization: Option<&str>) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-    let request = format!(
-        "GET /metrics HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
-        server.addr()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
-}
-
-/// The value of the sample named exactly `name` (with its labels).
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
-        .parse()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_happens() {
@@ -46,33 +20,33 @@ async fn metrics_count_what_happens() {
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let text = loop {
-        let (status, text) = scrape(&server, None).await;
+        let (status, text) = common::scrape(&server, None).await;
         assert_eq!(status, 200);
         // All 5,000 bytes read and sent (they may come in more than one chunk).
-        if sample(&text, r#"tether_retained_output_bytes{where="memory"}"#) == 5000.0
-            && sample(&text, "tether_output_bytes_total") >= 5000.0
+        if common::sample(&text, r#"tether_retained_output_bytes{where="memory"}"#) == 5000.0
+            && common::sample(&text, "tether_output_bytes_total") >= 5000.0
         {
             break text;
         }
         assert!(tokio::time::Instant::now() < deadline, "no output counted:\n{text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(sample(&text, "tether_connections"), 1.0);
-    assert_eq!(sample(&text, r#"tether_sessions{state="attached"}"#), 1.0);
-    assert_eq!(sample(&text, r#"tether_processes{state="running"}"#), 1.0);
-    assert_eq!(sample(&text, r#"tether_retained_output_bytes{where="disk"}"#), 0.0);
-    assert_eq!(sample(&text, r#"tether_rpc_errors_total{code="-32601"}"#), 1.0);
-    assert_eq!(sample(&text, "tether_sessions_created_total"), 1.0);
+    assert_eq!(common::sample(&text, "tether_connections"), 1.0);
+    assert_eq!(common::sample(&text, r#"tether_sessions{state="attached"}"#), 1.0);
+    assert_eq!(common::sample(&text, r#"tether_processes{state="running"}"#), 1.0);
+    assert_eq!(common::sample(&text, r#"tether_retained_output_bytes{where="disk"}"#), 0.0);
+    assert_eq!(common::sample(&text, r#"tether_rpc_errors_total{code="-32601"}"#), 1.0);
+    assert_eq!(common::sample(&text, "tether_sessions_created_total"), 1.0);
 
     // The client goes: its connection closes and its session waits for a resume (the two
     // counters change a moment apart).
     drop(client);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, text) = scrape(&server, None).await;
-        let detached = sample(&text, r#"tether_sessions{state="detached"}"#);
-        if detached == 1.0 && sample(&text, "tether_connections") == 0.0 {
-            assert_eq!(sample(&text, r#"tether_sessions{state="attached"}"#), 0.0);
+        let (_, text) = common::scrape(&server, None).await;
+        let detached = common::sample(&text, r#"tether_sessions{state="detached"}"#);
+        if detached == 1.0 && common::sample(&text, "tether_connections") == 0.0 {
+            assert_eq!(common::sample(&text, r#"tether_sessions{state="attached"}"#), 0.0);
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "the session did not detach:\n{text}");
@@ -88,11 +62,11 @@ async fn metrics_need_the_credential_when_the_server_has_one() {
     std::fs::write(&token, "metrics-token").unwrap();
     let args = ["--ws-auth", "capability-token", "--ws-token-file", token.to_str().unwrap()];
     let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
-    assert_eq!(scrape(&server, None).await, (401, "missing websocket bearer token".into()));
-    let (status, text) = scrape(&server, Some("Bearer metrics-token")).await;
+    assert_eq!(common::scrape(&server, None).await, (401, "missing websocket bearer token".into()));
+    let (status, text) = common::scrape(&server, Some("Bearer metrics-token")).await;
     assert_eq!(status, 200);
     let refused = |text: &str, reason: &str| {
-        sample(text, &format!("tether_upgrades_refused_total{{reason=\"{reason}\"}}"))
+        common::sample(text, &format!("tether_upgrades_refused_total{{reason=\"{reason}\"}}"))
     };
     for reason in ["unauthorized", "origin", "too_many_connections", "not_websocket"] {
         assert_eq!(refused(&text, reason), 0.0, "{reason}");
@@ -116,7 +90,7 @@ async fn metrics_need_the_credential_when_the_server_has_one() {
     tokio::io::AsyncWriteExt::write_all(&mut plain, request.as_bytes()).await.unwrap();
     tokio::io::AsyncReadExt::read_exact(&mut plain, &mut head).await.unwrap();
     assert!(head.starts_with(b"HTTP/1.1 4"), "{}", String::from_utf8_lossy(&head));
-    let (_, text) = scrape(&server, Some("Bearer metrics-token")).await;
+    let (_, text) = common::scrape(&server, Some("Bearer metrics-token")).await;
     assert_eq!(refused(&text, "unauthorized"), 1.0);
     assert_eq!(refused(&text, "origin"), 1.0);
     assert_eq!(refused(&text, "not_websocket"), 1.0);

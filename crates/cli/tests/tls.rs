@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use rustls::pki_types::pem::PemObject as _;
 use tether_client::{ClientError, ClientOptions, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
 use tether_testkit::server::tether_binary;
@@ -156,4 +157,35 @@ async fn a_certificate_and_key_that_do_not_fit_are_refused_at_startup() {
     assert_ne!(output.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("do not go together"), "{stderr}");
+}
+
+/// A stranger who completes the TLS handshake and then says nothing is closed at the
+/// request-head deadline, like one on plain TCP (the reference holds it forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_handshake_followed_by_silence_is_closed() {
+    let certs = certificates("silent");
+    let tls = ["--tls-cert", path(&certs.cert), "--tls-key", path(&certs.key)];
+    let deadline = ["--request-head-timeout-secs", "1"];
+    let server = ServerProcess::start_with(Target::Tether, &[&tls[..], &deadline[..]].concat())
+        .await
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(&certs.ca).unwrap();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config =
+        rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await.expect("the handshake completes");
+    let mut received = Vec::new();
+    let closed = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut received),
+    )
+    .await;
+    assert!(closed.is_ok(), "the silent connection was not closed");
+    assert!(!received.starts_with(b"HTTP/1.1 101"), "{received:?}");
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tether_engine::ProcessTableConfig;
 
 use crate::auth::WsAuth;
+pub use crate::transport::accept::{DEFAULT_REQUEST_HEAD_DEADLINE, MAX_PENDING_CONNECTIONS};
 
 /// How long a session whose connection went away keeps running, waiting to be resumed.
 ///
@@ -75,6 +76,8 @@ pub struct ServerConfig {
     pub insecure_no_auth: bool,
     /// Serve `wss://` with these TLS settings (see [`crate::transport::tls`]).
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// See [`DEFAULT_REQUEST_HEAD_DEADLINE`].
+    pub request_head_deadline: Duration,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             ws_auth: WsAuth::None,
             insecure_no_auth: false,
             tls: None,
+            request_head_deadline: DEFAULT_REQUEST_HEAD_DEADLINE,
         }
     }
 }

@@ -5,7 +5,8 @@
 //! - [`auth`] and [`jwt`]: who may open a WebSocket (capability token, signed bearer token).
 //! - [`listen`]: `--listen` parsing.
 //! - [`transport`]: WebSocket (axum, optionally over TLS) and stdio framing; each yields frames
-//!   to a connection.
+//!   to a connection. Before its upgrade a connection is a stranger's: deadlines and a cap.
+//! - [`descriptors`]: making the connection limit fit the file-descriptor limit.
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
 //! - `handlers`: one module per method family (`process`, `fs`, `http`), thin over the engine.
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
@@ -17,6 +18,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod descriptors;
 mod handlers;
 pub mod jwt;
 pub mod listen;

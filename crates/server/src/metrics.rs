@@ -51,12 +51,39 @@ impl UpgradeRefusal {
     }
 }
 
+/// Why a connection was closed before its upgrade, for
+/// `tether_connections_closed_before_upgrade_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EarlyClose {
+    /// Its TLS handshake or request head did not arrive in time.
+    Deadline,
+    /// The oldest of too many connections waiting for their upgrade.
+    Evicted,
+    /// Its TLS handshake failed.
+    TlsHandshakeFailed,
+}
+
+impl EarlyClose {
+    const ALL: [EarlyClose; 3] =
+        [EarlyClose::Deadline, EarlyClose::Evicted, EarlyClose::TlsHandshakeFailed];
+
+    fn label(self) -> &'static str {
+        match self {
+            EarlyClose::Deadline => r#"{reason="deadline"}"#,
+            EarlyClose::Evicted => r#"{reason="evicted"}"#,
+            EarlyClose::TlsHandshakeFailed => r#"{reason="tls_handshake"}"#,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Metrics {
     connections_open: AtomicI64,
     connections_total: AtomicU64,
     /// Indexed by [`UpgradeRefusal`] (its declaration order, which `UpgradeRefusal::ALL` keeps).
     upgrades_refused: [AtomicU64; 4],
+    /// Indexed by [`EarlyClose`], as above.
+    closed_early: [AtomicU64; 3],
     output_bytes: AtomicU64,
     sessions_created: AtomicU64,
     sessions_resumed: AtomicU64,
@@ -76,6 +103,10 @@ impl Metrics {
 
     pub(crate) fn upgrade_refused(&self, why: UpgradeRefusal) {
         self.upgrades_refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn closed_early(&self, why: EarlyClose) {
+        self.closed_early[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn output_sent(&self, bytes: usize) {
@@ -129,6 +160,18 @@ impl Metrics {
             "WebSocket upgrades refused, by reason: a missing or wrong credential, a browser's \
              Origin, the connection limit, not a WebSocket request.",
             &refused,
+        );
+        let closed_early: Vec<(&str, f64)> = EarlyClose::ALL
+            .iter()
+            .zip(&self.closed_early)
+            .map(|(reason, count)| (reason.label(), load(count)))
+            .collect();
+        metric(
+            "tether_connections_closed_before_upgrade_total",
+            "counter",
+            "Connections closed before their WebSocket upgrade, by reason: no TLS handshake or \
+             request head in time, the oldest of too many waiting, a failed TLS handshake.",
+            &closed_early,
         );
         metric(
             "tether_sessions",

@@ -42,8 +42,30 @@ impl ServerProcess {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        Self::start_wrapped(target, &[], extra_args, env).await
+    }
+
+    /// As [`Self::start_with_env`], run by `wrapper` (a program and its arguments, such as
+    /// `["prlimit", "--nofile=1500:1500", "--"]`) that then runs the server.
+    pub async fn start_wrapped(
+        target: Target,
+        wrapper: &[&str],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let scratch = scratch_dir(target)?;
         let mut command = Self::command(target, &scratch)?;
+        if let Some((program, args)) = wrapper.split_first() {
+            let server = command.as_std();
+            let mut wrapped = Command::new(program);
+            wrapped.args(args).arg(server.get_program()).args(server.get_args());
+            for (key, value) in server.get_envs() {
+                if let Some(value) = value {
+                    wrapped.env(key, value);
+                }
+            }
+            command = wrapped;
+        }
         command.args(["--listen", "ws://127.0.0.1:0"]).args(extra_args);
         command.envs(env.iter().copied());
         command

@@ -101,3 +101,31 @@ impl Drop for ExecutorHome {
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
+
+/// `GET /metrics` over plain HTTP/1.1: (status, body).
+pub async fn scrape(
+    server: &tether_testkit::ServerProcess,
+    authorization: Option<&str>,
+) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
+        server.addr()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// The value of the sample named exactly `name` (with its labels).
+pub fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+        .parse()
+        .unwrap()
+}

@@ -1,9 +1,12 @@
 //! Transports: how frames reach a connection and leave it. Both carry one JSON-RPC message per
 //! frame; everything above them is transport-independent ([`crate::processor`]).
 //!
+//! - [`accept`]: TCP (and TLS) connections before their upgrade: deadlines and a cap, so
+//!   unauthenticated peers cannot exhaust descriptors.
 //! - [`websocket`]: axum's WebSocket upgrade on `/`, `GET /readyz`, pings, size caps.
 //! - [`stdio`]: newline-delimited JSON on stdin/stdout, one connection per server.
 
+pub mod accept;
 pub(crate) mod stdio;
 pub mod tls;
 pub(crate) mod websocket;

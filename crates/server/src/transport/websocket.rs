@@ -12,13 +12,12 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use axum::serve::ListenerExt;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
-use super::tls::TlsListener;
+use super::accept;
 use super::{ConnectionId, Outbound, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 use crate::metrics::UpgradeRefusal;
@@ -39,28 +38,17 @@ pub(crate) async fn serve(
     server: Arc<ServerState>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let server_tls = server.config.tls.clone();
+    let rules = accept::AcceptRules {
+        tls: server.config.tls.clone(),
+        request_head_deadline: server.config.request_head_deadline,
+    };
+    let metrics = server.metrics.clone();
     let app = Router::new()
         .route("/", any(upgrade))
         .route("/readyz", get(|| async { StatusCode::OK }))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics_text))
         .with_state(AppState { server, shutdown: shutdown.clone() });
-    let tls = server_tls.clone();
-    let service = app.into_make_service_with_connect_info::<SocketAddr>();
-    match tls {
-        Some(config) => {
-            // (The TLS listener sets no-delay itself; the tap only gives axum the peer address.)
-            let listener = TlsListener::new(listener, config)?.tap_io(|_| {});
-            axum::serve(listener, service).with_graceful_shutdown(shutdown.cancelled_owned()).await
-        }
-        None => {
-            // Notifications are small and latency matters more than packet count: no Nagle.
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(listener, service).with_graceful_shutdown(shutdown.cancelled_owned()).await
-        }
-    }
+    accept::serve(listener, app, rules, metrics, shutdown).await
 }
 
 async fn upgrade(
@@ -109,7 +97,7 @@ async fn upgrade(
 
 /// `GET /metrics` (Prometheus text). With `--ws-auth`, it asks for the same credential as a
 /// WebSocket: what runs on a server is no one else's business.
-async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
+async fn metrics_text(State(app): State<AppState>, headers: HeaderMap) -> Response {
     if let Err(refusal) = app.server.config.ws_auth.check(&headers) {
         return (StatusCode::UNAUTHORIZED, refusal.0).into_response();
     }
