@@ -413,6 +413,23 @@ pub struct FsReadBlockResponse {
     pub eof: bool,
 }
 
+impl FsReadBlockResponse {
+    /// The whole response to request `id`, as serde would write it, with the base64 written
+    /// straight into the text (as [`FsReadFileResponse::to_response_text`]): a streamed read
+    /// of a large file is mostly these blocks, and serde's escape check of each 1.4 MB string
+    /// was an eighth of its time.
+    pub fn to_response_text(&self, id: &crate::RequestId) -> String {
+        let id = serde_json::to_string(id).expect("an id serialises");
+        let mut text = String::with_capacity(48 + id.len() + self.chunk.len().div_ceil(3) * 4);
+        text.push_str(r#"{"id":"#);
+        text.push_str(&id);
+        text.push_str(r#","result":{"chunk":""#);
+        crate::bytes::encode_base64_into(&self.chunk.0, &mut text);
+        text.push_str(if self.eof { r#"","eof":true}}"# } else { r#"","eof":false}}"# });
+        text
+    }
+}
+
 /// `fs/writeBlock` params: a positional write to a handle opened with `mode: "replace"`. A
 /// write past the end fills the gap with zeros.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -500,6 +517,19 @@ mod tests {
         assert!(params.follows_symlinks());
         assert_eq!(params.sandbox, None);
         assert_eq!(&result.data_base64.0[..], b"hello fs\n");
+    }
+
+    #[test]
+    fn a_read_block_response_is_written_as_serde_writes_it() {
+        for id in [crate::RequestId::Integer(7), crate::RequestId::String("r\"1".into())] {
+            for data in [&b""[..], b"a", b"ab", b"abc", &[0xff; 1000]] {
+                for eof in [false, true] {
+                    let response = FsReadBlockResponse { chunk: ByteChunk::from(data), eof };
+                    let by_serde = crate::envelope::encode_response(&id, &response);
+                    assert_eq!(response.to_response_text(&id), by_serde);
+                }
+            }
+        }
     }
 
     #[test]

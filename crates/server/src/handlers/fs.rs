@@ -95,7 +95,7 @@ pub(crate) async fn run(
         }
         FsCall::Open(p) => encode_response(id, &connection.handles.open(p).await.map_err(to_rpc)?),
         FsCall::ReadBlock(p) => {
-            encode_response(id, &connection.handles.read_block(p).await.map_err(to_rpc)?)
+            connection.handles.read_block(p).await.map_err(to_rpc)?.to_response_text(id)
         }
         FsCall::WriteBlock(p) => connection
             .handles
