@@ -49,7 +49,21 @@ enum Phase {
 #[derive(PartialEq, Eq)]
 enum Flow {
     Continue,
-    Close,
+    Close(Ending),
+}
+
+/// Why a connection's message loop ended, which decides what the transport tells the client
+/// as it closes (a WebSocket Close frame's code and reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The client's messages ended: it closed, or the transport broke or gave up on it.
+    InputEnded,
+    /// The server is stopping.
+    Shutdown,
+    /// The client broke the JSON-RPC protocol; the text says how, briefly, and is safe to send.
+    Violation(&'static str),
+    /// Another connection resumed this connection's session.
+    Superseded,
 }
 
 struct Processor {
@@ -75,7 +89,7 @@ pub(crate) async fn serve_connection(
     mut inbound: Inbound,
     outbound: Outbound,
     shutdown: CancellationToken,
-) {
+) -> Ending {
     let metrics = state.metrics.clone();
     metrics.connection_opened();
     let permits = Arc::new(Semaphore::new(state.config.concurrent_requests.max(1)));
@@ -91,19 +105,20 @@ pub(crate) async fn serve_connection(
         waiting: JoinSet::new(),
         permits,
     };
-    loop {
+    let ending = loop {
         let frame = tokio::select! {
             frame = inbound.next() => frame,
-            () = shutdown.cancelled() => None,
+            () = shutdown.cancelled() => break Ending::Shutdown,
             Some(_) = processor.waiting.join_next(), if !processor.waiting.is_empty() => continue,
         };
-        let Some(frame) = frame else { break };
-        if processor.handle_frame(&frame).await == Flow::Close {
-            break;
+        let Some(frame) = frame else { break Ending::InputEnded };
+        if let Flow::Close(ending) = processor.handle_frame(&frame).await {
+            break ending;
         }
-    }
+    };
     processor.finish();
     metrics.connection_closed();
+    ending
 }
 
 impl Processor {
@@ -112,7 +127,7 @@ impl Processor {
             && !session.is_attached_to(self.connection)
         {
             debug!("session was resumed by another connection; closing this one");
-            return Flow::Close;
+            return Flow::Close(Ending::Superseded);
         }
         match Message::decode(frame) {
             Err(error) => {
@@ -130,7 +145,7 @@ impl Processor {
             // violation.
             Ok(Message::Response(_) | Message::Error(_)) => {
                 warn!("client sent a response to a request the server never made; closing");
-                Flow::Close
+                Flow::Close(Ending::Violation("unexpected response from the client"))
             }
         }
     }
@@ -138,12 +153,12 @@ impl Processor {
     fn handle_notification(&mut self, notification: Notification) -> Flow {
         if notification.method != INITIALIZED {
             warn!(method = %notification.method, "unknown notification; closing the connection");
-            return Flow::Close;
+            return Flow::Close(Ending::Violation("unknown notification"));
         }
         match std::mem::replace(&mut self.phase, Phase::AwaitingInitialize) {
             Phase::AwaitingInitialize => {
                 warn!("`initialized` before `initialize`; closing the connection");
-                Flow::Close
+                Flow::Close(Ending::Violation("initialized before initialize"))
             }
             Phase::AwaitingInitialized(session) | Phase::Ready(session) => {
                 self.phase = Phase::Ready(session);

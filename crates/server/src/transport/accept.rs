@@ -32,6 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::liveness::{ClockedIo, SocketClock};
 use super::tls::HANDSHAKE_TIMEOUT;
 use crate::metrics::{EarlyClose, Metrics};
 
@@ -135,7 +136,11 @@ async fn serve_http<Io>(
 ) where
     Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = TowerToHyperService::new(app.layer(axum::Extension(ConnectInfo(peer))));
+    // The socket keeps its own clock, which the WebSocket connection it may become watches.
+    let clock = SocketClock::new();
+    let io = ClockedIo::new(io, clock.clone());
+    let app = app.layer(axum::Extension(ConnectInfo(peer))).layer(axum::Extension(clock));
+    let service = TowerToHyperService::new(app);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(deadline);
     // `with_upgrades` hands the socket to the WebSocket task and ends this future.

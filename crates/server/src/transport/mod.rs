@@ -3,10 +3,13 @@
 //!
 //! - [`accept`]: TCP (and TLS) connections before their upgrade: deadlines and a cap, so
 //!   unauthenticated peers cannot exhaust descriptors.
+//! - `liveness`: whether a WebSocket peer is still there, judged from its socket's reads and
+//!   writes, whatever the connection's tasks are doing.
 //! - [`websocket`]: axum's WebSocket upgrade on `/`, `GET /readyz`, pings, size caps.
 //! - [`stdio`]: newline-delimited JSON on stdin/stdout, one connection per server.
 
 pub mod accept;
+mod liveness;
 pub(crate) mod stdio;
 pub mod tls;
 pub(crate) mod websocket;

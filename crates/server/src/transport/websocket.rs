@@ -2,35 +2,59 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use axum::Router;
 use axum::extract::ws::{
-    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
+    CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code,
+    rejection::WebSocketUpgradeRejection,
 };
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use axum::{Extension, Router};
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
 
 use super::accept;
-use super::{ConnectionId, Outbound, TransportKind};
+use super::liveness::{Gone, SocketClock};
+use super::{ConnectionId, Outbound, Outgoing, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 use crate::metrics::UpgradeRefusal;
-use crate::processor::serve_connection;
+use crate::processor::{Ending, Inbound, serve_connection};
 use crate::state::ServerState;
 
 /// Most queued messages written before one flush.
 const WRITE_BATCH_MESSAGES: usize = 64;
 
+/// Frames read ahead of the processor: enough to keep reading pongs and the client's close
+/// while every request permit is taken, without holding a flood of requests in memory.
+const INBOUND_QUEUED_FRAMES: usize = 64;
+
+/// Bytes of frames read ahead of the processor. One maximal message fits; past that the
+/// reader stops and TCP pushes back on the client, which is then the server's backlog and not
+/// the client's silence.
+const INBOUND_QUEUED_BYTES: usize = MAX_MESSAGE_BYTES;
+
+/// How often a connection's socket clock is checked, per pong timeout: a gone peer is let go
+/// within a quarter of the timeout after it runs out.
+const SILENCE_CHECKS_PER_TIMEOUT: u32 = 4;
+
+/// How long a stopping server waits for its connections to write what they have queued and
+/// their Close frames (1001), so clients learn the server went away rather than broke.
+const SHUTDOWN_GOODBYE: Duration = Duration::from_secs(2);
+
 #[derive(Clone)]
 struct AppState {
     server: Arc<ServerState>,
     shutdown: CancellationToken,
+    /// The upgraded connections, which shutdown waits for.
+    connections: TaskTracker,
 }
 
 pub(crate) async fn serve(
@@ -43,17 +67,26 @@ pub(crate) async fn serve(
         request_head_deadline: server.config.request_head_deadline,
     };
     let metrics = server.metrics.clone();
+    let connections = TaskTracker::new();
     let app = Router::new()
         .route("/", any(upgrade))
         .route("/readyz", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics_text))
-        .with_state(AppState { server, shutdown: shutdown.clone() });
-    accept::serve(listener, app, rules, metrics, shutdown).await
+        .with_state(AppState {
+            server,
+            shutdown: shutdown.clone(),
+            connections: connections.clone(),
+        });
+    let served = accept::serve(listener, app, rules, metrics, shutdown).await;
+    connections.close();
+    let _ = tokio::time::timeout(SHUTDOWN_GOODBYE, connections.wait()).await;
+    served
 }
 
 async fn upgrade(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(clock): Extension<Arc<SocketClock>>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -89,7 +122,7 @@ async fn upgrade(
         .max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
-            run_connection(socket, peer, app).await;
+            run_connection(socket, peer, app, clock).await;
             drop(permit);
         })
         .into_response()
@@ -105,106 +138,223 @@ async fn metrics_text(State(app): State<AppState>, headers: HeaderMap) -> Respon
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-async fn run_connection(socket: WebSocket, peer: SocketAddr, app: AppState) {
+async fn run_connection(
+    socket: WebSocket,
+    peer: SocketAddr,
+    app: AppState,
+    clock: Arc<SocketClock>,
+) {
     let connection = ConnectionId::next();
     let span =
         info_span!("connection", connection = connection.0, %peer, session = tracing::field::Empty);
     async move {
+        // Shutdown waits (a little) for this connection to say goodbye.
+        let _running = app.connections.token();
         debug!("websocket connected");
-        let (mut sink, stream) = socket.split();
-        let (outbound, mut queue) = Outbound::channel(app.server.metrics.clone());
-        let ping_interval = app.server.config.ping_interval;
+        let (sink, stream) = socket.split();
+        let (outbound, queue) = Outbound::channel(app.server.metrics.clone());
         let pong_timeout = app.server.config.pong_timeout;
-        // When the client was last heard from (any frame, a pong included), in ms since `start`.
-        let start = tokio::time::Instant::now();
-        let heard = Arc::new(AtomicU64::new(0));
-        let heard_by_reader = heard.clone();
-        let (dead, dead_signal) = tokio::sync::oneshot::channel::<()>();
-        let writer = tokio::spawn(async move {
-            let mut dead = Some(dead);
-            let mut ping = tokio::time::interval_at(
-                tokio::time::Instant::now() + ping_interval,
-                ping_interval,
-            );
-            loop {
-                // Write what is already queued with the first message and flush once: a burst of
-                // output costs one socket write, not one per notification. Output permits are
-                // held until the flush, so the in-flight budget counts what is really unsent.
-                let mut batch = Vec::with_capacity(WRITE_BATCH_MESSAGES);
-                tokio::select! {
-                    outgoing = queue.recv() => match outgoing {
-                        Some(outgoing) => batch.push(outgoing),
-                        None => break,
-                    },
-                    _ = ping.tick() => {
-                        // A client that answers nothing, not even pings, is gone (or stuck):
-                        // end the connection so its session detaches and can be resumed.
-                        let silent_ms = (start.elapsed().as_millis() as u64)
-                            .saturating_sub(heard.load(Ordering::Relaxed));
-                        if silent_ms > pong_timeout.as_millis() as u64 {
-                            debug!(silent_ms, "no answer to pings; closing the connection");
-                            if let Some(dead) = dead.take() {
-                                let _ = dead.send(());
-                            }
-                            break;
-                        }
-                        if sink.send(Message::Ping(Default::default())).await.is_err() {
-                            break;
-                        }
-                        continue;
-                    }
-                }
-                while batch.len() < WRITE_BATCH_MESSAGES {
-                    match queue.try_recv() {
-                        Ok(outgoing) => batch.push(outgoing),
-                        Err(_) => break,
-                    }
-                }
-                let mut failed = false;
-                for outgoing in &mut batch {
-                    let text = std::mem::take(&mut outgoing.text);
-                    if sink.feed(Message::text(text)).await.is_err() {
-                        failed = true;
-                        break;
-                    }
-                }
-                if failed || sink.flush().await.is_err() {
-                    break;
-                }
-            }
-            let _ = sink.close().await;
-        });
-        // Text and binary frames both carry one JSON document; pings are answered by the
-        // WebSocket layer; a close frame, an error or a protocol violation ends the connection.
-        let inbound = stream
-            .take_until(dead_signal)
-            .inspect(move |_| {
-                heard_by_reader.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-            })
-            .take_while(|m| {
-                std::future::ready(matches!(m, Ok(m) if !matches!(m, Message::Close(_))))
-            })
-            .filter_map(|m| {
-                std::future::ready(match m {
-                    Ok(Message::Text(text)) => Some(Vec::from(text.as_bytes())),
-                    Ok(Message::Binary(bytes)) => Some(Vec::from(bytes)),
-                    _ => None,
-                })
-            });
-        serve_connection(
+        // The peer is gone (see `liveness`): both halves stop at once.
+        let gone = CancellationToken::new();
+        let watchdog = tokio::spawn(watch(clock, pong_timeout, gone.clone()));
+        let (close_with, close_frame) = tokio::sync::oneshot::channel();
+        let ping_interval = app.server.config.ping_interval.min(pong_timeout / 2);
+        let writer = tokio::spawn(write(sink, queue, ping_interval, close_frame, gone.clone()));
+        let (frames, inbound) = inbound_queue();
+        let reader = tokio::spawn(read(stream, frames, gone.clone()));
+        let ending = serve_connection(
             app.server,
             connection,
             TransportKind::WebSocket { peer },
-            Box::pin(inbound),
+            inbound,
             outbound,
             app.shutdown,
         )
         .await;
-        // The processor dropped its outbound sender; the writer flushes what is queued and ends
-        // once every other sender (the session's forwarder) let go. Do not wait on it.
-        writer.abort();
+        reader.abort();
+        let broken = reader.await.ok().flatten();
+        let frame = broken.or(match ending {
+            Ending::InputEnded => None,
+            Ending::Shutdown => Some(close(close_code::AWAY, "server is shutting down")),
+            Ending::Violation(why) => Some(close(close_code::POLICY, why)),
+            Ending::Superseded => {
+                Some(close(close_code::POLICY, "session resumed by another connection"))
+            }
+        });
+        // The writer flushes what is queued, says why (if there is a reason to give) and
+        // closes; a peer that stopped reading is let go by the watchdog meanwhile.
+        let _ = close_with.send(frame);
+        let _ = writer.await;
+        watchdog.abort();
         debug!("websocket disconnected");
     }
     .instrument(span)
     .await
+}
+
+fn close(code: u16, reason: &'static str) -> CloseFrame {
+    CloseFrame { code, reason: reason.into() }
+}
+
+/// Ends the connection (`gone`) once its socket says the peer is gone.
+async fn watch(clock: Arc<SocketClock>, timeout: Duration, gone: CancellationToken) {
+    let mut check = tokio::time::interval(timeout / SILENCE_CHECKS_PER_TIMEOUT);
+    loop {
+        check.tick().await;
+        if let Some(verdict) = clock.verdict(timeout) {
+            match verdict {
+                Gone::Silent { ms } => debug!(silent_ms = ms, "peer silent; closing"),
+                Gone::NotReading { ms } => debug!(blocked_ms = ms, "peer not reading; closing"),
+            }
+            gone.cancel();
+            return;
+        }
+    }
+}
+
+/// A frame read from the socket, holding its share of [`INBOUND_QUEUED_BYTES`] until the
+/// processor takes it.
+struct QueuedFrame {
+    bytes: Vec<u8>,
+    _budget: OwnedSemaphorePermit,
+}
+
+struct InboundSender {
+    frames: mpsc::Sender<QueuedFrame>,
+    budget: Arc<Semaphore>,
+}
+
+fn inbound_queue() -> (InboundSender, Inbound) {
+    let (frames, mut receiver) = mpsc::channel::<QueuedFrame>(INBOUND_QUEUED_FRAMES);
+    let budget = Arc::new(Semaphore::new(INBOUND_QUEUED_BYTES));
+    let inbound = futures_util::stream::poll_fn(move |cx| {
+        receiver.poll_recv(cx).map(|frame| frame.map(|frame| frame.bytes))
+    });
+    (InboundSender { frames, budget }, Box::pin(inbound))
+}
+
+/// Reads the socket for as long as the connection lasts, so that pongs (and the client's
+/// close) are seen even while the processor waits — for a permit, or for room in the outbound
+/// queue. Text and binary frames both carry one JSON document and go to the processor; pings
+/// are answered by the WebSocket layer. Returns the Close frame to send if the client broke
+/// the WebSocket protocol.
+async fn read(
+    mut stream: SplitStream<WebSocket>,
+    inbound: InboundSender,
+    gone: CancellationToken,
+) -> Option<CloseFrame> {
+    loop {
+        let message = tokio::select! {
+            message = stream.next() => message,
+            () = gone.cancelled() => return None,
+        };
+        let bytes = match message {
+            None | Some(Ok(Message::Close(_))) => return None,
+            Some(Ok(Message::Text(text))) => Vec::from(text.as_bytes()),
+            Some(Ok(Message::Binary(bytes))) => Vec::from(bytes),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Err(error)) => return close_for(&error),
+        };
+        // Waiting here is the server's backlog, not the client's silence: the socket is not
+        // being read, so its clock does not count it.
+        let share = bytes.len().clamp(1, INBOUND_QUEUED_BYTES) as u32;
+        let queued = async {
+            let budget = inbound.budget.clone().acquire_many_owned(share).await.ok()?;
+            inbound.frames.send(QueuedFrame { bytes, _budget: budget }).await.ok()
+        };
+        let sent = tokio::select! {
+            sent = queued => sent,
+            () = gone.cancelled() => return None,
+        };
+        if sent.is_none() {
+            return None;
+        }
+    }
+}
+
+/// The Close frame for a WebSocket protocol error of the client's, as RFC 6455 numbers them.
+fn close_for(error: &axum::Error) -> Option<CloseFrame> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    use tokio_tungstenite::tungstenite::error::CapacityError;
+    let inner = std::error::Error::source(error)?;
+    let frame = match inner.downcast_ref::<WsError>()? {
+        WsError::Capacity(CapacityError::MessageTooLong { .. }) => {
+            close(close_code::SIZE, "message too big: at most 64 MiB, in frames of 16 MiB")
+        }
+        WsError::Capacity(_) => close(close_code::SIZE, "message too big"),
+        WsError::Utf8(_) => close(close_code::INVALID, "text frame is not UTF-8"),
+        WsError::Protocol(_) => close(close_code::PROTOCOL, "websocket protocol error"),
+        _ => return None,
+    };
+    debug!(code = frame.code, reason = %frame.reason, "closing on a protocol error");
+    Some(frame)
+}
+
+/// Writes the outbound queue to the socket and pings the client. Writes what is already
+/// queued with the first message and flushes once: a burst of output costs one socket write,
+/// not one per notification (output permits are held until the flush, so the in-flight budget
+/// counts what is really unsent). When the connection ends (`close_frame`), it writes what is
+/// still queued, then the Close frame if there is one, and closes.
+async fn write(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut queue: mpsc::Receiver<Outgoing>,
+    ping_interval: Duration,
+    mut close_frame: tokio::sync::oneshot::Receiver<Option<CloseFrame>>,
+    gone: CancellationToken,
+) {
+    let mut ping =
+        tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
+    let work = async {
+        let frame = loop {
+            let mut batch = Vec::with_capacity(WRITE_BATCH_MESSAGES);
+            tokio::select! {
+                biased;
+                frame = &mut close_frame => break frame.ok().flatten(),
+                outgoing = queue.recv() => match outgoing {
+                    Some(outgoing) => batch.push(outgoing),
+                    None => break close_frame.await.ok().flatten(),
+                },
+                _ = ping.tick() => {
+                    if sink.send(Message::Ping(Default::default())).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            if write_batch(&mut sink, &mut queue, batch).await.is_err() {
+                return;
+            }
+        };
+        // The connection is over: what was queued before the end still goes out.
+        if write_batch(&mut sink, &mut queue, Vec::new()).await.is_err() {
+            return;
+        }
+        if let Some(frame) = frame {
+            let _ = sink.send(Message::Close(Some(frame))).await;
+        }
+        let _ = sink.close().await;
+    };
+    tokio::select! {
+        () = work => {}
+        // Nothing more can reach a peer that is gone.
+        () = gone.cancelled() => {}
+    }
+}
+
+/// Writes `batch` and whatever else is queued (up to [`WRITE_BATCH_MESSAGES`]), then flushes.
+async fn write_batch(
+    sink: &mut SplitSink<WebSocket, Message>,
+    queue: &mut mpsc::Receiver<Outgoing>,
+    mut batch: Vec<Outgoing>,
+) -> Result<(), axum::Error> {
+    while batch.len() < WRITE_BATCH_MESSAGES {
+        match queue.try_recv() {
+            Ok(outgoing) => batch.push(outgoing),
+            Err(_) => break,
+        }
+    }
+    for outgoing in &mut batch {
+        sink.feed(Message::text(std::mem::take(&mut outgoing.text))).await?;
+    }
+    sink.flush().await
 }
