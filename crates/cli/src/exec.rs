@@ -186,6 +186,11 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     ProcessEvent::Closed { .. } => return Ok(exit_code.unwrap_or(TETHER_FAILURE)),
                 },
                 Some(ProcessUpdate::Failed(message)) => {
+                    if client.server_went_away() {
+                        bail!(
+                            "{message}; the server said it was stopping, and a stopped server ends its commands; start the command again once it is back"
+                        );
+                    }
                     if matches!(client.status(), ConnectionStatus::Failed(_)) {
                         bail!(
                             "{message}; the command may still be running on the executor, until the server's detach window ends: `tether exec --url … --resume {} --process {}` reattaches to it",

@@ -44,21 +44,30 @@ async fn a_stopping_server_says_it_is_going_away() {
     let mut socket = connected(&server).await;
     let initialize = json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}});
     socket.send(Message::text(initialize.to_string())).await.unwrap();
+    // Answered: nothing of ours is left unread on the server's side, which would make its
+    // close a reset.
+    let answer = tokio::time::timeout(Duration::from_secs(20), socket.next()).await.unwrap();
+    assert!(matches!(answer, Some(Ok(Message::Text(_)))), "{answer:?}");
     let pid = rustix::process::Pid::from_raw(server.pid().unwrap() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     assert_eq!(close_frame(&mut socket).await, (1001, "server is shutting down".into()));
 }
 
+/// A frame header that announces more than the 16 MiB a frame may carry, written by hand
+/// after a real upgrade; the payload never follows, so nothing is left unread when the server
+/// closes (which would turn its close into a reset).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_too_big_is_refused_with_1009() {
     let server = ServerProcess::start(Target::Tether).await.unwrap();
-    let mut socket = connected(&server).await;
-    let big = "x".repeat(17 * 1024 * 1024);
-    // The server may close before it has read it all; the frame is what matters.
-    let _ = socket.send(Message::text(big)).await;
-    let (code, reason) = close_frame(&mut socket).await;
-    assert_eq!(code, 1009);
-    assert_eq!(reason, "message too big: at most 64 MiB, in frames of 16 MiB");
+    let mut tcp = upgraded(&server).await;
+    let mut header = vec![0x81, 0xff];
+    header.extend_from_slice(&(17u64 * 1024 * 1024).to_be_bytes());
+    header.extend_from_slice(&[1, 2, 3, 4]);
+    tcp.write_all(&header).await.unwrap();
+    assert_eq!(
+        raw_close_frame(&mut tcp).await,
+        (1009, "message too big: at most 64 MiB, in frames of 16 MiB".into())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,6 +94,14 @@ async fn a_json_rpc_violation_is_refused_with_1008() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_protocol_error_is_refused_with_1002() {
     let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut tcp = upgraded(&server).await;
+    // FIN + reserved opcode 3, masked, empty.
+    tcp.write_all(&[0x83, 0x80, 1, 2, 3, 4]).await.unwrap();
+    assert_eq!(raw_close_frame(&mut tcp).await, (1002, "websocket protocol error".into()));
+}
+
+/// A TCP connection upgraded to a WebSocket by hand, for frames no client library would send.
+async fn upgraded(server: &ServerProcess) -> tokio::net::TcpStream {
     let mut tcp = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     let upgrade = format!(
         "GET / HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -97,11 +114,14 @@ async fn a_websocket_protocol_error_is_refused_with_1002() {
         head.push(tcp.read_u8().await.unwrap());
     }
     assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
-    // FIN + reserved opcode 3, masked, empty.
-    tcp.write_all(&[0x83, 0x80, 1, 2, 3, 4]).await.unwrap();
+    tcp
+}
+
+/// The code and reason of the (unmasked, short) Close frame the server sends on `tcp`.
+async fn raw_close_frame(tcp: &mut tokio::net::TcpStream) -> (u16, String) {
     let mut frame = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut frame)).await;
-    assert!(frame.len() >= 4 && frame[0] == 0x88, "a Close frame: {frame:?}");
-    assert_eq!(u16::from_be_bytes([frame[2], frame[3]]), 1002);
-    assert_eq!(&frame[4..2 + frame[1] as usize], b"websocket protocol error");
+    assert!(frame.len() >= 4 && frame[0] == 0x88 && frame[1] < 126, "a Close frame: {frame:?}");
+    let code = u16::from_be_bytes([frame[2], frame[3]]);
+    (code, String::from_utf8_lossy(&frame[4..2 + frame[1] as usize]).into_owned())
 }

@@ -148,3 +148,34 @@ async fn exec_gives_up_when_told_and_says_how_to_reattach() {
     assert_eq!(output.status.code(), Some(255), "{stderr}");
     assert!(stderr.contains("--resume ") && stderr.contains("--process "), "{stderr}");
 }
+
+/// The server is stopped (SIGTERM) while a command runs: it kills the command and says it is
+/// going away (Close 1001), so `tether exec` gives up after a short grace (3 s) instead of its
+/// 25 s of retries, and says the command ended with the server rather than that it may still
+/// be running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_says_the_server_stopped_when_it_did() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--no-stdin", "--"])
+        .args(["sh", "-c", "echo ready; sleep 60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("ready"));
+    server.stop().await.unwrap();
+    // Well short of the 25 s recovery deadline a vanished server gets.
+    let output = tokio::time::timeout(Duration::from_secs(15), child.wait_with_output())
+        .await
+        .expect("tether exec gave up soon after the server said it stopped")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(255), "{stderr}");
+    assert!(stderr.contains("the exec-server is going away: server is shutting down"), "{stderr}");
+    assert!(stderr.contains("the server said it was stopping"), "{stderr}");
+    assert!(!stderr.contains("may still be running"), "{stderr}");
+}

@@ -16,7 +16,7 @@
 //! older generation changes nothing.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -62,6 +62,11 @@ pub const DEFAULT_RECOVERY_RETRY_INTERVAL: Duration = Duration::from_millis(100)
 pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// Three missed pings: long enough for a busy server, short beside the recovery deadline.
 pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long recovery tries after the server said it is going away (Close 1001), instead of
+/// the whole recovery deadline: a proxy in front of a live server that restarts comes back in
+/// this time and the session resumes; a server that stopped does not, and its client need
+/// not spend 25 s saying so.
+pub const GOING_AWAY_RECOVERY: Duration = Duration::from_secs(3);
 
 #[derive(Clone)]
 pub struct ClientOptions {
@@ -170,6 +175,8 @@ pub(crate) struct Inner {
     /// Streamed `http/request` bodies in progress. They cannot survive their connection, so
     /// they end with it, recovery or not.
     pub(crate) http_streams: HttpStreams,
+    /// Set when the session was lost after the server said it was going away.
+    server_went_away: AtomicBool,
 }
 
 impl ExecServerClient {
@@ -208,9 +215,12 @@ impl ExecServerClient {
             starts_in_flight: AtomicUsize::new(0),
             starts_settled: Notify::new(),
             http_streams: HttpStreams::default(),
+            server_went_away: AtomicBool::new(false),
         });
         tokio::spawn(route_events(Arc::downgrade(&inner), receiver));
-        info!(session_id = %inner.session_id, "exec-server session started");
+        // The session id is enough to take a detached session over: not above DEBUG.
+        debug!(session_id = %inner.session_id, "exec-server session started");
+        info!("exec-server session started");
         Ok(Self { inner })
     }
 
@@ -238,6 +248,13 @@ impl ExecServerClient {
             ConnectionState::Recovering => ConnectionStatus::Recovering,
             ConnectionState::Failed(message) => ConnectionStatus::Failed(message.clone()),
         }
+    }
+
+    /// Whether the session was lost because the server said it was going away (it stopped, or
+    /// a proxy in front of it did) and did not come back within [`GOING_AWAY_RECOVERY`]. A
+    /// stopping server ends its sessions' processes.
+    pub fn server_went_away(&self) -> bool {
+        self.inner.server_went_away.load(Ordering::Acquire)
     }
 
     /// Waits until the session is connected (through a recovery), or fails with why it is lost.
@@ -556,9 +573,9 @@ async fn route_events(inner: Weak<Inner>, mut events: mpsc::UnboundedReceiver<Co
                 },
             ),
             ConnectionEvent::Notification(notification) => route_notification(&inner, notification),
-            ConnectionEvent::Closed { generation, reason } => {
+            ConnectionEvent::Closed { generation, reason, going_away } => {
                 inner.http_streams.connection_closed(generation, &reason);
-                connection_lost(&inner, generation, reason);
+                connection_lost(&inner, generation, reason, going_away);
             }
         }
     }
@@ -567,7 +584,7 @@ async fn route_events(inner: Weak<Inner>, mut events: mpsc::UnboundedReceiver<Co
 /// Starts a recovery if `generation` is the current connection's; a drop reported for any other
 /// connection (an older one, or a resume attempt not installed yet) changes nothing. The check
 /// and the change are one step, so two reports of one drop start one recovery.
-fn connection_lost(inner: &Arc<Inner>, generation: u64, reason: String) {
+fn connection_lost(inner: &Arc<Inner>, generation: u64, reason: String, going_away: bool) {
     let current = inner.state.send_if_modified(|state| {
         let current = matches!(state, ConnectionState::Connected(c) if c.generation == generation);
         if current {
@@ -577,7 +594,7 @@ fn connection_lost(inner: &Arc<Inner>, generation: u64, reason: String) {
     });
     if current {
         warn!(generation, %reason, "exec-server connection lost; recovering the session");
-        tokio::spawn(recover(inner.clone(), reason));
+        tokio::spawn(recover(inner.clone(), reason, going_away));
     }
 }
 
@@ -588,7 +605,7 @@ fn install(inner: &Arc<Inner>, connection: Arc<Connection>) {
     let generation = connection.generation;
     inner.state.send_replace(ConnectionState::Connected(connection.clone()));
     if connection.is_closed() {
-        connection_lost(inner, generation, "the connection closed as it was resumed".into());
+        connection_lost(inner, generation, "the connection closed as it was resumed".into(), false);
     }
 }
 
@@ -643,9 +660,13 @@ fn route_event(inner: &Arc<Inner>, event: ProcessEvent) {
     }
 }
 
-async fn recover(inner: Arc<Inner>, reason: String) {
+async fn recover(inner: Arc<Inner>, reason: String, going_away: bool) {
     let started = Instant::now();
-    let deadline = started + inner.options.recovery_timeout;
+    let patience = match going_away {
+        true => inner.options.recovery_timeout.min(GOING_AWAY_RECOVERY),
+        false => inner.options.recovery_timeout,
+    };
+    let deadline = started + patience;
     // Starts in flight settle first (their connection is gone, so they fail fast).
     while inner.starts_in_flight.load(Ordering::Acquire) > 0 {
         let settled = inner.starts_settled.notified();
@@ -660,9 +681,10 @@ async fn recover(inner: Arc<Inner>, reason: String) {
     loop {
         if Instant::now() >= deadline {
             let message = format!(
-                "{reason}; failed to resume exec-server session {}: {last_error}; gave up after {:?}",
-                inner.session_id, inner.options.recovery_timeout
+                "{reason}; failed to resume exec-server session {}: {last_error}; gave up after {patience:?}",
+                inner.session_id
             );
+            inner.server_went_away.store(going_away, Ordering::Release);
             return give_up(&inner, message);
         }
         // The deadline bounds an attempt too: one that hangs (a network that swallows packets
@@ -691,6 +713,7 @@ async fn recover(inner: Arc<Inner>, reason: String) {
                     "{reason}; failed to resume exec-server session {}: {error}",
                     inner.session_id
                 );
+                inner.server_went_away.store(going_away, Ordering::Release);
                 return give_up(&inner, message);
             }
         }
@@ -854,7 +877,9 @@ mod tests {
 
         // Exercise: generation 1's close, then a marker the route handles after it.
         let events = &client.inner.events;
-        events.send(ConnectionEvent::Closed { generation: 1, reason: "late".into() }).unwrap();
+        let late =
+            ConnectionEvent::Closed { generation: 1, reason: "late".into(), going_away: false };
+        events.send(late).unwrap();
         let marker = ProcessOutputNotification {
             process_id: "quiet".into(),
             seq: 1,

@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::Message as Frame;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::debug;
 
 use crate::client::ClientOptions;
@@ -34,6 +35,9 @@ pub(crate) enum ConnectionEvent {
     Closed {
         generation: u64,
         reason: String,
+        /// The server said it is going away (Close 1001): it is stopping, or a proxy in front
+        /// of it is. Recovery then tries briefly instead of for its whole deadline.
+        going_away: bool,
     },
 }
 
@@ -133,6 +137,7 @@ impl Connection {
             // connection, where the same answer would break that one too.
             let mut heard = tokio::time::Instant::now();
             let mut ping = tokio::time::interval_at(heard + keepalive.interval, keepalive.interval);
+            let mut going_away = false;
             let (reason, broken) = loop {
                 let next = tokio::select! {
                     next = stream.next() => next,
@@ -174,7 +179,21 @@ impl Connection {
                 let decoded = match &frame {
                     Frame::Text(text) => Message::decode(text.as_bytes()),
                     Frame::Binary(bytes) => Message::decode(bytes),
-                    Frame::Close(_) => break ("server closed the connection".to_owned(), false),
+                    Frame::Close(Some(close)) if close.code == CloseCode::Away => {
+                        going_away = true;
+                        break (format!("the exec-server is going away: {}", close.reason), false);
+                    }
+                    Frame::Close(Some(close)) => {
+                        let code = u16::from(close.code);
+                        break (
+                            format!(
+                                "the exec-server closed the connection ({code}: {})",
+                                close.reason
+                            ),
+                            false,
+                        );
+                    }
+                    Frame::Close(None) => break ("server closed the connection".to_owned(), false),
                     _ => continue,
                 };
                 match decoded {
@@ -218,7 +237,7 @@ impl Connection {
                 };
                 let _ = reply.send(Err(error));
             }
-            let _ = events.send(ConnectionEvent::Closed { generation, reason });
+            let _ = events.send(ConnectionEvent::Closed { generation, reason, going_away });
         });
         Ok(Arc::new(Self { generation, writer, calls, next_id: AtomicI64::new(1), reader }))
     }

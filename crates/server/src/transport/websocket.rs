@@ -262,13 +262,11 @@ async fn read(
             let budget = inbound.budget.clone().acquire_many_owned(share).await.ok()?;
             inbound.frames.send(QueuedFrame { bytes, _budget: budget }).await.ok()
         };
-        let sent = tokio::select! {
-            sent = queued => sent,
+        // A processor that stopped taking frames is gone with the connection.
+        tokio::select! {
+            sent = queued => sent?,
             () = gone.cancelled() => return None,
         };
-        if sent.is_none() {
-            return None;
-        }
     }
 }
 
