@@ -85,19 +85,21 @@ impl Server {
         self.url.trim_start_matches("ws://")
     }
 
-    /// Resident memory of the server process, in bytes.
+    /// Resident memory of the server, in bytes (for Tether, its guardian's own pages too).
     pub fn rss_bytes(&self) -> anyhow::Result<u64> {
-        let kib = tether_testkit::process_stats::rss_kib(self.pid).context("no VmRSS")?;
+        let kib = tether_testkit::process_stats::server_rss_kib(self.pid).context("no VmRSS")?;
         Ok(kib * 1024)
     }
 
-    /// CPU time the server process has used so far (user + system), in seconds.
+    /// CPU time the server has used so far (user + system; for Tether, its guardian's too),
+    /// in seconds.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
-        // Fields after the command name (which may contain spaces) start after the last ')'.
-        let fields: Vec<&str> =
-            stat.rsplit(')').next().context("no stat")?.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+        use tether_testkit::process_stats::{cpu_ticks, serving_pid};
+        let serving = serving_pid(self.pid);
+        let mut ticks = cpu_ticks(self.pid).context("no stat")?;
+        if serving != self.pid {
+            ticks += cpu_ticks(serving).context("no stat")?;
+        }
         Ok(ticks as f64 / clock_ticks_per_second())
     }
 

@@ -3,6 +3,7 @@
 
 mod credentials;
 mod exec;
+mod guardian;
 mod mcp;
 mod serve;
 
@@ -46,6 +47,10 @@ fn run() -> anyhow::Result<()> {
     tether_engine::helper::run_if_helper();
     tether_engine::allocator::tune_for_streaming();
     let cli = Cli::parse();
+    if let Command::Serve(_) = &cli.command {
+        // Before any thread exists: see `guardian`.
+        guardian::split();
+    }
     // Logs go to stderr: stdout carries the bound URL, and on stdio the protocol itself.
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| {

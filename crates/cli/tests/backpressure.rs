@@ -12,7 +12,7 @@ use tether_testkit::{ServerProcess, Target, shell_params};
 use tokio_tungstenite::tungstenite::Message;
 
 fn rss_kb(pid: u32) -> u64 {
-    tether_testkit::process_stats::rss_kib(pid).expect("the server is running")
+    tether_testkit::process_stats::server_rss_kib(pid).expect("the server is running")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

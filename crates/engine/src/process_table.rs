@@ -269,12 +269,14 @@ impl ProcessTable {
         self.get(process_id).is_some_and(|p| p.terminate())
     }
 
-    /// Kills every process group of the table and forgets them: the session is over.
+    /// Kills every process group of the table — what closed processes left behind too — and
+    /// forgets them: the session is over.
     pub fn shutdown(&self) {
         let processes: Vec<_> = self.processes().drain().map(|(_, p)| p).collect();
         for process in processes {
-            if !process.is_closed() {
-                process.kill_group();
+            match process.is_closed() {
+                false => process.kill_group(),
+                true => process.kill_leftovers(),
             }
         }
     }

@@ -85,7 +85,8 @@ impl Sampler {
 }
 
 fn sample(pid: u32) -> Option<Sample> {
-    let rss_kb = tether_testkit::process_stats::rss_kib(pid)?;
-    let fds = tether_testkit::process_stats::open_fds(pid)?;
+    let rss_kb = tether_testkit::process_stats::server_rss_kib(pid)?;
+    let fds =
+        tether_testkit::process_stats::open_fds(tether_testkit::process_stats::serving_pid(pid))?;
     Some(Sample { rss_kb, fds })
 }

@@ -13,6 +13,54 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// The process that serves, for a server started as `pid`. `tether serve` stays behind as a
+/// small guardian whose one child, running the same program, is the server (see the CLI's
+/// `guardian` module); any other server serves itself.
+pub fn serving_pid(pid: u32) -> u32 {
+    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|child| child.parse::<u32>().ok())
+        .find(|&child| exe(child).is_some() && exe(child) == exe(pid))
+        .unwrap_or(pid)
+}
+
+/// Memory of the server started as `pid`, in KiB: the serving process's `VmRSS`, plus the
+/// guardian's private pages if it has one (the pages it shares with the server count once).
+pub fn server_rss_kib(pid: u32) -> Option<u64> {
+    let serving = serving_pid(pid);
+    let rss = rss_kib(serving)?;
+    if serving == pid {
+        return Some(rss);
+    }
+    Some(rss + private_kib(pid).unwrap_or(0))
+}
+
+/// Pages process `pid` alone has (`Private_Clean` + `Private_Dirty`), in KiB.
+pub fn private_kib(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        rollup
+            .lines()
+            .find_map(|line| line.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some(field("Private_Clean:")? + field("Private_Dirty:")?)
+}
+
+/// User plus system CPU ticks process `pid` has used (`/proc/<pid>/stat`).
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
 /// Descriptors process `pid` has open; `None` if it is gone.
 pub fn open_fds(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())

@@ -133,6 +133,9 @@ pub struct LocalProcess {
     /// there, to be forwarded to the command. Unset until bubblewrap has said it, and for
     /// processes without one.
     inner_pid: std::sync::OnceLock<rustix::process::Pid>,
+    /// When the leader started (`/proc/<pid>/stat`, in clock ticks after boot), to tell its
+    /// group from another that later took the same id: see [`LocalProcess::kill_leftovers`].
+    leader_started: Option<u64>,
 }
 
 struct ProcessState {
@@ -352,6 +355,28 @@ impl LocalProcess {
     pub(crate) fn kill_group(&self) {
         let _ = rustix::process::kill_process_group(self.pgid, rustix::process::Signal::KILL);
     }
+
+    /// SIGKILL to the group of a process that has closed, for what it left behind: a command
+    /// such as `sleep 1000 >/dev/null &` outlives the shell that started it, in its group.
+    /// The group's id is the leader's pid, which the kernel does not hand out again while the
+    /// group has members; so the group is still this process's unless a process with that pid
+    /// exists and started at another time (the group emptied and the pid was reused), and then
+    /// it is left alone.
+    pub(crate) fn kill_leftovers(&self) {
+        let Some(ours) = self.leader_started else { return };
+        match start_time(self.pid()) {
+            Some(now) if now != ours => {}
+            _ => self.kill_group(),
+        }
+    }
+}
+
+/// When process `pid` started, in clock ticks after boot (field 22 of `/proc/<pid>/stat`).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold anything) start after the last ')';
+    // the start time is the 20th of them.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 impl std::fmt::Debug for LocalProcess {
@@ -419,7 +444,10 @@ pub(crate) struct NewProcess {
 
 pub(crate) fn new_process(parts: NewProcess) -> Arc<LocalProcess> {
     let NewProcess { id, pgid, output, stdin, terminal, argv, tty, sandboxed } = parts;
+    // Read while the child cannot have been reaped yet (nothing has waited for it).
+    let leader_started = start_time(pgid.as_raw_nonzero().get());
     Arc::new(LocalProcess {
+        leader_started,
         id,
         pgid,
         state: Mutex::new(ProcessState {
