@@ -82,6 +82,12 @@ pub struct ServeArgs {
     #[arg(long)]
     max_connections: Option<usize>,
 
+    /// File bytes `fs/readFile` calls may hold at once, server-wide (read, then answered until
+    /// written); more wait their turn. Below 512 MiB, bigger files are refused with a message
+    /// to read them in blocks.
+    #[arg(long, default_value_t = tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=u32::MAX as u64))]
+    file_read_budget_bytes: usize,
+
     /// Seconds a connection has to send its whole request head (after the TLS handshake);
     /// one that sends nothing or trickles is closed.
     #[arg(long, default_value_t = DEFAULT_REQUEST_HEAD_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -321,6 +327,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         insecure_no_auth: args.insecure_no_auth,
         tls,
         request_head_deadline: Duration::from_secs(args.request_head_timeout_secs),
+        whole_read_budget_bytes: args.file_read_budget_bytes,
     };
     let server = Server::bind(&listen, config)
         .await

@@ -93,3 +93,50 @@ async fn connections_are_bounded() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Six clients read an 11 MB file whole at once, on a server whose whole-file reads may hold
+/// 16 MiB: the reads take turns, so the server's memory peaks at about one read's worth
+/// (bytes, base64, frame: some 45 MB) instead of six — and every read is answered in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_file_reads_take_turns_within_the_server_wide_budget() {
+    let budget = (16 * 1024 * 1024).to_string();
+    let server = ServerProcess::start_with(Target::Tether, &["--file-read-budget-bytes", &budget])
+        .await
+        .unwrap();
+    let dir =
+        std::path::PathBuf::from(format!("/var/tmp/tether-read-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("eleven.bin");
+    std::fs::write(&file, vec![42u8; 11_000_000]).unwrap();
+    let serving = tether_testkit::process_stats::serving_pid(server.pid().unwrap());
+    let before = tether_testkit::process_stats::peak_rss_kib(serving).unwrap();
+
+    let mut readers = Vec::new();
+    for _ in 0..6 {
+        let (url, uri) = (server.url.clone(), format!("file://{}", file.display()));
+        readers.push(tokio::spawn(async move {
+            let (mut client, _) = RpcClient::connect_initialized(&url).await.unwrap();
+            let read = client.ok("fs/readFile", json!({"path": uri})).await.unwrap();
+            read["dataBase64"].as_str().unwrap().len()
+        }));
+    }
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), 11_000_000usize.div_ceil(3) * 4, "answered in full");
+    }
+    let grew_mib = (tether_testkit::process_stats::peak_rss_kib(serving).unwrap() - before) / 1024;
+    assert!(grew_mib < 120, "the server's memory peaked {grew_mib} MiB higher");
+
+    // A file bigger than the whole budget is refused, with what to do instead.
+    let small = ServerProcess::start_with(Target::Tether, &["--file-read-budget-bytes", "1048576"])
+        .await
+        .unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&small.url).await.unwrap();
+    let uri = format!("file://{}", file.display());
+    let refused = client.err("fs/readFile", json!({"path": uri})).await.unwrap();
+    assert!(
+        refused.message.contains("whole-file reads may hold 1048576 bytes at once (--file-read-budget-bytes); read it in blocks with fs/open and fs/readBlock"),
+        "{}",
+        refused.message
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -78,6 +78,9 @@ pub struct ServerConfig {
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// See [`DEFAULT_REQUEST_HEAD_DEADLINE`].
     pub request_head_deadline: Duration,
+    /// File bytes whole-file reads may hold at once, server-wide
+    /// ([`tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES`]).
+    pub whole_read_budget_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +97,7 @@ impl Default for ServerConfig {
             insecure_no_auth: false,
             tls: None,
             request_head_deadline: DEFAULT_REQUEST_HEAD_DEADLINE,
+            whole_read_budget_bytes: tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES,
         }
     }
 }

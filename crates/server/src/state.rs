@@ -36,7 +36,7 @@ impl ServerState {
         Arc::new(Self {
             sessions: SessionRegistry::new(config.detached_session_ttl, config.processes.clone()),
             environment_info: tether_engine::environment::environment_info(capabilities()),
-            fs: LocalFileSystem::new(),
+            fs: LocalFileSystem::with_whole_read_budget(config.whole_read_budget_bytes),
             http: Arc::new(LocalHttpClient::new()),
             inventory: Arc::new(InventoryCache::default()),
             snapshots: ShellSnapshots::default(),

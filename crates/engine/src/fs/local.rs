@@ -23,15 +23,58 @@ use super::blocking::blocking;
 use super::directory::Listing;
 use super::request::{Admission, Work, admit, native_path};
 use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
+use super::whole_read::{ReadGrant, WholeReadBudget};
 use super::{FileReadStream, FileSystem, FsError, regular_file, stream, walk};
 
+/// File bytes that whole-file reads (`fs/readFile`) may hold at once, server-wide, by
+/// default: read, and then answered until the answer is written. A read peaks at about 2.4
+/// times its size (the bytes, their base64, the frame), so this is some 2.5 GiB at most, and
+/// the largest file a read takes (512 MiB) fits twice. Past it, reads wait their turn: two
+/// dozen concurrent 500 MB reads queue instead of exhausting a 24 GiB machine.
+pub const DEFAULT_WHOLE_READ_BUDGET_BYTES: usize = 1024 * 1024 * 1024;
+
 /// The executor's own filesystem.
-#[derive(Debug, Clone, Default)]
-pub struct LocalFileSystem;
+#[derive(Debug, Clone)]
+pub struct LocalFileSystem {
+    whole_reads: WholeReadBudget,
+}
+
+impl Default for LocalFileSystem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl LocalFileSystem {
     pub fn new() -> Self {
-        Self
+        Self::with_whole_read_budget(DEFAULT_WHOLE_READ_BUDGET_BYTES)
+    }
+
+    /// With `bytes` for whole-file reads in flight (see [`DEFAULT_WHOLE_READ_BUDGET_BYTES`]).
+    pub fn with_whole_read_budget(bytes: usize) -> Self {
+        Self { whole_reads: WholeReadBudget::new(bytes) }
+    }
+
+    /// `fs/readFile`, with the share of the whole-read budget it holds: keep the grant until
+    /// the answer has been written, so that answers waiting to go out count too.
+    pub async fn read_file_granted(
+        &self,
+        params: FsReadFileParams,
+    ) -> Result<(FsReadFileResponse, ReadGrant), FsError> {
+        let admission = admit(params.sandbox.as_ref(), Work::Read)?;
+        let follow = params.follows_symlinks();
+        let path = native_path(&params.path)?;
+        let file: File = match admission {
+            Admission::InProcess => {
+                blocking(move || regular_file::open_for_reading(&path, follow)).await?
+            }
+            Admission::Sandboxed(policy) => {
+                let how = OpenHow::Read { follow };
+                sandboxed::run(&policy, FileOp::Open { path, how }).await?
+            }
+        };
+        let (bytes, grant) = self.whole_reads.read(file).await?;
+        Ok((FsReadFileResponse { data_base64: ByteChunk::from(bytes) }, grant))
     }
 }
 
@@ -47,20 +90,7 @@ async fn perform<T: FromOutcome + Send + 'static>(
 #[async_trait]
 impl FileSystem for LocalFileSystem {
     async fn read_file(&self, params: FsReadFileParams) -> Result<FsReadFileResponse, FsError> {
-        let admission = admit(params.sandbox.as_ref(), Work::Read)?;
-        let follow = params.follows_symlinks();
-        let path = native_path(&params.path)?;
-        let bytes = match admission {
-            Admission::InProcess => {
-                blocking(move || regular_file::read_whole(&path, follow)).await?
-            }
-            Admission::Sandboxed(policy) => {
-                let how = OpenHow::Read { follow };
-                let file: File = sandboxed::run(&policy, FileOp::Open { path, how }).await?;
-                blocking(move || regular_file::read_opened(file)).await?
-            }
-        };
-        Ok(FsReadFileResponse { data_base64: ByteChunk::from(bytes) })
+        self.read_file_granted(params).await.map(|(response, _grant)| response)
     }
 
     async fn write_file(&self, params: FsWriteFileParams) -> Result<(), FsError> {

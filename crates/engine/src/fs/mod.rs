@@ -25,6 +25,7 @@ pub(crate) mod sandboxed;
 mod stream;
 pub(crate) mod walk;
 mod watch_missing;
+mod whole_read;
 
 use async_trait::async_trait;
 use tether_protocol::PathUri;
@@ -36,9 +37,10 @@ use tether_protocol::fs::{
 };
 
 pub use handles::FileHandles;
-pub use local::LocalFileSystem;
+pub use local::{DEFAULT_WHOLE_READ_BUDGET_BYTES, LocalFileSystem};
 pub use stream::FileReadStream;
 pub use watch_missing::MissingWatch;
+pub use whole_read::ReadGrant;
 
 /// Filesystem operations on the executor. Paths are `file:` URIs naming executor paths.
 #[async_trait]

@@ -6,45 +6,18 @@
 //! for a FIFO between the check and the open cannot hang either.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
-use tether_protocol::fs::FS_READ_FILE_MAX_BYTES;
 
 use super::no_follow;
-
-/// The whole file at `path`, at most [`FS_READ_FILE_MAX_BYTES`].
-pub(crate) fn read_whole(path: &Path, follow_symlinks: bool) -> io::Result<Vec<u8>> {
-    read_opened(open_for_reading(path, follow_symlinks)?)
-}
 
 /// Opens the regular file at `path` for reading, as `fs/readFile` does.
 pub(crate) fn open_for_reading(path: &Path, follow_symlinks: bool) -> io::Result<File> {
     if follow_symlinks { open_for_read(path) } else { open_for_read_no_follow(path) }
-}
-
-/// The whole of an open file, at most [`FS_READ_FILE_MAX_BYTES`].
-pub(crate) fn read_opened(file: File) -> io::Result<Vec<u8>> {
-    let too_large = || {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("file is too large to read: limit is {FS_READ_FILE_MAX_BYTES} bytes"),
-        )
-    };
-    let size = file.metadata()?.len();
-    if size > FS_READ_FILE_MAX_BYTES {
-        return Err(too_large());
-    }
-    // The size is a hint: `/proc` files report 0, and a file may grow while it is read.
-    let mut bytes = Vec::with_capacity(size as usize);
-    file.take(FS_READ_FILE_MAX_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > FS_READ_FILE_MAX_BYTES {
-        return Err(too_large());
-    }
-    Ok(bytes)
 }
 
 /// Opens a regular file for reading, following links; anything else is ``path `<p>` is not a

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 use tether_engine::fs::{
-    FileHandles, FileSystem, FsError, FsErrorKind, LocalFileSystem, MissingWatch,
+    FileHandles, FileSystem, FsError, FsErrorKind, LocalFileSystem, MissingWatch, ReadGrant,
 };
 use tether_protocol::envelope::{encode_notification, encode_response};
 use tether_protocol::error::{INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND};
@@ -66,6 +66,17 @@ impl FsConnection {
     }
 }
 
+/// `fs/readFile`: the answer, and the share of the server's whole-read budget it holds until
+/// it has been written (see `tether_engine::fs::LocalFileSystem::read_file_granted`).
+pub(crate) async fn read_file(
+    id: &RequestId,
+    params: FsReadFileParams,
+    fs: &LocalFileSystem,
+) -> Result<(String, ReadGrant), JsonRpcError> {
+    let (response, grant) = fs.read_file_granted(params).await.map_err(to_rpc)?;
+    Ok((response.to_response_text(id), grant))
+}
+
 pub(crate) async fn run(
     id: &RequestId,
     call: FsCall,
@@ -74,7 +85,7 @@ pub(crate) async fn run(
 ) -> Result<String, JsonRpcError> {
     let empty = FsEmptyResponse {};
     let text = match call {
-        FsCall::ReadFile(p) => fs.read_file(p).await.map_err(to_rpc)?.to_response_text(id),
+        FsCall::ReadFile(p) => read_file(id, p, fs).await?.0,
         FsCall::WriteFile(p) => {
             fs.write_file(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }

@@ -68,6 +68,16 @@ impl Outbound {
         self.queue.send(Outgoing { text, _permit: None }).await.map_err(|_| Closed)
     }
 
+    /// Queues a response holding `permit` (of a budget other than the output's) until it has
+    /// been written to the socket: a whole-file read's share of the read budget, say.
+    pub(crate) async fn send_holding(
+        &self,
+        text: String,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), Closed> {
+        self.queue.send(Outgoing { text, _permit: Some(permit) }).await.map_err(|_| Closed)
+    }
+
     /// Queues process output (or a streamed HTTP body), waiting also while too many output bytes are written but not yet
     /// flushed to the socket. Output in flight is what a dropped connection loses, and a
     /// resuming client can only get it back from what the server retained: keeping it well
