@@ -3,6 +3,10 @@
 //! against what it must have printed; the server's memory and open descriptors are sampled as
 //! it goes. Exit code 0 only if no byte was lost or repeated and no process failed.
 //!
+//! With `--hostile`, attackers run beside the honest clients ([`hostile`]): idle and trickling
+//! pre-upgrade sockets, stalled readers, vanishing clients; and at the end the server is
+//! killed with SIGKILL and what it left running is counted.
+//!
 //! A short run is part of the test suite (`crates/soak/tests`); long runs are for people:
 //! `cargo run --release -p tether-soak -- --clients 20 --processes 10 --duration-secs 600`.
 
@@ -18,7 +22,12 @@ use tether_protocol::PathUri;
 use tether_protocol::process::ExecParams;
 use tether_testkit::FaultProxy;
 
+mod hostile;
 mod server;
+
+/// The pong timeout of the server a hostile soak starts: short, so that how soon a stalled
+/// reader is let go is measured in seconds.
+const HOSTILE_PONG_TIMEOUT_SECS: u64 = 5;
 
 #[derive(Parser)]
 #[command(about = "Soak an exec-server: streaming processes through random disconnects")]
@@ -44,6 +53,10 @@ struct Args {
     min_cut_ms: u64,
     #[arg(long, default_value_t = 1500)]
     max_cut_ms: u64,
+    /// Attack the server meanwhile: idle and trickling pre-upgrade sockets, stalled readers,
+    /// clients that vanish; then SIGKILL it and count what it left running.
+    #[arg(long)]
+    hostile: bool,
 }
 
 #[derive(Default)]
@@ -57,9 +70,14 @@ struct Tally {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let started_server = match &args.url {
+    let pong = HOSTILE_PONG_TIMEOUT_SECS.to_string();
+    let flags: &[&str] = match args.hostile {
+        true => &["--pong-timeout-secs", &pong, "--ping-interval-secs", "2"],
+        false => &[],
+    };
+    let mut started_server = match &args.url {
         Some(_) => None,
-        None => Some(server::Started::tether()?),
+        None => Some(server::Started::tether(flags)?),
     };
     let url = args.url.clone().unwrap_or_else(|| started_server.as_ref().unwrap().url.clone());
     let addr = url.trim_start_matches("ws://").to_owned();
@@ -98,6 +116,11 @@ async fn main() -> anyhow::Result<()> {
         })
     };
     let begun = Instant::now();
+    let attacks = Arc::new(hostile::Attacks::default());
+    let attackers = match args.hostile {
+        true => hostile::start(addr.clone(), url.clone(), deadline, attacks.clone()),
+        false => Vec::new(),
+    };
     let mut clients = Vec::new();
     for (c, client) in connected.into_iter().enumerate() {
         for p in 0..args.processes {
@@ -133,6 +156,9 @@ async fn main() -> anyhow::Result<()> {
     for client in clients {
         client.await?;
     }
+    for attacker in attackers {
+        attacker.await?;
+    }
     cutter.abort();
     let elapsed = begun.elapsed().as_secs_f64();
     let samples = match sampler {
@@ -164,8 +190,30 @@ async fn main() -> anyhow::Result<()> {
             first.fds, last.fds
         );
     }
+    let mut hostile_failed = false;
+    if args.hostile {
+        let count = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        println!("| idle pre-upgrade sockets opened | {} |", count(&attacks.idle_sockets));
+        println!("| trickling request heads | {} |", count(&attacks.trickles));
+        println!("| stalled readers | {} |", count(&attacks.stalled_readers));
+        println!(
+            "| longest until a stalled session could be resumed | {:.1} s (pong timeout {HOSTILE_PONG_TIMEOUT_SECS} s) |",
+            count(&attacks.worst_resume_ms) as f64 / 1000.0
+        );
+        println!("| vanished clients | {} |", count(&attacks.vanished_clients));
+        println!("| attacks that broke what they should not | {} |", count(&attacks.failures));
+        hostile_failed = count(&attacks.failures) > 0;
+        if let Some(server) = started_server.as_mut() {
+            let orphans = server.orphans_after_sigkill();
+            println!("| processes left running after SIGKILL of the server | {orphans} |");
+            hostile_failed |= orphans > 0;
+        }
+    }
     if tally.corrupted.load(Ordering::Relaxed) > 0 || tally.failed.load(Ordering::Relaxed) > 0 {
         bail!("the soak found lost, repeated or failed output");
+    }
+    if hostile_failed {
+        bail!("an attack broke something, or the server left processes running");
     }
     Ok(())
 }

@@ -18,8 +18,8 @@ pub struct Sample {
 }
 
 impl Started {
-    /// `tether serve` from next to this binary, on `127.0.0.1:0`.
-    pub fn tether() -> anyhow::Result<Self> {
+    /// `tether serve` from next to this binary, on `127.0.0.1:0`, with `extra` flags.
+    pub fn tether(extra: &[&str]) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()?;
         let tether = exe.with_file_name("tether");
         if !tether.is_file() {
@@ -30,6 +30,7 @@ impl Started {
         }
         let mut child = Command::new(tether)
             .args(["serve", "--listen", "ws://127.0.0.1:0"])
+            .args(extra)
             .env("TETHER_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -63,6 +64,28 @@ impl Started {
         });
         Sampler { stop, task }
     }
+}
+
+impl Started {
+    /// Kills the serving process with SIGKILL (the guardian stays) and returns how many of
+    /// the processes it had started are still running two seconds later: the orphans.
+    pub fn orphans_after_sigkill(&mut self) -> usize {
+        use tether_testkit::process_stats::{descendants, serving_pid};
+        let guardian = self.child.id();
+        let serving = serving_pid(guardian);
+        let started: Vec<u32> =
+            descendants(guardian).into_iter().filter(|&pid| pid != serving).collect();
+        let _ = Command::new("kill").args(["-9", &serving.to_string()]).status();
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_secs(2));
+        started.iter().filter(|&&pid| alive(pid)).count()
+    }
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
 }
 
 impl Drop for Started {

@@ -28,3 +28,38 @@ async fn a_short_soak_loses_and_repeats_nothing() {
         .unwrap();
     assert!(cuts >= 5, "the connections were cut ({cuts} times):\n{report}");
 }
+
+/// The same, with attackers beside the honest clients (`--hostile`): idle and trickling
+/// pre-upgrade sockets, stalled readers, vanishing clients. The honest clients lose nothing,
+/// every stalled session is released, and SIGKILL of the server leaves nothing running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_hostile_soak_breaks_nothing_and_leaves_nothing() {
+    let output = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tether-soak"))
+            .args(["--hostile", "--clients", "2", "--processes", "2", "--lines", "20000"])
+            .args(["--duration-secs", "8", "--min-cut-ms", "200", "--max-cut-ms", "800"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the soak finished")
+    .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{report}\n{errors}");
+    for row in [
+        "| runs with lost or repeated bytes | 0 |",
+        "| runs failed loudly | 0 |",
+        "| attacks that broke what they should not | 0 |",
+        "| processes left running after SIGKILL of the server | 0 |",
+    ] {
+        assert!(report.contains(row), "{row}\n{report}");
+    }
+    let stalled: u64 = report
+        .lines()
+        .find_map(|line| line.strip_prefix("| stalled readers | "))
+        .and_then(|rest| rest.trim_end_matches(" |").parse().ok())
+        .unwrap();
+    assert!(stalled >= 1, "a stalled reader was let go and its session resumed:\n{report}");
+}

@@ -73,6 +73,33 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// Every process descended from `pid` (children, their children, …), from `/proc`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        if let Some(parent) = parent {
+            parents.push((child, parent));
+        }
+    }
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let of = found[i];
+        found.extend(parents.iter().filter(|(_, parent)| *parent == of).map(|(child, _)| *child));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
 /// Descriptors process `pid` has open; `None` if it is gone.
 pub fn open_fds(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())

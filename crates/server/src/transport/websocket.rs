@@ -41,9 +41,11 @@ const INBOUND_QUEUED_FRAMES: usize = 64;
 /// the client's silence.
 const INBOUND_QUEUED_BYTES: usize = MAX_MESSAGE_BYTES;
 
-/// How often a connection's socket clock is checked, per pong timeout: a gone peer is let go
-/// within a quarter of the timeout after it runs out.
+/// How often a connection's socket clock is checked, per pong timeout, and at most how long
+/// between two checks: a gone peer is let go within a quarter of the timeout, and never more
+/// than a quarter second, after it runs out. A check reads two atomics.
 const SILENCE_CHECKS_PER_TIMEOUT: u32 = 4;
+const SILENCE_CHECK_MAX_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How long a stopping server waits for its connections to write what they have queued and
 /// their Close frames (1001), so clients learn the server went away rather than broke.
@@ -198,7 +200,9 @@ fn close(code: u16, reason: &'static str) -> CloseFrame {
 
 /// Ends the connection (`gone`) once its socket says the peer is gone.
 async fn watch(clock: Arc<SocketClock>, timeout: Duration, gone: CancellationToken) {
-    let mut check = tokio::time::interval(timeout / SILENCE_CHECKS_PER_TIMEOUT);
+    let every = (timeout / SILENCE_CHECKS_PER_TIMEOUT).min(SILENCE_CHECK_MAX_INTERVAL);
+    let mut check = tokio::time::interval(every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         check.tick().await;
         if let Some(verdict) = clock.verdict(timeout) {
