@@ -19,7 +19,6 @@ use tether_protocol::fs::{
 use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
 
-use super::blocking::blocking;
 use super::directory::Listing;
 use super::request::{Admission, Work, admit, native_path};
 use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
@@ -64,16 +63,16 @@ impl LocalFileSystem {
         let admission = admit(params.sandbox.as_ref(), Work::Read)?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        let file: File = match admission {
+        let (bytes, grant) = match admission {
             Admission::InProcess => {
-                blocking(move || regular_file::open_for_reading(&path, follow)).await?
+                self.whole_reads.read(move || regular_file::open_for_reading(&path, follow)).await?
             }
             Admission::Sandboxed(policy) => {
                 let how = OpenHow::Read { follow };
-                sandboxed::run(&policy, FileOp::Open { path, how }).await?
+                let file: File = sandboxed::run(&policy, FileOp::Open { path, how }).await?;
+                self.whole_reads.read(move || Ok(file)).await?
             }
         };
-        let (bytes, grant) = self.whole_reads.read(file).await?;
         Ok((FsReadFileResponse { data_base64: ByteChunk::from(bytes) }, grant))
     }
 }

@@ -21,6 +21,18 @@ use super::blocking::blocking;
 /// steps, so that a file that lied about its size holds little more than it has.
 const GROWTH_STEP_BYTES: u32 = 1024 * 1024;
 
+/// Where the first, blocking, step of a read left it.
+enum First {
+    /// Read whole within its share.
+    Done(Vec<u8>, OwnedSemaphorePermit),
+    /// Longer than it said: read so far, with the share taken.
+    Longer(File, Vec<u8>, OwnedSemaphorePermit),
+    /// The budget had no room: opened, waiting for this share.
+    Wait(File, u32),
+    /// Bigger than the whole budget.
+    OverBudget,
+}
+
 /// A read's share of the budget; returned when dropped.
 #[derive(Debug)]
 pub struct ReadGrant(OwnedSemaphorePermit);
@@ -48,25 +60,67 @@ impl WholeReadBudget {
         Self { bytes: Arc::new(Semaphore::new(total as usize)), total }
     }
 
-    /// Reads all of `file`, at most [`FS_READ_FILE_MAX_BYTES`], holding its bytes' share of
-    /// the budget, which the grant goes on holding.
-    pub(crate) async fn read(&self, file: File) -> Result<(Vec<u8>, ReadGrant), FsError> {
-        let file = Arc::new(file);
-        let size = {
-            let file = file.clone();
-            blocking(move || file.metadata()).await?.len()
+    /// Opens a file with `open` and reads all of it, at most [`FS_READ_FILE_MAX_BYTES`],
+    /// holding its bytes' share of the budget, which the grant goes on holding.
+    ///
+    /// The usual read — the budget has room, the file is as long as it says — is one trip to
+    /// the blocking pool, as a read without a budget is: a thousand small reads in a row must
+    /// not pay for the budget. Otherwise the read waits for its share, and takes more in
+    /// [`GROWTH_STEP_BYTES`] steps while the file goes on.
+    pub(crate) async fn read(
+        &self,
+        open: impl FnOnce() -> io::Result<File> + Send + 'static,
+    ) -> Result<(Vec<u8>, ReadGrant), FsError> {
+        let (budget, total) = (self.bytes.clone(), self.total);
+        let first = blocking(move || {
+            let file = open()?;
+            let size = file.metadata()?.len();
+            if size > FS_READ_FILE_MAX_BYTES {
+                return Err(too_large());
+            }
+            // One byte more than the size says, to see the end of the file within the share.
+            let want = size as u32 + 1;
+            if want > total {
+                return Ok(First::OverBudget);
+            }
+            let Ok(grant) = budget.try_acquire_many_owned(want) else {
+                return Ok(First::Wait(file, want));
+            };
+            let mut bytes = Vec::with_capacity(size as usize);
+            (&file).take(u64::from(want)).read_to_end(&mut bytes)?;
+            Ok(match bytes.len() < want as usize {
+                true => First::Done(bytes, grant),
+                false => First::Longer(file, bytes, grant),
+            })
+        })
+        .await?;
+        let (file, bytes, grant) = match first {
+            First::Done(bytes, grant) => return Ok((bytes, ReadGrant(grant))),
+            First::OverBudget => return Err(self.over_budget()),
+            First::Wait(file, want) => (file, Vec::new(), self.take(want).await?),
+            First::Longer(file, bytes, grant) => (file, bytes, grant),
         };
-        if size > FS_READ_FILE_MAX_BYTES {
-            return Err(too_large().into());
-        }
-        // One byte more than the size says, to see the end of the file within the share.
-        let first = size as u32 + 1;
-        if first > self.total {
-            return Err(self.over_budget());
-        }
-        let mut grant = self.take(first).await?;
-        let mut bytes: Vec<u8> = Vec::new();
+        self.read_on(Arc::new(file), bytes, grant).await
+    }
+
+    /// The rest of a read that had to wait, or found the file longer than it said.
+    async fn read_on(
+        &self,
+        file: Arc<File>,
+        mut bytes: Vec<u8>,
+        mut grant: OwnedSemaphorePermit,
+    ) -> Result<(Vec<u8>, ReadGrant), FsError> {
         loop {
+            if bytes.len() as u64 > FS_READ_FILE_MAX_BYTES {
+                return Err(too_large().into());
+            }
+            if bytes.len() == grant.num_permits() {
+                let more = GROWTH_STEP_BYTES.min(self.total - grant.num_permits() as u32);
+                if more == 0 {
+                    return Err(self.over_budget());
+                }
+                grant.merge(self.take(more).await?);
+            }
             let room = grant.num_permits() - bytes.len();
             let reading = file.clone();
             let (read, filled) = blocking(move || {
@@ -80,22 +134,7 @@ impl WholeReadBudget {
             if read < room {
                 return Ok((bytes, ReadGrant(grant)));
             }
-            if bytes.len() as u64 > FS_READ_FILE_MAX_BYTES {
-                return Err(too_large().into());
-            }
-            let more = GROWTH_STEP_BYTES.min(self.total - grant.num_permits() as u32);
-            if more == 0 {
-                return Err(self.over_budget());
-            }
-            grant.merge(self.take(more).await?);
         }
-    }
-
-    fn over_budget(&self) -> FsError {
-        FsError::invalid_input(format!(
-            "file is too large to read whole on this server: whole-file reads may hold {} bytes at once (--file-read-budget-bytes); read it in blocks with fs/open and fs/readBlock",
-            self.total
-        ))
     }
 
     async fn take(&self, bytes: u32) -> Result<OwnedSemaphorePermit, FsError> {
@@ -104,6 +143,13 @@ impl WholeReadBudget {
             .acquire_many_owned(bytes)
             .await
             .map_err(|_| FsError::other("the file-read budget is closed"))
+    }
+
+    fn over_budget(&self) -> FsError {
+        FsError::invalid_input(format!(
+            "file is too large to read whole on this server: whole-file reads may hold {} bytes at once (--file-read-budget-bytes); read it in blocks with fs/open and fs/readBlock",
+            self.total
+        ))
     }
 }
 
@@ -126,13 +172,14 @@ mod tests {
         std::fs::write(&path, vec![7u8; 3000]).unwrap();
         let budget = WholeReadBudget::new(64 * 1024 * 1024);
         let free = budget.bytes.available_permits();
-        let (bytes, grant) = budget.read(File::open(&path).unwrap()).await.unwrap();
+        let opened = path.clone();
+        let (bytes, grant) = budget.read(move || File::open(opened)).await.unwrap();
         assert_eq!(bytes, vec![7u8; 3000]);
         assert_eq!(budget.bytes.available_permits(), free - 3001);
         drop(grant);
         assert_eq!(budget.bytes.available_permits(), free);
         // A file that says it is empty and is not (as `/proc` files do) takes more as it goes.
-        let (bytes, grant) = budget.read(File::open("/proc/self/maps").unwrap()).await.unwrap();
+        let (bytes, grant) = budget.read(|| File::open("/proc/self/maps")).await.unwrap();
         assert!(!bytes.is_empty());
         assert!(grant.0.num_permits() > bytes.len());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -171,8 +171,6 @@ fn transport(error: reqwest::Error) -> HttpSendError {
     HttpSendError::Transport(TransportFailure { message, cause, detail: Some(detail) })
 }
 
-/// The HTTP client's text without the URL (`error decoding response body`), as the reference
-/// reports it.
 /// The largest body a buffered `http/request` answer carries: 32 MiB, which base64 makes 43 MiB,
 /// inside the 64 MiB message an answer may be. A body without end would otherwise grow the
 /// server until it is killed, and every session with it.
@@ -196,10 +194,18 @@ async fn buffered_body(response: Response) -> Result<Vec<u8>, HttpError> {
     Ok(body)
 }
 
+/// The HTTP client's text without the URL (`error decoding response body`), as the reference
+/// reports it — and, when it was the request's `timeoutMs` that ran out while the body was
+/// read, a word saying so (the reference's text alone reads like a malformed body).
 fn body_error(error: reqwest::Error) -> HttpBodyError {
     let error = error.without_url();
     debug!(error = %causes(&error), "http body failed");
-    HttpBodyError(error.to_string())
+    match error.is_timeout() {
+        true => HttpBodyError(format!(
+            "{error} (timed out: the request's timeoutMs ran out while its body was read)"
+        )),
+        false => HttpBodyError(error.to_string()),
+    }
 }
 
 /// An error and its sources, `: `-separated.
