@@ -125,20 +125,10 @@ async fn exec_resume_reattaches_after_the_first_client_died(target: Target) {
 /// second, gives up a second later (by default: 15 s, then 25 s), and says how to reattach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_gives_up_when_told_and_says_how_to_reattach() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let server = ServerProcess::start(Target::Tether).await.unwrap();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let mut child = tokio::process::Command::new(tether_binary().unwrap())
-        .args(["exec", "--url", &proxy.url, "--no-stdin"])
-        .args(["--keepalive-timeout-secs", "1", "--recovery-timeout-secs", "1", "--"])
-        .args(["sh", "-c", "echo ready; sleep 60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("ready"));
+    let timeouts = ["--keepalive-timeout-secs", "1", "--recovery-timeout-secs", "1"];
+    let child = exec_until_ready(&proxy.url, &timeouts).await;
     proxy.freeze_downstream_including_new();
     let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
         .await
@@ -155,18 +145,8 @@ async fn exec_gives_up_when_told_and_says_how_to_reattach() {
 /// be running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_says_the_server_stopped_when_it_did() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let server = ServerProcess::start(Target::Tether).await.unwrap();
-    let mut child = tokio::process::Command::new(tether_binary().unwrap())
-        .args(["exec", "--url", &server.url, "--no-stdin", "--"])
-        .args(["sh", "-c", "echo ready; sleep 60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("ready"));
+    let child = exec_until_ready(&server.url, &[]).await;
     server.stop().await.unwrap();
     // Well short of the 25 s recovery deadline a vanished server gets.
     let output = tokio::time::timeout(Duration::from_secs(15), child.wait_with_output())
@@ -178,4 +158,22 @@ async fn exec_says_the_server_stopped_when_it_did() {
     assert!(stderr.contains("the exec-server is going away: server is shutting down"), "{stderr}");
     assert!(stderr.contains("the server said it was stopping"), "{stderr}");
     assert!(!stderr.contains("may still be running"), "{stderr}");
+}
+
+/// `tether exec --url URL --no-stdin FLAGS… -- sh -c 'echo ready; sleep 60'`, once it has
+/// printed `ready` (the rest of its output is left to the caller).
+async fn exec_until_ready(url: &str, flags: &[&str]) -> tokio::process::Child {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", url, "--no-stdin"])
+        .args(flags)
+        .args(["--", "sh", "-c", "echo ready; sleep 60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("ready"));
+    child
 }

@@ -6,29 +6,16 @@
 
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use tether_testkit::{RpcClient, ServerProcess, Target};
-use tokio_tungstenite::tungstenite::Message;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_answers_no_pings_is_let_go_and_its_session_can_be_resumed() {
     let args = ["--ping-interval-secs", "1", "--pong-timeout-secs", "2"];
     let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
 
-    // A client that initializes, reads the answer, then never polls its socket again: it
-    // cannot answer a ping.
-    let (mut silent, _) = tokio_tungstenite::connect_async(server.url.as_str()).await.unwrap();
-    let initialize = json!({"id": 1, "method": "initialize", "params": {"clientName": "silent"}});
-    silent.send(Message::text(initialize.to_string())).await.unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(10), silent.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let answer: Value = serde_json::from_str(answer.to_text().unwrap()).unwrap();
-    let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
-    silent.send(Message::text(json!({"method": "initialized"}).to_string())).await.unwrap();
+    // A client that initializes, then never polls its socket again: it cannot answer a ping.
+    let (silent, session) = session_then_silence(&server).await;
 
     // Refused while the silent client holds the session; accepted once the server let it go.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -47,6 +34,13 @@ async fn a_client_that_answers_no_pings_is_let_go_and_its_session_can_be_resumed
     }
     assert!(refused_while_attached, "the session was attached to the silent client at first");
     drop(silent);
+}
+
+/// A session on a connection of its own; the client reads its socket only when told to, so
+/// from here on it reads nothing (and answers no ping).
+async fn session_then_silence(server: &ServerProcess) -> (RpcClient, String) {
+    let (client, result) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    (client, result["sessionId"].as_str().unwrap().to_owned())
 }
 
 /// Resumes `session` on fresh connections until the server has let its old connection go;
@@ -72,21 +66,10 @@ async fn resumed_once_let_go(server: &ServerProcess, session: &str) -> RpcClient
 async fn a_client_that_stops_reading_while_output_flows_is_let_go() {
     let args = ["--ping-interval-secs", "1", "--pong-timeout-secs", "2"];
     let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
-    let (mut stalled, _) = tokio_tungstenite::connect_async(server.url.as_str()).await.unwrap();
-    let initialize = json!({"id": 1, "method": "initialize", "params": {"clientName": "stalled"}});
-    stalled.send(Message::text(initialize.to_string())).await.unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(10), stalled.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let answer: Value = serde_json::from_str(answer.to_text().unwrap()).unwrap();
-    let session = answer["result"]["sessionId"].as_str().unwrap().to_owned();
-    stalled.send(Message::text(json!({"method": "initialized"}).to_string())).await.unwrap();
-    let start = json!({"id": 2, "method": "process/start", "params": {
-        "processId": "flood", "argv": ["yes", "output that never ends"], "cwd": "file:///tmp",
-        "env": {"PATH": "/usr/bin:/bin"}, "tty": false}});
-    stalled.send(Message::text(start.to_string())).await.unwrap();
+    let (mut stalled, session) = session_then_silence(&server).await;
+    let start = json!({"processId": "flood", "argv": ["yes", "output that never ends"],
+        "cwd": "file:///tmp", "env": {"PATH": "/usr/bin:/bin"}, "tty": false});
+    stalled.send_request("process/start", start).await.unwrap();
     // From here on the client reads nothing.
 
     let mut resumed = resumed_once_let_go(&server, &session).await;
