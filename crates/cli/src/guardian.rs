@@ -26,6 +26,8 @@
 //! signal on each command reaches only direct children and is tied to the thread that forked,
 //! which in a thread pool may be gone; cgroups need delegation that is rarely there.
 
+use tether_engine::process::proc_stat::children_of;
+
 /// How long the guardian goes on killing descendants after the server is gone before it gives
 /// up on ones it cannot reap (a process in uninterruptible sleep on a dead NFS mount): long
 /// enough for any killable tree to die.
@@ -133,38 +135,20 @@ fn kill_descendants() {
         if children.is_empty() {
             break;
         }
-        for (pid, group) in &children {
+        for (pid, stat) in &children {
             // SAFETY: kill with pids read from /proc; a stale one fails harmlessly.
             unsafe {
-                if *group != own_group && *group > 1 {
-                    libc::kill(-*group, libc::SIGKILL);
+                if stat.pgrp != own_group && stat.pgrp > 1 {
+                    libc::kill(-stat.pgrp, libc::SIGKILL);
                 }
                 libc::kill(*pid, libc::SIGKILL);
             }
         }
-        let _ = reap_all(-1);
         if started.elapsed().as_millis() as u64 > CLEANUP_DEADLINE_MS {
             break;
         }
+        // Killed children are zombies (still listed) until reaped.
         std::thread::sleep(std::time::Duration::from_millis(5));
         let _ = reap_all(-1);
     }
-}
-
-/// `(pid, process group)` of each process whose parent is `parent`, from `/proc`.
-fn children_of(parent: libc::pid_t) -> Vec<(libc::pid_t, libc::pid_t)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name();
-            let pid: libc::pid_t = name.to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // After the command name, in parentheses (which may hold anything): state, ppid,
-            // pgrp.
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
-            let ppid: libc::pid_t = fields.next()?.parse().ok()?;
-            let group: libc::pid_t = fields.next()?.parse().ok()?;
-            (ppid == parent).then_some((pid, group))
-        })
-        .collect()
 }

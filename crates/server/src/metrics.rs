@@ -149,11 +149,8 @@ impl Metrics {
             "Connections accepted since start.",
             &[("", load(&self.connections_total))],
         );
-        let refused: Vec<(&str, f64)> = UpgradeRefusal::ALL
-            .iter()
-            .zip(&self.upgrades_refused)
-            .map(|(reason, count)| (reason.label(), load(count)))
-            .collect();
+        let refused =
+            by_reason(&UpgradeRefusal::ALL, &self.upgrades_refused, UpgradeRefusal::label);
         metric(
             "tether_upgrades_refused_total",
             "counter",
@@ -161,11 +158,7 @@ impl Metrics {
              Origin, the connection limit, not a WebSocket request.",
             &refused,
         );
-        let closed_early: Vec<(&str, f64)> = EarlyClose::ALL
-            .iter()
-            .zip(&self.closed_early)
-            .map(|(reason, count)| (reason.label(), load(count)))
-            .collect();
+        let closed_early = by_reason(&EarlyClose::ALL, &self.closed_early, EarlyClose::label);
         metric(
             "tether_connections_closed_before_upgrade_total",
             "counter",
@@ -234,6 +227,19 @@ impl Metrics {
         );
         text
     }
+}
+
+/// A counter's samples by reason: each reason's label with its count (the counts are indexed
+/// as `all` lists the reasons).
+fn by_reason<R: Copy>(
+    all: &[R],
+    counts: &[AtomicU64],
+    label: fn(R) -> &'static str,
+) -> Vec<(&'static str, f64)> {
+    all.iter()
+        .zip(counts)
+        .map(|(reason, count)| (label(*reason), count.load(Ordering::Relaxed) as f64))
+        .collect()
 }
 
 #[cfg(test)]

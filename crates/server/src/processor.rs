@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::handlers::fs::{FsCall, FsConnection};
+use crate::handlers::fs::{FsCall, FsConnection, Reply};
 use crate::handlers::http::HttpConnection;
 use crate::handlers::process::ProcessCall;
 use crate::handlers::{self, Call};
@@ -210,10 +210,7 @@ impl Processor {
                 }
             }
             Call::Process(call) => handlers::process::run(&id, call, &session),
-            Call::Fs(call) => match *call {
-                FsCall::ReadFile(params) => return self.read_file(id, params).await,
-                call => handlers::fs::run(&id, call, &self.state.fs, &mut self.fs).await,
-            },
+            Call::Fs(call) => return self.fs(id, *call).await,
             Call::Http(params) => return self.http(id, *params).await,
             Call::EnvironmentConfigRead(params) => {
                 handlers::environment_config::run(&id, *params).await
@@ -226,14 +223,15 @@ impl Processor {
         }
     }
 
-    /// A whole-file read waits its turn for the server's read budget (the connection's other
-    /// requests wait behind it, as behind any state-changing call), and its answer holds its
-    /// share until written.
-    async fn read_file(&mut self, id: RequestId, params: tether_protocol::fs::FsReadFileParams) {
-        match handlers::fs::read_file(&id, params, &self.state.fs).await {
-            Ok((text, grant)) => {
+    /// Filesystem calls run inline, in order. A whole-file read waits its turn for the
+    /// server's read budget (the connection's other requests wait behind it, as behind any
+    /// state-changing call), and its answer holds its share until written.
+    async fn fs(&mut self, id: RequestId, call: FsCall) {
+        match handlers::fs::run(&id, call, &self.state.fs, &mut self.fs).await {
+            Ok(Reply { text, hold: Some(grant) }) => {
                 let _ = self.outbound.send_holding(text, grant.into_permit()).await;
             }
+            Ok(Reply { text, hold: None }) => self.send(text).await,
             Err(error) => self.reply_error(&id, error).await,
         }
     }

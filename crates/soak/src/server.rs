@@ -70,7 +70,7 @@ impl Started {
     /// Kills the serving process with SIGKILL (the guardian stays) and returns how many of
     /// the processes it had started are still running two seconds later: the orphans.
     pub fn orphans_after_sigkill(&mut self) -> usize {
-        use tether_testkit::process_stats::{descendants, serving_pid};
+        use tether_testkit::process_stats::{descendants, is_alive, serving_pid};
         let guardian = self.child.id();
         let serving = serving_pid(guardian);
         let started: Vec<u32> =
@@ -78,14 +78,8 @@ impl Started {
         let _ = Command::new("kill").args(["-9", &serving.to_string()]).status();
         let _ = self.child.wait();
         std::thread::sleep(Duration::from_secs(2));
-        started.iter().filter(|&&pid| alive(pid)).count()
+        started.iter().filter(|&&pid| is_alive(pid)).count()
     }
-}
-
-/// Whether `pid` runs (a zombie does not).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
 }
 
 impl Drop for Started {

@@ -100,6 +100,12 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
+/// Whether process `pid` runs (a zombie is dead, only not yet reaped).
+pub fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
 /// Descriptors process `pid` has open; `None` if it is gone.
 pub fn open_fds(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())

@@ -15,13 +15,7 @@ pub fn exec(id: &str, script: &str) -> Value {
     })
 }
 
-/// Whether an OS process is alive (a zombie is dead, only not yet reaped).
-pub fn is_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
-        Err(_) => false,
-    }
-}
+pub use tether_testkit::process_stats::is_alive;
 
 /// Whether `pid` is dead within two seconds: a killed process closes its pipes a moment
 /// before it finishes dying.

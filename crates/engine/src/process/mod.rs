@@ -5,6 +5,7 @@
 //! close are numbered and published strictly in sequence order — a client never has to reorder
 //! what one Tether process sends.
 
+pub mod proc_stat;
 mod pump;
 mod retained;
 mod spawn;
@@ -364,19 +365,11 @@ impl LocalProcess {
     /// it is left alone.
     pub(crate) fn kill_leftovers(&self) {
         let Some(ours) = self.leader_started else { return };
-        match start_time(self.pid()) {
+        match proc_stat::read(self.pid()).map(|s| s.start_time) {
             Some(now) if now != ours => {}
             _ => self.kill_group(),
         }
     }
-}
-
-/// When process `pid` started, in clock ticks after boot (field 22 of `/proc/<pid>/stat`).
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold anything) start after the last ')';
-    // the start time is the 20th of them.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 impl std::fmt::Debug for LocalProcess {
@@ -445,7 +438,7 @@ pub(crate) struct NewProcess {
 pub(crate) fn new_process(parts: NewProcess) -> Arc<LocalProcess> {
     let NewProcess { id, pgid, output, stdin, terminal, argv, tty, sandboxed } = parts;
     // Read while the child cannot have been reaped yet (nothing has waited for it).
-    let leader_started = start_time(pgid.as_raw_nonzero().get());
+    let leader_started = proc_stat::read(pgid.as_raw_nonzero().get()).map(|s| s.start_time);
     Arc::new(LocalProcess {
         leader_started,
         id,

@@ -66,15 +66,13 @@ impl FsConnection {
     }
 }
 
-/// `fs/readFile`: the answer, and the share of the server's whole-read budget it holds until
-/// it has been written (see `tether_engine::fs::LocalFileSystem::read_file_granted`).
-pub(crate) async fn read_file(
-    id: &RequestId,
-    params: FsReadFileParams,
-    fs: &LocalFileSystem,
-) -> Result<(String, ReadGrant), JsonRpcError> {
-    let (response, grant) = fs.read_file_granted(params).await.map_err(to_rpc)?;
-    Ok((response.to_response_text(id), grant))
+/// A filesystem call's answer, and what it holds until it has been written: a whole-file
+/// read's share of the server's read budget (see
+/// `tether_engine::fs::LocalFileSystem::read_file_granted`), so that answers waiting to go out
+/// count against it too.
+pub(crate) struct Reply {
+    pub text: String,
+    pub hold: Option<ReadGrant>,
 }
 
 pub(crate) async fn run(
@@ -82,10 +80,13 @@ pub(crate) async fn run(
     call: FsCall,
     fs: &LocalFileSystem,
     connection: &mut FsConnection,
-) -> Result<String, JsonRpcError> {
+) -> Result<Reply, JsonRpcError> {
     let empty = FsEmptyResponse {};
     let text = match call {
-        FsCall::ReadFile(p) => read_file(id, p, fs).await?.0,
+        FsCall::ReadFile(p) => {
+            let (response, grant) = fs.read_file_granted(p).await.map_err(to_rpc)?;
+            return Ok(Reply { text: response.to_response_text(id), hold: Some(grant) });
+        }
         FsCall::WriteFile(p) => {
             fs.write_file(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
@@ -132,7 +133,7 @@ pub(crate) async fn run(
             encode_response(id, &connection.watch.watch(p, fired).map_err(to_rpc)?)
         }
     };
-    Ok(text)
+    Ok(Reply { text, hold: None })
 }
 
 /// Not found is `-32004`; invalid input and permission problems `-32600`; the rest `-32603`.

@@ -91,6 +91,14 @@ impl SocketClock {
     fn progressed(since: &AtomicU64) {
         since.store(NOT_WAITING, Ordering::Relaxed);
     }
+
+    /// A write (or flush) was refused (the socket is full), or went through.
+    fn write_polled(&self, refused: bool) {
+        match refused {
+            true => self.waiting(&self.write_blocked_since),
+            false => Self::progressed(&self.write_blocked_since),
+        }
+    }
 }
 
 /// A socket that keeps a [`SocketClock`].
@@ -111,15 +119,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClockedIo<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         let clock = &self.clock;
         match &polled {
             Poll::Pending => clock.waiting(&clock.read_waiting_since),
             // Bytes, an end of stream or an error: the wait is over either way.
-            Poll::Ready(_) if buf.filled().len() > before => {
-                SocketClock::progressed(&clock.read_waiting_since)
-            }
             Poll::Ready(_) => SocketClock::progressed(&clock.read_waiting_since),
         }
         polled
@@ -159,15 +163,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClockedIo<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-impl SocketClock {
-    fn write_polled(&self, refused: bool) {
-        match refused {
-            true => self.waiting(&self.write_blocked_since),
-            false => Self::progressed(&self.write_blocked_since),
-        }
     }
 }
 

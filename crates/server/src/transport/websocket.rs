@@ -327,9 +327,12 @@ async fn write(
                 return;
             }
         };
-        // The connection is over: what was queued before the end still goes out.
-        if write_batch(&mut sink, &mut queue, Vec::new()).await.is_err() {
-            return;
+        // The connection is over: what was queued before the end still goes out, all of it
+        // (a batch takes at most `WRITE_BATCH_MESSAGES`; the queue holds more).
+        while !queue.is_empty() {
+            if write_batch(&mut sink, &mut queue, Vec::new()).await.is_err() {
+                return;
+            }
         }
         if let Some(frame) = frame {
             let _ = sink.send(Message::Close(Some(frame))).await;
