@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use tether_client::{ClientOptions, ConnectionStatus, ExecServerClient, ProcessUpdate};
+use tether_client::{
+    ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl, ProcessUpdate,
+};
 use tether_engine::ProcessEvent;
 use tether_protocol::PathUri;
 use tether_protocol::process::{
@@ -114,6 +116,9 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             .then(|| Duration::from_secs(args.keepalive_timeout_secs) / 3),
         keepalive_timeout: Duration::from_secs(args.keepalive_timeout_secs.max(1)),
         recovery_timeout: Duration::from_secs(args.recovery_timeout_secs),
+        // One stream into whatever reads our stdout: when that stops, the command is held back
+        // on the server (as under ssh) for as long as it takes, never buffered here.
+        full_handle_pause: None,
         ..ClientOptions::default()
     };
     if let (Some(session), true) = (&args.resume, args.list) {
@@ -172,9 +177,22 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     };
     // Signals sent to us go to the command, where the server can deliver them.
     let mut forwarded = forward_signals(&extensions.signals);
-    let mut stdin = tokio::io::stdin();
-    let mut stdin_open = !args.no_stdin;
-    let mut buffer = vec![0u8; 64 * 1024];
+    // Calls on the process run in tasks of their own, never in this loop: while our stdout
+    // is stalled the connection is paused, and an answer waited for here would never come.
+    let (failed_calls, mut call_failures) = mpsc::unbounded_channel::<anyhow::Error>();
+    let control = process.control();
+    let act =
+        |call: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>| {
+            let failed_calls = failed_calls.clone();
+            tokio::spawn(async move {
+                if let Err(error) = call.await {
+                    let _ = failed_calls.send(error);
+                }
+            });
+        };
+    if !args.no_stdin {
+        act(Box::pin(forward_stdin(control.clone(), closable)));
+    }
     let mut exit_code = None;
     let mut interrupted = false;
     loop {
@@ -202,39 +220,50 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 }
                 None => bail!("the process's stream ended without a close"),
             },
-            read = stdin.read(&mut buffer), if stdin_open => match read {
-                // End of our input is the end of the command's, where the server can say so
-                // (a terminal's end of input is a Ctrl-D, which is forwarded like any key).
-                Ok(0) | Err(_) => {
-                    stdin_open = false;
-                    if closable {
-                        process.close_stdin().await?;
-                    }
-                }
-                Ok(n) => {
-                    process.write(buffer[..n].to_vec()).await?;
-                }
-            },
+            Some(error) = call_failures.recv() => return Err(error),
             Some(()) = next_window_change(&mut window_changes) => {
                 if let Some(size) = local_terminal_size() {
+                    let control = control.clone();
                     // A resize that fails (the process just ended) changes nothing worth a word.
-                    let _ = process.resize(size.cols, size.rows).await;
+                    tokio::spawn(async move { control.resize(size.cols, size.rows).await });
                 }
             }
             Some(signal) = forwarded.recv() => {
-                process.signal(signal).await?;
+                let control = control.clone();
+                act(Box::pin(async move { Ok(control.signal(signal).await?) }));
             }
             _ = tokio::signal::ctrl_c() => {
+                let control = control.clone();
                 if interrupted {
-                    process.terminate().await?;
+                    act(Box::pin(async move { control.terminate().await.map(drop).map_err(Into::into) }));
                 } else {
                     // First Ctrl-C goes to the command, as it would at a local terminal.
                     interrupted = true;
-                    process.interrupt().await?;
+                    act(Box::pin(async move { Ok(control.interrupt().await?) }));
                 }
             }
         }
     }
+}
+
+/// Copies our stdin to the command's, in order, each write answered before the next; at the
+/// end of our input, ends the command's where the server can say so (`closable`; a
+/// terminal's end of input is a Ctrl-D, which is forwarded like any key).
+async fn forward_stdin(control: ProcessControl, closable: bool) -> anyhow::Result<()> {
+    let mut stdin = tokio::io::stdin();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match stdin.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                control.write(buffer[..n].to_vec()).await?;
+            }
+        }
+    }
+    if closable {
+        control.close_stdin().await?;
+    }
+    Ok(())
 }
 
 /// What to start for `args`: the command, in `--cwd` (or the server's directory), with the

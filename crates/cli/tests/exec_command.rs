@@ -12,6 +12,7 @@ against_both!(
     exec_streams_output_and_returns_the_exit_code,
     exec_output_is_identical_through_a_connection_cut_every_200ms,
     exec_resume_reattaches_after_the_first_client_died,
+    exec_into_a_stalled_pipe_stays_small_and_delivers_every_byte,
 );
 
 async fn tether_exec(url: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
@@ -176,4 +177,48 @@ async fn exec_until_ready(url: &str, flags: &[&str]) -> tokio::process::Child {
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(stdout.next_line().await.unwrap().as_deref(), Some("ready"));
     child
+}
+
+/// A reader that pauses (a pager, a slow consumer) holds the command back on the server, as
+/// ssh would: `tether exec` stays small while nobody reads, then delivers every byte.
+async fn exec_into_a_stalled_pipe_stays_small_and_delivers_every_byte(target: Target) {
+    use tokio::io::AsyncReadExt;
+    const LINES: usize = 10_000_000; // 78.9 MB
+    const LIMIT_KIB: u64 = 64 * 1024;
+    let server = ServerProcess::start(target).await.unwrap();
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--no-stdin", "--", "seq", "1", &LINES.to_string()])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let peak = || tether_testkit::process_stats::peak_rss_kib(pid).unwrap_or(0);
+    // The reader is away for three seconds: long enough for the command to print everything
+    // several times over if nothing held it back.
+    let away = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < away {
+        assert!(peak() < LIMIT_KIB, "tether exec grew to {} KiB while its reader paused", peak());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    let mut out = Vec::with_capacity(80 * 1024 * 1024);
+    let mut buffer = vec![0u8; 1024 * 1024];
+    let mut highest = peak();
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(60), stdout.read(&mut buffer))
+            .await
+            .expect("output within 60 s")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buffer[..n]);
+        highest = highest.max(peak());
+    }
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(highest < LIMIT_KIB, "tether exec peaked at {highest} KiB");
+    let expected: String = (1..=LINES).map(|i| format!("{i}\n")).collect();
+    assert!(out == expected.as_bytes(), "{} of {} bytes, not `seq`'s", out.len(), expected.len());
 }

@@ -30,7 +30,7 @@ use tether_protocol::method::{
 };
 use tether_protocol::process::{
     ExecParams, ExecResponse, ListResponse, ProcessClosedNotification, ProcessExitedNotification,
-    ProcessOutputNotification, ProcessSummary, ReadResponse,
+    ProcessOutputNotification, ProcessSummary, ReadParams, ReadResponse,
 };
 use tether_protocol::session::{
     EnvironmentInfo, InitializeParams, InitializeResponse, TetherExtensions,
@@ -40,8 +40,10 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::catch_up::{CatchUp, catch_up, lose, refill, run_claimed};
 use crate::connection::{Connection, ConnectionEvent};
 use crate::error::ClientError;
+use crate::flow::{CONNECTION_EVENT_QUEUE, DEFAULT_FULL_HANDLE_PAUSE, PauseGate};
 use crate::process::RemoteProcess;
 use crate::registration::{Finished, Registration};
 use crate::remote_http::HttpStreams;
@@ -90,6 +92,12 @@ pub struct ClientOptions {
     /// Largest message accepted from the server. One that is larger breaks the connection (the
     /// session recovers) and fails the calls waiting on it, which are not sent again.
     pub max_message_bytes: usize,
+    /// How long a process handle whose caller has not read [`crate::HANDLE_BUFFER_BYTES`] of
+    /// it may pause the connection (every handle and answer waits; the server holds the
+    /// process back, losing nothing) before it falls behind instead, to catch up later from
+    /// what the server retained. `None`: pause as long as it takes (one stream into a slow
+    /// consumer); zero: fall behind at once. See [`crate::flow`].
+    pub full_handle_pause: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -105,6 +113,7 @@ impl Default for ClientOptions {
             max_message_bytes: crate::connection::MAX_INCOMING_MESSAGE_BYTES,
             keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            full_handle_pause: Some(DEFAULT_FULL_HANDLE_PAUSE),
         }
     }
 }
@@ -122,6 +131,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("max_message_bytes", &self.max_message_bytes)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("keepalive_timeout", &self.keepalive_timeout)
+            .field("full_handle_pause", &self.full_handle_pause)
             .finish()
     }
 }
@@ -166,7 +176,9 @@ pub(crate) struct Inner {
     environment_info: Option<EnvironmentInfo>,
     state: watch::Sender<ConnectionState>,
     registrations: Mutex<HashMap<ProcessId, Arc<Registration>>>,
-    events: mpsc::UnboundedSender<ConnectionEvent>,
+    events: mpsc::Sender<ConnectionEvent>,
+    /// Which full handles pause the connection (see [`crate::flow`]).
+    gate: Arc<PauseGate>,
     generations: AtomicU64,
     /// `process/start` calls in flight; recovery waits for them to settle so it never catches
     /// up a half-registered process.
@@ -200,8 +212,10 @@ impl ExecServerClient {
         options: ClientOptions,
         resume: Option<&str>,
     ) -> Result<Self, ClientError> {
-        let (events, receiver) = mpsc::unbounded_channel();
-        let connection = Connection::open(url, 1, &options, events.clone()).await?;
+        let (events, receiver) = mpsc::channel(CONNECTION_EVENT_QUEUE);
+        let gate = Arc::new(PauseGate::new(options.full_handle_pause));
+        let connection =
+            Connection::open(url, 1, &options, events.clone(), gate.clone(), true).await?;
         let response = initialize(&connection, &options, resume).await?;
         let inner = Arc::new(Inner {
             url: url.to_owned(),
@@ -211,6 +225,7 @@ impl ExecServerClient {
             options,
             registrations: Mutex::new(HashMap::new()),
             events,
+            gate,
             generations: AtomicU64::new(1),
             starts_in_flight: AtomicUsize::new(0),
             starts_settled: Notify::new(),
@@ -344,21 +359,28 @@ impl ExecServerClient {
         let process_id = process_id.into();
         let (registration, updates) = self.register(&process_id)?;
         registration.mark_started();
-        // Live events arriving before the read is answered wait for it.
+        // Live events arriving before the backlog is read wait for it.
         registration.begin_catch_up();
-        let params = json!({"processId": process_id, "afterSeq": 0, "maxBytes": null, "waitMs": 0});
-        let read: ReadResponse = match self.call("process/read", &params, Retry::Safe).await {
+        registration.claim_catch_up();
+        // Where the retained output starts: the first chunk the server still holds.
+        let first = ReadParams {
+            process_id: process_id.clone(),
+            after_seq: Some(0),
+            max_bytes: Some(1),
+            wait_ms: Some(0),
+        };
+        let first: ReadResponse = match self.call("process/read", &first, Retry::Safe).await {
             Ok(read) => read,
             Err(error) => {
                 self.unregister(&registration);
                 return Err(error);
             }
         };
-        let oldest = read.chunks.first().map_or(1, |chunk| chunk.seq);
+        let oldest = first.chunks.first().map_or(1, |chunk| chunk.seq);
         if oldest > 1 {
             registration.skip_to(oldest - 1);
         }
-        if let Err(error) = registration.catch_up(&read) {
+        if let Err(error) = run_claimed(self, &registration).await {
             self.unregister(&registration);
             return Err(ClientError::Protocol(format!(
                 "cannot follow process {process_id}: {error}"
@@ -383,7 +405,12 @@ impl ExecServerClient {
                 "a handle for process {process_id} is already open in this client"
             )));
         }
-        let (registration, updates) = Registration::new(process_id.clone());
+        // A pause of zero: a full handle falls behind at once, pausing nothing.
+        let gate = match self.inner.options.full_handle_pause {
+            Some(pause) if pause.is_zero() => None,
+            _ => Some(self.inner.gate.clone()),
+        };
+        let (registration, updates) = Registration::new(process_id.clone(), gate);
         let registration = Arc::new(registration);
         registrations.insert(process_id.clone(), registration.clone());
         Ok((registration, updates))
@@ -559,7 +586,7 @@ async fn initialize(
 /// Routes what connections report: process notifications to their registrations, drops of the
 /// current connection to recovery. Notifications are consumed as they come, so a resume never
 /// stalls on notifications the server sends before its `initialize` answer.
-async fn route_events(inner: Weak<Inner>, mut events: mpsc::UnboundedReceiver<ConnectionEvent>) {
+async fn route_events(inner: Weak<Inner>, mut events: mpsc::Receiver<ConnectionEvent>) {
     while let Some(event) = events.recv().await {
         let Some(inner) = inner.upgrade() else { return };
         match event {
@@ -603,6 +630,7 @@ fn connection_lost(inner: &Arc<Inner>, generation: u64, reason: String, going_aw
 /// back to recovery instead of leaving every call waiting on a dead connection.
 fn install(inner: &Arc<Inner>, connection: Arc<Connection>) {
     let generation = connection.generation;
+    connection.apply_gate();
     inner.state.send_replace(ConnectionState::Connected(connection.clone()));
     if connection.is_closed() {
         connection_lost(inner, generation, "the connection closed as it was resumed".into(), false);
@@ -729,81 +757,47 @@ async fn resume(inner: &Arc<Inner>) -> Result<Arc<Connection>, ClientError> {
         registration.begin_catch_up();
     }
     let generation = inner.generations.fetch_add(1, Ordering::AcqRel) + 1;
+    let events = inner.events.clone();
     let connection =
-        Connection::open(&inner.url, generation, &inner.options, inner.events.clone()).await?;
+        Connection::open(&inner.url, generation, &inner.options, events, inner.gate.clone(), false)
+            .await?;
     initialize(&connection, &inner.options, Some(&inner.session_id)).await?;
     let client = ExecServerClient { inner: inner.clone() };
-    let catch_ups = registrations.iter().map(|registration| catch_up(&connection, registration));
+    // A process whose catch-up another task runs (a handle that fell behind) is left to it: it
+    // reads on over this connection once it is installed.
+    let claimed: Vec<_> = registrations.iter().filter(|r| r.claim_catch_up()).collect();
+    let catch_ups = claimed.iter().map(|registration| catch_up(&connection, registration));
     let outcomes = futures_util::future::join_all(catch_ups).await;
-    for (registration, outcome) in registrations.iter().zip(outcomes) {
-        // A transport problem ends this attempt; anything else is this process's problem.
-        if let Err(error) = outcome? {
-            let message = format!("failed to recover process {}: {error}", registration.process_id);
-            warn!(process_id = %registration.process_id, %error, "process lost in recovery; terminating it");
-            registration.fail(message);
-            let terminate = json!({"processId": registration.process_id});
-            let connection = connection.clone();
-            tokio::spawn(async move {
-                let _ =
-                    connection.call::<_, serde_json::Value>("process/terminate", &terminate).await;
-            });
+    let mut transport_error = None;
+    for (registration, outcome) in claimed.into_iter().zip(outcomes) {
+        match outcome {
+            // A transport problem ends this attempt; the next reads on from what was published.
+            Err(error) => {
+                registration.release_catch_up();
+                transport_error = Some(error);
+            }
+            Ok(CatchUp::Lost(error)) => {
+                registration.release_catch_up();
+                let message =
+                    format!("failed to recover process {}: {error}", registration.process_id);
+                lose(&client, registration, message);
+            }
+            // Caught up, or waiting for its caller to make room: the handle resumes it then,
+            // unless it has room already.
+            Ok(CatchUp::Done | CatchUp::HandleFull) => {
+                if registration.end_catch_up() {
+                    tokio::spawn(refill(client.clone(), registration.clone()));
+                }
+            }
         }
         if registration.finished().is_some() {
             client.unregister(registration);
         }
     }
-    Ok(connection)
-}
-
-/// Most output bytes asked for in one catch-up page.
-const CATCH_UP_PAGE_BYTES: usize = 1024 * 1024;
-
-/// Catches one process up on a fresh connection: reads pages of its backlog, publishing each,
-/// until a page finds nothing new — that answer (no chunks, so its `nextSeq` is the process's
-/// next sequence) also says whether the process exited and closed, and completes the
-/// catch-up. A page with a hole in it (an exit, or output the server dropped) hands over to
-/// one complete read, which places the exit and the close (see [`Registration::publish_page`]).
-/// The outer error is the connection's (the attempt ends); the inner one is this process's.
-///
-/// Pages, not one complete read, because no server promises to answer everything at once: a
-/// server that spills output to disk answers in pieces, and a page published survives the next
-/// drop where one large answer might never arrive whole over a flaky link.
-async fn catch_up(
-    connection: &Connection,
-    registration: &Registration,
-) -> Result<Result<(), String>, ClientError> {
-    let read = |max_bytes: Option<usize>| {
-        let params = json!({
-            "processId": registration.process_id,
-            "afterSeq": registration.last_published(),
-            "maxBytes": max_bytes,
-            "waitMs": 0,
-        });
-        async move {
-            match connection.call::<_, ReadResponse>("process/read", &params).await {
-                Ok(read) => Ok(Ok(read)),
-                Err(error @ ClientError::Disconnected(_)) => Err(error),
-                Err(error) => Ok(Err(error.to_string())),
-            }
-        }
-    };
-    let last_read = loop {
-        let page = match read(Some(CATCH_UP_PAGE_BYTES)).await? {
-            Ok(page) => page,
-            Err(error) => return Ok(Err(error)),
-        };
-        let last_published = registration.last_published();
-        if page.failure.is_some() || page.chunks.iter().all(|chunk| chunk.seq <= last_published) {
-            break page;
-        }
-        if !registration.publish_page(&page) {
-            match read(None).await? {
-                Ok(complete) => break complete,
-                Err(error) => return Ok(Err(error)),
-            }
-        }
-    };
-    Ok(registration.catch_up(&last_read).map_err(|e| e.to_string()))
+    match transport_error {
+        Some(error) => Err(error),
+        None => Ok(connection),
+    }
 }
 
 fn is_retryable(error: &ClientError) -> bool {
@@ -879,7 +873,7 @@ mod tests {
         let events = &client.inner.events;
         let late =
             ConnectionEvent::Closed { generation: 1, reason: "late".into(), going_away: false };
-        events.send(late).unwrap();
+        events.send(late).await.unwrap();
         let marker = ProcessOutputNotification {
             process_id: "quiet".into(),
             seq: 1,
@@ -890,7 +884,7 @@ mod tests {
             method: PROCESS_OUTPUT.into(),
             params: Some(serde_json::to_value(marker).unwrap()),
         };
-        events.send(ConnectionEvent::Notification(marker)).unwrap();
+        events.send(ConnectionEvent::Notification(marker)).await.unwrap();
 
         // Assert: once the marker is through, the session is still on the same connection.
         let update = tokio::time::timeout(Duration::from_secs(10), process.next_update()).await;
@@ -927,7 +921,7 @@ mod tests {
                 "done": false,
             })),
         };
-        client.inner.events.send(ConnectionEvent::Notification(oversized)).unwrap();
+        client.inner.events.send(ConnectionEvent::Notification(oversized)).await.unwrap();
 
         wait_for_generation_after(&client, before).await;
         let update = tokio::time::timeout(Duration::from_secs(10), process.next_update()).await;
@@ -955,10 +949,13 @@ mod tests {
         // A new connection that closes before it is installed; its close goes nowhere (as when
         // the route saw it during the recovery and ignored it).
         let resumed_generation = inner.generations.fetch_add(1, Ordering::AcqRel) + 1;
-        let (unheard, _) = mpsc::unbounded_channel();
+        let (unheard, _) = mpsc::channel(1);
         let options = &inner.options;
+        let gate = inner.gate.clone();
         let resumed =
-            Connection::open(&server.url, resumed_generation, options, unheard).await.unwrap();
+            Connection::open(&server.url, resumed_generation, options, unheard, gate, false)
+                .await
+                .unwrap();
         resumed.close();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !resumed.is_closed() {

@@ -2,7 +2,7 @@
 //! notifications it delivers. A logical client outlives many of these ("generations").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use tracing::debug;
 
 use crate::client::ClientOptions;
 use crate::error::ClientError;
+use crate::flow::PauseGate;
 
 /// What a connection reports to its client, in the order it happened.
 #[derive(Debug)]
@@ -56,6 +57,10 @@ pub(crate) struct Connection {
     calls: Arc<Mutex<Calls>>,
     next_id: AtomicI64,
     reader: tokio::task::JoinHandle<()>,
+    /// Whether the session's pause gate applies to this connection's reader: from when it is
+    /// the session's current connection. Before that (a resume in progress) the reader must
+    /// read on, or the answers the resume waits for would never be read.
+    gated: Arc<AtomicBool>,
 }
 
 /// Largest message (and frame: servers send a message as one) accepted from a server by
@@ -72,12 +77,16 @@ struct Keepalive {
 }
 
 impl Connection {
-    /// Opens a connection; its notifications and its end go to `events`.
+    /// Opens a connection; its notifications and its end go to `events`. Its reader stops
+    /// reading while `gate` says a full handle pauses the connection, once [`Self::apply_gate`]
+    /// (at once if `gated`).
     pub(crate) async fn open(
         url: &str,
         generation: u64,
         options: &ClientOptions,
-        events: mpsc::UnboundedSender<ConnectionEvent>,
+        events: mpsc::Sender<ConnectionEvent>,
+        gate: Arc<PauseGate>,
+        gated: bool,
     ) -> Result<Arc<Self>, ClientError> {
         let timeout = options.connect_timeout;
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
@@ -131,6 +140,8 @@ impl Connection {
             interval: options.keepalive_interval.unwrap_or(Duration::from_secs(3600)),
             timeout: options.keepalive_timeout,
         };
+        let gated = Arc::new(AtomicBool::new(gated));
+        let reader_gated = gated.clone();
         let reader = tokio::spawn(async move {
             // Why the connection ended, and whether the server broke the protocol: then the
             // calls waiting on it fail for good instead of being sent again on the next
@@ -138,15 +149,35 @@ impl Connection {
             let mut heard = tokio::time::Instant::now();
             let mut ping = tokio::time::interval_at(heard + keepalive.interval, keepalive.interval);
             let mut going_away = false;
+            let mut full_handles = gate.subscribe();
+            let mut paused_since: Option<tokio::time::Instant> = None;
             let (reason, broken) = loop {
+                // Paused while a full handle says so (see `crate::flow`). Time paused is not
+                // the server's silence, and pings go on meanwhile, so the server hears us.
+                let paused =
+                    reader_gated.load(Ordering::Acquire) && *full_handles.borrow_and_update() > 0;
+                match (paused, paused_since) {
+                    (true, None) => paused_since = Some(tokio::time::Instant::now()),
+                    (false, Some(_)) => {
+                        paused_since = None;
+                        heard = tokio::time::Instant::now();
+                    }
+                    _ => {}
+                }
+                let give_up_at = paused_since.zip(gate.patience()).map(|(since, p)| since + p);
                 let next = tokio::select! {
-                    next = stream.next() => next,
+                    next = stream.next(), if !paused => next,
+                    _ = full_handles.changed(), if paused => continue,
+                    () = sleep_until_or_never(give_up_at), if paused => {
+                        gate.give_up_pause();
+                        continue;
+                    }
                     Some(reason) = writer_gone.recv() => break (reason, false),
                     _ = ping.tick(), if keepalive.enabled => {
                         // Silence past the deadline is a dead connection (a peer gone without
                         // a word, a network that swallows packets): recover now rather than when
                         // TCP gives up, minutes later.
-                        if heard.elapsed() > keepalive.timeout {
+                        if !paused && heard.elapsed() > keepalive.timeout {
                             break (
                                 format!("no answer from the exec-server within {:?}", keepalive.timeout),
                                 false,
@@ -172,7 +203,9 @@ impl Connection {
                 if let Frame::Text(text) = &frame
                     && let Some(output) = ProcessOutputNotification::from_frame(text.as_bytes())
                 {
-                    let _ = events.send(ConnectionEvent::Output(output));
+                    let _ = events.send(ConnectionEvent::Output(output)).await;
+                    // Waiting for the router is not the server's silence.
+                    heard = tokio::time::Instant::now();
                     continue;
                 }
                 // Decoded where the frame lies: an answer can be hundreds of MB.
@@ -204,7 +237,8 @@ impl Connection {
                         complete(&reader_calls, &error.id, Err(ClientError::from_rpc(error.error)));
                     }
                     Ok(Message::Notification(notification)) => {
-                        let _ = events.send(ConnectionEvent::Notification(notification));
+                        let _ = events.send(ConnectionEvent::Notification(notification)).await;
+                        heard = tokio::time::Instant::now();
                     }
                     Ok(Message::Request(request)) => {
                         // The server asks something of us (network policy decisions); this
@@ -237,9 +271,14 @@ impl Connection {
                 };
                 let _ = reply.send(Err(error));
             }
-            let _ = events.send(ConnectionEvent::Closed { generation, reason, going_away });
+            let _ = events.send(ConnectionEvent::Closed { generation, reason, going_away }).await;
         });
-        Ok(Arc::new(Self { generation, writer, calls, next_id: AtomicI64::new(1), reader }))
+        Ok(Arc::new(Self { generation, writer, calls, next_id: AtomicI64::new(1), reader, gated }))
+    }
+
+    /// From now on, a full handle pauses this connection's reader: it is the current one.
+    pub(crate) fn apply_gate(&self) {
+        self.gated.store(true, Ordering::Release);
     }
 
     /// Sends a request and waits for its answer.
@@ -294,6 +333,14 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

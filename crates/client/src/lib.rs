@@ -10,8 +10,13 @@
 //!   close in theirs — or the process is declared lost when the server no longer holds the
 //!   output needed to fill the gap.
 //!
+//! - [`flow`]: how much a handle holds for a caller that has not read it (a bounded window
+//!   of the server's retained output), and what happens when it is full: the connection
+//!   pauses for a moment, then the handle falls behind and catches up later.
 //! - `registration`: the client's record of one process — its reorder buffer, what was
-//!   published, where its handle listens.
+//!   published, what its handle holds, where its handle listens.
+//! - `catch_up`: `process/read` pages that bring a handle up to date after a reconnect, after
+//!   it fell behind, or when it is attached.
 //! - `connection`: one WebSocket and the calls in flight on it (one "generation"); `tls`, the
 //!   certificates it trusts for `wss://`.
 //! - `client`: [`ExecServerClient`], the session's state machine
@@ -25,9 +30,11 @@
 //! `reorder` and `reconcile` are pure (no I/O, no clocks), so every reorder, duplicate and gap
 //! case is tested deterministically.
 
+pub mod flow;
 pub mod reconcile;
 pub mod reorder;
 
+mod catch_up;
 mod client;
 mod connection;
 mod environment;
@@ -46,6 +53,7 @@ pub use client::{
 };
 pub use environment::Environment;
 pub use error::ClientError;
-pub use process::RemoteProcess;
+pub use flow::{DEFAULT_FULL_HANDLE_PAUSE, HANDLE_BUFFER_BYTES};
+pub use process::{ProcessControl, RemoteProcess};
 pub use remote_http::{MAX_QUEUED_BODY_DELTAS, MAX_QUEUED_HTTP_BODY_BYTES};
 pub use tether_engine::ProcessUpdate;

@@ -1,16 +1,19 @@
-//! [`RemoteProcess`]: a handle to a process on the executor that survives reconnects.
+//! [`RemoteProcess`]: a handle to a process on the executor that survives reconnects, and
+//! [`ProcessControl`], what acts on the process (stdin, signals, terminate), which a caller
+//! can hand to another task than the one that reads the updates.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::json;
 use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::process::{
-    ProcessSignal, ReadResponse, SignalResponse, TerminateResponse, WriteResponse, WriteStatus,
+    CloseStdinParams, ProcessSignal, ReadParams, ReadResponse, ResizeParams, SignalParams,
+    SignalResponse, TerminateParams, TerminateResponse, WriteParams, WriteResponse, WriteStatus,
 };
 use tether_protocol::{ByteChunk, ProcessId};
 use tokio::sync::mpsc;
 
+use crate::catch_up::refill;
 use crate::client::{ExecServerClient, Retry};
 use crate::error::ClientError;
 use crate::registration::{Finished, Registration};
@@ -18,9 +21,16 @@ use crate::registration::{Finished, Registration};
 /// A process started through an [`ExecServerClient`]. Its updates arrive in sequence order,
 /// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
 /// stops following the process; it does not kill it.
+///
+/// The handle holds at most [`crate::HANDLE_BUFFER_BYTES`] its caller has not taken; past
+/// that, [`crate::ClientOptions::full_handle_pause`] says what happens (see [`crate::flow`]).
+///
+/// Its [`ProcessControl`] (through `Deref`, or [`RemoteProcess::control`] for another task)
+/// writes, signals and terminates. A caller that waits for such a call's answer in the same
+/// task that reads the updates should know that, while the handle is full and pauses the
+/// connection, answers wait too (for at most the pause's patience).
 pub struct RemoteProcess {
-    client: ExecServerClient,
-    registration: Arc<Registration>,
+    control: ProcessControl,
     updates: mpsc::UnboundedReceiver<ProcessUpdate>,
     /// The last update (`Closed` or `Failed`) was handed out. The registration keeps its end
     /// of the channel, so the channel alone would never say so.
@@ -33,11 +43,18 @@ impl RemoteProcess {
         registration: Arc<Registration>,
         updates: mpsc::UnboundedReceiver<ProcessUpdate>,
     ) -> Self {
-        Self { client, registration, updates, ended: false }
+        Self { control: ProcessControl { client, registration }, updates, ended: false }
     }
 
-    pub fn process_id(&self) -> &ProcessId {
-        &self.registration.process_id
+    /// What acts on the process, for another task: a clone of this handle's.
+    pub fn control(&self) -> ProcessControl {
+        self.control.clone()
+    }
+
+    /// Bytes of updates this handle holds that its caller has not taken yet (each update
+    /// counted with a small overhead): at most about [`crate::HANDLE_BUFFER_BYTES`].
+    pub fn buffered_bytes(&self) -> usize {
+        self.registration.queued_bytes()
     }
 
     /// The next update; `None` once the stream has ended (after `Closed` or `Failed`).
@@ -46,6 +63,13 @@ impl RemoteProcess {
             return None;
         }
         let update = self.updates.recv().await;
+        if let Some(update) = &update
+            && self.control.registration.taken(update)
+        {
+            // It had fallen behind, and there is room now: read what it missed.
+            let control = &self.control;
+            tokio::spawn(refill(control.client.clone(), control.registration.clone()));
+        }
         self.ended = matches!(
             update,
             None | Some(
@@ -54,15 +78,37 @@ impl RemoteProcess {
         );
         update
     }
+}
+
+impl std::ops::Deref for RemoteProcess {
+    type Target = ProcessControl;
+
+    fn deref(&self) -> &ProcessControl {
+        &self.control
+    }
+}
+
+/// Acts on one remote process: stdin, signals, size, terminate, reads. Cheap to clone, and
+/// usable from any task while the [`RemoteProcess`] handle reads the updates.
+#[derive(Clone)]
+pub struct ProcessControl {
+    client: ExecServerClient,
+    registration: Arc<Registration>,
+}
+
+impl ProcessControl {
+    pub fn process_id(&self) -> &ProcessId {
+        &self.registration.process_id
+    }
 
     /// Writes to the process's stdin. The write keeps one `writeId` across reconnects, so the
     /// server applies it exactly once however often it is resent.
     pub async fn write(&self, bytes: impl Into<Bytes>) -> Result<WriteStatus, ClientError> {
-        let params = json!({
-            "processId": self.registration.process_id,
-            "chunk": ByteChunk::new(bytes),
-            "writeId": self.registration.next_write_id(),
-        });
+        let params = WriteParams {
+            process_id: self.registration.process_id.clone(),
+            chunk: ByteChunk::new(bytes),
+            write_id: self.registration.next_write_id(),
+        };
         let response: WriteResponse =
             self.client.call("process/write", &params, Retry::Safe).await?;
         Ok(response.status)
@@ -85,7 +131,7 @@ impl RemoteProcess {
                 "this exec-server does not deliver the `{signal}` signal (only `interrupt`); use terminate() to end the process"
             )));
         }
-        let params = json!({"processId": self.registration.process_id, "signal": signal});
+        let params = SignalParams { process_id: self.registration.process_id.clone(), signal };
         let _: SignalResponse = self.client.call("process/signal", &params, Retry::Never).await?;
         Ok(())
     }
@@ -94,7 +140,7 @@ impl RemoteProcess {
     /// server's `tetherExtensions.ptySize` first; the reference answers `-32601`). Safe to
     /// resend: the last size wins.
     pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), ClientError> {
-        let params = json!({"processId": self.registration.process_id, "cols": cols, "rows": rows});
+        let params = ResizeParams { process_id: self.registration.process_id.clone(), cols, rows };
         let _: serde_json::Value = self.client.call("process/resize", &params, Retry::Safe).await?;
         Ok(())
     }
@@ -102,7 +148,7 @@ impl RemoteProcess {
     /// Ends a pipe process's input after what was written (`process/closeStdin`, a Tether
     /// extension: check `tetherExtensions.closeStdin`). Safe to resend.
     pub async fn close_stdin(&self) -> Result<(), ClientError> {
-        let params = json!({"processId": self.registration.process_id});
+        let params = CloseStdinParams { process_id: self.registration.process_id.clone() };
         let _: serde_json::Value =
             self.client.call("process/closeStdin", &params, Retry::Safe).await?;
         Ok(())
@@ -110,7 +156,7 @@ impl RemoteProcess {
 
     /// Kills the process group; returns whether it was running.
     pub async fn terminate(&self) -> Result<bool, ClientError> {
-        let params = json!({"processId": self.registration.process_id});
+        let params = TerminateParams { process_id: self.registration.process_id.clone() };
         let response: TerminateResponse =
             self.client.call("process/terminate", &params, Retry::Safe).await?;
         Ok(response.running)
@@ -136,18 +182,19 @@ impl RemoteProcess {
                 oldest_retained_seq: None,
             });
         }
-        let params = json!({
-            "processId": self.registration.process_id,
-            "afterSeq": after_seq,
-            "maxBytes": max_bytes,
-            "waitMs": wait_ms,
-        });
+        let params = ReadParams {
+            process_id: self.registration.process_id.clone(),
+            after_seq: Some(after_seq),
+            max_bytes,
+            wait_ms,
+        };
         self.client.call("process/read", &params, Retry::Safe).await
     }
 }
 
 impl Drop for RemoteProcess {
     fn drop(&mut self) {
-        self.client.unregister(&self.registration);
+        self.control.registration.detach_handle();
+        self.control.client.unregister(&self.control.registration);
     }
 }

@@ -1,18 +1,33 @@
 //! A client's record of one remote process: the events published to its handle so far, the
-//! ones waiting for a gap to close, and where its handle listens.
+//! ones waiting for a gap to close, what its handle holds, and where its handle listens.
+//!
+//! Bounded whatever the caller does (see [`crate::flow`]): the handle's queue by
+//! [`HANDLE_BUFFER_BYTES`], early events by the reorder buffer's limits, live events held
+//! during a catch-up by [`HELD_EVENT_BYTES`]. A handle that is full either falls behind (and
+//! is caught up later from the server's retained output) or pauses the connection.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::ProcessId;
+use tether_protocol::process::ReadResponse;
 use tokio::sync::mpsc;
 
+use crate::flow::{
+    FallBehind, HANDLE_BUFFER_BYTES, HELD_EVENT_BYTES, PauseGate, RESUME_BELOW_BYTES, update_cost,
+};
 use crate::reconcile::{Known, ReconcileError, reconcile};
-use crate::reorder::ReorderBuffer;
+use crate::reorder::{ReorderBuffer, event_bytes};
+
+/// Most output bytes asked for in one catch-up page.
+pub(crate) const CATCH_UP_PAGE_BYTES: usize = 1024 * 1024;
 
 pub(crate) struct Registration {
     pub process_id: ProcessId,
     state: Mutex<State>,
+    /// Whether a full handle pauses the connection (and the gate it holds while it does), or
+    /// falls behind at once.
+    gate: Option<Arc<PauseGate>>,
 }
 
 struct State {
@@ -24,12 +39,24 @@ struct State {
     finished: Option<Finished>,
     /// Where the handle listens; let go after the last update, which ends the handle's stream.
     updates: Option<mpsc::UnboundedSender<ProcessUpdate>>,
+    /// What the updates sent to the handle and not yet taken cost ([`update_cost`]): the
+    /// channel is unbounded, this is its bound.
+    queued: usize,
+    /// This handle is full and holds the connection paused.
+    pausing: bool,
     next_write_id: u64,
-    /// Set while a reconnect catches this process up: live events that arrive meanwhile are
-    /// held here, unbounded, instead of the reorder buffer — the gap they wait on is the one
-    /// the catch-up read is about to fill, and a fast process can send a lot in that time.
+    /// Behind the server: a catch-up (after a reconnect, or for a handle that fell behind)
+    /// reads what was missed from the server's retained output. Live events meanwhile are held
+    /// here, up to [`HELD_EVENT_BYTES`], instead of the reorder buffer: the gap they wait on is
+    /// the one the catch-up is about to fill.
     catching_up: bool,
     held: Vec<ProcessEvent>,
+    held_bytes: usize,
+    /// Held events were dropped since the last page was asked for, so its answer does not end
+    /// the catch-up: another page reads them back.
+    held_dropped: bool,
+    /// A catch-up task (a recovery's, or a refill) is working on this process.
+    catch_up_running: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,8 +65,24 @@ pub(crate) enum Finished {
     Failed(String),
 }
 
+/// What a catch-up may do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NextPage {
+    /// Read a page of at most this many bytes.
+    Read(usize),
+    /// The handle is too full for another page: wait until its caller reads it.
+    HandleFull,
+    /// Nothing more to catch up: the process is finished.
+    Finished,
+}
+
 impl Registration {
-    pub(crate) fn new(process_id: ProcessId) -> (Self, mpsc::UnboundedReceiver<ProcessUpdate>) {
+    /// A registration whose full handle pauses the connection through `gate`, or falls behind
+    /// at once without one.
+    pub(crate) fn new(
+        process_id: ProcessId,
+        gate: Option<Arc<PauseGate>>,
+    ) -> (Self, mpsc::UnboundedReceiver<ProcessUpdate>) {
         let (updates, receiver) = mpsc::unbounded_channel();
         let state = State {
             reorder: ReorderBuffer::new(0),
@@ -47,11 +90,16 @@ impl Registration {
             started: false,
             finished: None,
             updates: Some(updates),
+            queued: 0,
+            pausing: false,
             next_write_id: 1,
             catching_up: false,
             held: Vec::new(),
+            held_bytes: 0,
+            held_dropped: false,
+            catch_up_running: false,
         };
-        (Self { process_id, state: Mutex::new(state) }, receiver)
+        (Self { process_id, state: Mutex::new(state), gate }, receiver)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -74,6 +122,11 @@ impl Registration {
         self.state().reorder.last_published()
     }
 
+    /// What the handle holds for its caller now (bytes of updates not yet taken).
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.state().queued
+    }
+
     /// A fresh write id: decimal strings from "1", kept by a write across its retries so the
     /// server applies it once.
     pub(crate) fn next_write_id(&self) -> String {
@@ -92,23 +145,109 @@ impl Registration {
         }
     }
 
-    /// A reconnect is about to catch this process up: hold live events until it has.
+    /// A reconnect (or an attach) is about to catch this process up: hold live events until
+    /// it has.
     pub(crate) fn begin_catch_up(&self) {
         self.state().catching_up = true;
     }
 
-    /// Takes a live event; publishes what is now in order. Returns the failure, if the event
-    /// made the process impossible to follow.
-    pub(crate) fn push(&self, event: ProcessEvent) -> Option<String> {
+    /// Claims the catch-up of this process for the caller's task; false if another task has
+    /// it (it then also does what the caller would have).
+    pub(crate) fn claim_catch_up(&self) -> bool {
+        let mut state = self.state();
+        !std::mem::replace(&mut state.catch_up_running, true)
+    }
+
+    /// A catch-up task stops (caught up, waiting for its caller to read, or failed). Returns
+    /// true when it should go on instead: the handle was read down meanwhile and the process
+    /// is still behind — nobody else would start its catch-up then.
+    pub(crate) fn end_catch_up(&self) -> bool {
+        let mut state = self.state();
+        let go_on =
+            state.catching_up && state.finished.is_none() && state.queued <= RESUME_BELOW_BYTES;
+        state.catch_up_running = go_on;
+        go_on
+    }
+
+    /// Before a catch-up page is asked for: how much it may bring. Live events held so far
+    /// are let go — they are older than the answer will be, which brings them back — so only
+    /// what arrives after the question is kept (within [`HELD_EVENT_BYTES`]).
+    pub(crate) fn next_page(&self) -> NextPage {
         let mut state = self.state();
         if state.finished.is_some() {
+            return NextPage::Finished;
+        }
+        if state.queued > RESUME_BELOW_BYTES {
+            return NextPage::HandleFull;
+        }
+        let_go_of_held(&mut state);
+        NextPage::Read(CATCH_UP_PAGE_BYTES)
+    }
+
+    /// Before a read that is not a page (the complete read after a hole): as
+    /// [`Self::next_page`], whatever room the handle has.
+    pub(crate) fn asking(&self) {
+        let_go_of_held(&mut self.state());
+    }
+
+    /// A catch-up task stops for a reason of its own (its connection dropped during a
+    /// resume, or the process was lost): the claim goes, so the next one can take it.
+    pub(crate) fn release_catch_up(&self) {
+        self.state().catch_up_running = false;
+    }
+
+    /// The handle took `update`. Returns true when that made room for a catch-up nobody runs
+    /// yet: the caller (the handle) starts one. A paused connection is let go here too.
+    pub(crate) fn taken(&self, update: &ProcessUpdate) -> bool {
+        let release = {
+            let mut state = self.state();
+            state.queued = state.queued.saturating_sub(update_cost(update));
+            if state.queued > RESUME_BELOW_BYTES {
+                return false;
+            }
+            if state.catching_up && state.finished.is_none() && !state.catch_up_running {
+                state.catch_up_running = true;
+                return true;
+            }
+            std::mem::take(&mut state.pausing)
+        };
+        if release {
+            self.release_gate();
+        }
+        false
+    }
+
+    /// The handle was dropped: nothing listens any more, and nothing it held holds anyone up.
+    pub(crate) fn detach_handle(&self) {
+        let release = {
+            let mut state = self.state();
+            state.updates = None;
+            state.queued = 0;
+            std::mem::take(&mut state.pausing)
+        };
+        if release {
+            self.release_gate();
+        }
+    }
+
+    /// Takes a live event; publishes what is now in order. Returns the failure, if the event
+    /// made the process impossible to follow.
+    pub(crate) fn push(self: &Arc<Self>, event: ProcessEvent) -> Option<String> {
+        let mut state = self.state();
+        if state.finished.is_some() || event.seq() <= state.reorder.last_published() {
             return None;
         }
         if state.catching_up {
-            state.held.push(event);
+            hold(&mut state, event);
             return None;
         }
-        match state.reorder.push(event) {
+        if state.queued + event_bytes(&event) > HANDLE_BUFFER_BYTES && self.gate.is_none() {
+            // Full, and falling behind is the policy: the catch-up reads this and what follows.
+            state.catching_up = true;
+            hold(&mut state, event);
+            return None;
+        }
+        let outcome = match state.reorder.push(event) {
             Ok(ready) => {
                 ready.into_iter().for_each(|event| publish(&mut state, event));
                 None
@@ -118,7 +257,22 @@ impl Registration {
                 fail(&mut state, message.clone());
                 Some(message)
             }
+        };
+        let hold_gate = state.queued > HANDLE_BUFFER_BYTES
+            && state.finished.is_none()
+            && !std::mem::replace(&mut state.pausing, true);
+        let released = finished_while_pausing(&mut state);
+        drop(state);
+        if let Some(gate) = &self.gate {
+            if hold_gate {
+                let me: Arc<dyn FallBehind> = self.clone();
+                gate.hold(Arc::downgrade(&me));
+            }
+            if released {
+                gate.release();
+            }
         }
+        outcome
     }
 
     /// Publishes the leading run of a catch-up page: chunks that follow what was published
@@ -128,7 +282,7 @@ impl Registration {
     /// run, so paging may go on; false when it held a hole (an exit, or output the server
     /// dropped) or nothing new: the rest then comes from one complete read, whose answer
     /// places exits and closes (see [`crate::reconcile`]).
-    pub(crate) fn publish_page(&self, page: &tether_protocol::process::ReadResponse) -> bool {
+    pub(crate) fn publish_page(&self, page: &ReadResponse) -> bool {
         let mut state = self.state();
         if state.finished.is_some() || page.failure.is_some() {
             return false;
@@ -153,21 +307,27 @@ impl Registration {
             publish(&mut state, event);
         }
         let pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
-        restart_ordering(&mut state, &self.process_id, last + run as u64, pending)
-            && run == fresh.len()
+        let whole = restart_ordering(&mut state, &self.process_id, last + run as u64, pending)
+            && run == fresh.len();
+        let released = finished_while_pausing(&mut state);
+        drop(state);
+        if released {
+            self.release_gate();
+        }
+        whole
     }
 
-    /// Merges a catch-up read into the stream (see [`crate::reconcile`]).
-    pub(crate) fn catch_up(
-        &self,
-        read: &tether_protocol::process::ReadResponse,
-    ) -> Result<(), ReconcileError> {
+    /// Merges a catch-up read into the stream (see [`crate::reconcile`]). Returns whether the
+    /// process is now caught up: not if live events were dropped after this read was asked
+    /// for (they are past its answer), when the catch-up reads on.
+    pub(crate) fn catch_up(&self, read: &ReadResponse) -> Result<bool, ReconcileError> {
         let mut state = self.state();
         if state.finished.is_some() {
-            return Ok(());
+            return Ok(true);
         }
-        state.catching_up = false;
+        let complete = !state.held_dropped;
         let held = std::mem::take(&mut state.held);
+        state.held_bytes = 0;
         let mut pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
         pending.extend(held);
         pending.sort_by_key(ProcessEvent::seq);
@@ -185,8 +345,18 @@ impl Registration {
         for event in events {
             publish(&mut state, event);
         }
-        restart_ordering(&mut state, &self.process_id, caught_up_to, pending);
-        Ok(())
+        if complete {
+            state.catching_up = false;
+            restart_ordering(&mut state, &self.process_id, caught_up_to, pending);
+        } else {
+            state.reorder = ReorderBuffer::new(caught_up_to);
+        }
+        let released = finished_while_pausing(&mut state);
+        drop(state);
+        if released {
+            self.release_gate();
+        }
+        Ok(complete)
     }
 
     /// Ends the stream with a failure (no-op if already finished).
@@ -195,7 +365,59 @@ impl Registration {
         if state.finished.is_none() {
             fail(&mut state, message);
         }
+        let released = finished_while_pausing(&mut state);
+        drop(state);
+        if released {
+            self.release_gate();
+        }
     }
+
+    fn release_gate(&self) {
+        if let Some(gate) = &self.gate {
+            gate.release();
+        }
+    }
+}
+
+impl FallBehind for Registration {
+    /// The connection was paused on this handle for too long: it falls behind instead, and
+    /// catches up from the server once its caller reads it.
+    fn fall_behind(&self) -> bool {
+        let mut state = self.state();
+        if !std::mem::take(&mut state.pausing) {
+            return false;
+        }
+        if state.finished.is_none() {
+            state.catching_up = true;
+        }
+        true
+    }
+}
+
+/// Holds a live event for the catch-up under way, within [`HELD_EVENT_BYTES`]; past that, what
+/// is held is let go (the catch-up reads it back) and so is everything until the next page.
+fn hold(state: &mut State, event: ProcessEvent) {
+    let bytes = event_bytes(&event).max(1);
+    if state.held_dropped || state.held_bytes + bytes > HELD_EVENT_BYTES {
+        state.held.clear();
+        state.held_bytes = 0;
+        state.held_dropped = true;
+        return;
+    }
+    state.held_bytes += bytes;
+    state.held.push(event);
+}
+
+fn let_go_of_held(state: &mut State) {
+    state.held.clear();
+    state.held_bytes = 0;
+    state.held_dropped = false;
+}
+
+/// Whether the process finished while its handle held the connection paused: the pause is
+/// over then (the caller releases the gate, outside the state lock).
+fn finished_while_pausing(state: &mut State) -> bool {
+    state.finished.is_some() && std::mem::take(&mut state.pausing)
 }
 
 /// Restarts ordering after `through` (just published) and feeds it the `pending` events
@@ -238,8 +460,11 @@ fn fail(state: &mut State, message: String) {
 
 fn send(state: &mut State, update: ProcessUpdate) {
     let Some(updates) = &state.updates else { return };
+    let cost = update_cost(&update);
     // A handle that was dropped no longer listens; the stream still advances.
-    let _ = updates.send(update);
+    if updates.send(update).is_ok() {
+        state.queued += cost;
+    }
     if state.finished.is_some() {
         state.updates = None;
     }
@@ -301,7 +526,8 @@ mod tests {
 
     #[test]
     fn a_page_publishes_its_leading_run_and_says_whether_paging_may_go_on() {
-        let (registration, mut updates) = Registration::new("p".into());
+        let (registration, mut updates) = Registration::new("p".into(), None);
+        let registration = Arc::new(registration);
         registration.push(out(1));
         registration.push(out(5)); // early, waits in the reorder buffer
         registration.begin_catch_up();
@@ -321,7 +547,8 @@ mod tests {
 
     #[test]
     fn events_held_during_a_catch_up_are_published_once_in_order() {
-        let (registration, mut updates) = Registration::new("p".into());
+        let (registration, mut updates) = Registration::new("p".into(), None);
+        let registration = Arc::new(registration);
         registration.push(out(1));
         registration.begin_catch_up();
         // Live events from the new connection, ahead of the catch-up read's answer: one the
@@ -356,7 +583,8 @@ mod tests {
 
     #[test]
     fn the_update_stream_ends_after_a_failure() {
-        let (registration, mut updates) = Registration::new("p".into());
+        let (registration, mut updates) = Registration::new("p".into(), None);
+        let registration = Arc::new(registration);
         registration.push(out(1));
         registration.fail("gone".into());
         registration.fail("again".into());

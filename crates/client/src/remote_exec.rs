@@ -15,7 +15,7 @@ use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteSta
 
 use crate::client::ExecServerClient;
 use crate::error::ClientError;
-use crate::process::RemoteProcess;
+use crate::process::{ProcessControl, RemoteProcess};
 
 #[async_trait]
 impl ExecBackend for ExecServerClient {
@@ -28,7 +28,7 @@ impl ExecBackend for ExecServerClient {
 #[async_trait]
 impl ExecProcess for RemoteProcess {
     fn process_id(&self) -> &ProcessId {
-        RemoteProcess::process_id(self)
+        ProcessControl::process_id(self)
     }
 
     async fn next_update(&mut self) -> Option<ProcessUpdate> {
@@ -36,23 +36,23 @@ impl ExecProcess for RemoteProcess {
     }
 
     async fn write(&self, bytes: Bytes) -> Result<WriteStatus, ExecError> {
-        RemoteProcess::write(self, bytes).await.map_err(exec_error)
+        ProcessControl::write(self, bytes).await.map_err(exec_error)
     }
 
     async fn signal(&self, signal: ProcessSignal) -> Result<(), ExecError> {
-        RemoteProcess::signal(self, signal).await.map_err(exec_error)
+        ProcessControl::signal(self, signal).await.map_err(exec_error)
     }
 
     async fn terminate(&self) -> Result<bool, ExecError> {
-        RemoteProcess::terminate(self).await.map_err(exec_error)
+        ProcessControl::terminate(self).await.map_err(exec_error)
     }
 
     async fn resize(&self, cols: u16, rows: u16) -> Result<(), ExecError> {
-        RemoteProcess::resize(self, cols, rows).await.map_err(exec_error)
+        ProcessControl::resize(self, cols, rows).await.map_err(exec_error)
     }
 
     async fn close_stdin(&self) -> Result<(), ExecError> {
-        RemoteProcess::close_stdin(self).await.map_err(exec_error)
+        ProcessControl::close_stdin(self).await.map_err(exec_error)
     }
 
     async fn read(
@@ -61,7 +61,7 @@ impl ExecProcess for RemoteProcess {
         max_bytes: Option<usize>,
         wait_ms: Option<u64>,
     ) -> Result<ReadResponse, ExecError> {
-        RemoteProcess::read(self, after_seq, max_bytes, wait_ms).await.map_err(exec_error)
+        ProcessControl::read(self, after_seq, max_bytes, wait_ms).await.map_err(exec_error)
     }
 }
 

@@ -1,0 +1,132 @@
+//! How much a client holds for callers that have not read it yet, and what happens past that.
+//!
+//! The server's retained output is the backlog; the client holds only a window of it. Each
+//! process handle holds at most [`HANDLE_BUFFER_BYTES`] of updates its caller has not taken
+//! (plus what is in flight between the socket and the handle, [`CONNECTION_EVENT_QUEUE`]
+//! events). When a handle is full, [`crate::ClientOptions::full_handle_pause`] decides:
+//!
+//! - For a moment (the default, [`DEFAULT_FULL_HANDLE_PAUSE`]), the connection pauses as
+//!   below: a caller that was only slow for a moment (a busy machine) loses nothing and holds
+//!   up nobody for long. Then, or at once with a pause of zero, the handle falls behind:
+//! - Falling behind: the handle stops taking live output. When its caller has read it down
+//!   to [`RESUME_BELOW_BYTES`], it catches up from the server's retained output with `process/read` pages, in order, and then follows live
+//!   output again. Other handles and calls are not held up. If the server no longer holds the
+//!   output the handle fell behind on (a chatty process, a caller that stopped for long), the
+//!   handle fails and says so: nothing is skipped silently.
+//! - Pausing the connection (for as long as it takes with `None`): the client stops reading
+//!   the connection until the handle is read down to [`RESUME_BELOW_BYTES`]. The server's own
+//!   output budget then holds the process back (its pipe fills and it blocks, as under `ssh`), so no byte is ever lost, at
+//!   the price of holding up every other handle and every call's answer meanwhile. Right for
+//!   one stream into a slow consumer (`tether exec … | less`); wrong for a caller that keeps
+//!   handles it does not read.
+
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// How long a full handle may hold the connection paused before it falls behind instead:
+/// long enough to ride out a caller descheduled on a busy machine (at 700 MB/s, a 4 MiB
+/// buffer fills in 6 ms), short enough that a caller which stopped reading one handle holds
+/// up the others and every answer for no more than a moment.
+pub const DEFAULT_FULL_HANDLE_PAUSE: Duration = Duration::from_secs(2);
+
+/// Most bytes of updates one process handle holds for a caller that has not taken them.
+///
+/// Four times the largest catch-up page (1 MiB) and 64 of the server's largest output chunks
+/// (64 KiB): enough that a caller reading at its own pace never notices the bound, small
+/// enough that a thousand idle handles cost a few GiB at worst, not everything.
+pub const HANDLE_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// A full handle takes output again (a lagging one catches up; a paused connection is read
+/// again) once its caller has read it down to this: half the buffer, so the window refills in
+/// megabyte steps rather than one chunk at a time.
+pub const RESUME_BELOW_BYTES: usize = HANDLE_BUFFER_BYTES / 2;
+
+/// What one update costs besides its output bytes, so that a flood of empty updates (exits,
+/// empty chunks) is bounded too: about what the update and its queue slot take in memory.
+pub const UPDATE_OVERHEAD_BYTES: usize = 64;
+
+/// Most bytes of live events held while a catch-up read is on its way. Past it they are
+/// dropped and the catch-up reads another page instead: everything dropped is still on the
+/// server. The same size as a handle's buffer, so a catch-up never holds more than its handle.
+pub const HELD_EVENT_BYTES: usize = HANDLE_BUFFER_BYTES;
+
+/// Events queued between a connection's socket reader and the client's router. The router
+/// never waits (handles are bounded by dropping to the server's backlog or by pausing the
+/// reader, never by blocking the router), so this only absorbs scheduling jitter; a reader that
+/// finds it full stops reading the socket until the router catches up. With the server's
+/// output chunks at most 64 KiB, 64 events are 4 MiB.
+pub const CONNECTION_EVENT_QUEUE: usize = 64;
+
+/// Something that holds a connection paused and can fall behind instead (a registration).
+pub(crate) trait FallBehind: Send + Sync {
+    /// Stops pausing the connection and falls behind; false if it was not pausing.
+    fn fall_behind(&self) -> bool;
+}
+
+/// How many full handles pause the connection, shared by the client and its connections'
+/// readers: a reader whose connection is the session's current one reads nothing while it is
+/// above zero — for at most `patience`, after which the full handles fall behind instead.
+pub(crate) struct PauseGate {
+    full_handles: watch::Sender<usize>,
+    /// The handles that have paused the connection at some point and may still be pausing
+    /// it: each at most once, so the list is no longer than the client's handles.
+    holders: Mutex<Vec<Weak<dyn FallBehind>>>,
+    patience: Option<Duration>,
+}
+
+impl PauseGate {
+    pub(crate) fn new(patience: Option<Duration>) -> Self {
+        Self { full_handles: watch::channel(0).0, holders: Mutex::new(Vec::new()), patience }
+    }
+
+    /// How long the connection may stay paused; `None`: as long as it takes.
+    pub(crate) fn patience(&self) -> Option<Duration> {
+        self.patience
+    }
+
+    /// `holder`'s handle became full.
+    pub(crate) fn hold(&self, holder: Weak<dyn FallBehind>) {
+        {
+            let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            holders.retain(|h| h.strong_count() > 0 && !Weak::ptr_eq(h, &holder));
+            holders.push(holder);
+        }
+        self.full_handles.send_modify(|count| *count += 1);
+    }
+
+    /// A full handle was read down, or ended.
+    pub(crate) fn release(&self) {
+        self.full_handles.send_modify(|count| *count = count.saturating_sub(1));
+    }
+
+    /// The pause lasted its patience: every handle holding it falls behind, and the
+    /// connection is read again.
+    pub(crate) fn give_up_pause(&self) {
+        let holders: Vec<_> = {
+            let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *holders)
+        };
+        for holder in holders.iter().filter_map(Weak::upgrade) {
+            if holder.fall_behind() {
+                self.release();
+            }
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<usize> {
+        self.full_handles.subscribe()
+    }
+}
+
+/// What one update costs against its handle's buffer.
+pub(crate) fn update_cost(update: &tether_engine::ProcessUpdate) -> usize {
+    use tether_engine::{ProcessEvent, ProcessUpdate};
+    UPDATE_OVERHEAD_BYTES
+        + match update {
+            ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => chunk.len(),
+            ProcessUpdate::Failed(message) => message.len(),
+            ProcessUpdate::Event(_) => 0,
+        }
+}
