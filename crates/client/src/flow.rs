@@ -31,21 +31,8 @@ use tokio::sync::watch;
 /// up the others and every answer for no more than a moment.
 pub const DEFAULT_FULL_HANDLE_PAUSE: Duration = Duration::from_secs(2);
 
-/// Most bytes of updates one process handle holds for a caller that has not taken them.
-///
-/// Four times the largest catch-up page (1 MiB) and 64 of the server's largest output chunks
-/// (64 KiB): enough that a caller reading at its own pace never notices the bound, small
-/// enough that a thousand idle handles cost a few GiB at worst, not everything.
-pub const HANDLE_BUFFER_BYTES: usize = 4 * 1024 * 1024;
-
-/// A full handle takes output again (a lagging one catches up; a paused connection is read
-/// again) once its caller has read it down to this: half the buffer, so the window refills in
-/// megabyte steps rather than one chunk at a time.
-pub const RESUME_BELOW_BYTES: usize = HANDLE_BUFFER_BYTES / 2;
-
-/// What one update costs besides its output bytes, so that a flood of empty updates (exits,
-/// empty chunks) is bounded too: about what the update and its queue slot take in memory.
-pub const UPDATE_OVERHEAD_BYTES: usize = 64;
+pub(crate) use tether_engine::exec::update_cost;
+pub use tether_engine::exec::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OVERHEAD_BYTES};
 
 /// Most bytes of live events held while a catch-up read is on its way. Past it they are
 /// dropped and the catch-up reads another page instead: everything dropped is still on the
@@ -118,15 +105,4 @@ impl PauseGate {
     pub(crate) fn subscribe(&self) -> watch::Receiver<usize> {
         self.full_handles.subscribe()
     }
-}
-
-/// What one update costs against its handle's buffer.
-pub(crate) fn update_cost(update: &tether_engine::ProcessUpdate) -> usize {
-    use tether_engine::{ProcessEvent, ProcessUpdate};
-    UPDATE_OVERHEAD_BYTES
-        + match update {
-            ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => chunk.len(),
-            ProcessUpdate::Failed(message) => message.len(),
-            ProcessUpdate::Event(_) => 0,
-        }
 }

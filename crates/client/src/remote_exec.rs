@@ -31,6 +31,10 @@ impl ExecProcess for RemoteProcess {
         ProcessControl::process_id(self)
     }
 
+    fn buffered_bytes(&self) -> usize {
+        RemoteProcess::buffered_bytes(self)
+    }
+
     async fn next_update(&mut self) -> Option<ProcessUpdate> {
         RemoteProcess::next_update(self).await
     }

@@ -40,6 +40,7 @@ macro_rules! on_remote_backend {
 }
 
 on_remote_backend!(
+    an_unread_handle_holds_a_bounded_window_then_delivers_everything,
     a_process_runs_to_its_exit_and_close,
     each_handle_follows_its_own_process,
     writes_reach_a_process_with_piped_stdin_in_order,

@@ -21,6 +21,7 @@ macro_rules! on_local_backend {
 }
 
 on_local_backend!(
+    an_unread_handle_holds_a_bounded_window_then_delivers_everything,
     a_process_runs_to_its_exit_and_close,
     output_after_the_exit_comes_before_the_close,
     each_handle_follows_its_own_process,
@@ -51,4 +52,37 @@ async fn a_handle_outlives_its_backend() {
 
     let followed = shared::follow(process.as_mut()).await;
     assert_eq!((&followed.stdout[..], followed.exit_code), (&b"done\n"[..], Some(0)));
+}
+
+/// A handle that fell further behind than its process retains (8 MiB by default) fails, and
+/// says so, instead of skipping what it missed; what it delivered is the output's beginning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_behind_by_more_than_is_retained_fails_plainly() {
+    use tether_engine::exec::ExecBackend as _;
+    use tether_engine::{ProcessEvent, ProcessUpdate};
+    let backend = LocalExecBackend::default();
+    let marker = std::env::temp_dir().join(format!("tether-too-far-{}", std::process::id()));
+    let script = format!("seq 1 3000000; touch {}", marker.display());
+    let mut process = backend.start(shared::params("too-far", &script)).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(process.buffered_bytes() <= shared::UNREAD_BOUND);
+        assert!(std::time::Instant::now() < deadline, "the process never finished printing");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_file(&marker);
+    let mut delivered = Vec::new();
+    let failure = loop {
+        match process.next_update().await.expect("a failure before the stream ends") {
+            ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => {
+                delivered.extend_from_slice(&chunk)
+            }
+            ProcessUpdate::Event(event) => panic!("unexpected {event:?}"),
+            ProcessUpdate::Failed(message) => break message,
+        }
+    };
+    assert!(failure.contains("fell behind its reader"), "{failure}");
+    assert!(failure.contains("no longer retained"), "{failure}");
+    let expected: String = (1..=3_000_000).map(|i| format!("{i}\n")).collect();
+    assert!(!delivered.is_empty() && expected.as_bytes().starts_with(&delivered));
 }

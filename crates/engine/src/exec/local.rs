@@ -5,6 +5,13 @@
 //! order (one pump per process numbers and sends them). A router task hands each event to the
 //! handle of its process; nothing needs reordering, so a handle's updates are the pump's events
 //! as they come.
+//!
+//! A handle holds at most [`HANDLE_BUFFER_BYTES`] its caller has not taken. Past that it
+//! lets live events pass and falls behind; once its caller has read it down to
+//! [`RESUME_BELOW_BYTES`], it catches up from the process's retained output (in order, the
+//! exit and the close in their places) and follows live events again — or fails, saying so,
+//! if the process no longer retains what it missed. The router never waits for a handle, so
+//! one unread handle holds up no other process.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,13 +24,16 @@ use tether_protocol::ProcessId;
 use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
 use tokio::sync::mpsc;
 
-use super::{ExecBackend, ExecError, ExecProcess, ProcessUpdate};
+use super::{
+    ExecBackend, ExecError, ExecProcess, HANDLE_BUFFER_BYTES, ProcessUpdate, RESUME_BELOW_BYTES,
+    update_cost,
+};
 use crate::process::{LocalProcess, ProcessError, ProcessEvent};
 use crate::process_table::{ProcessTable, ProcessTableConfig};
 
-/// Events queued between the table's pumps and the router. The router never waits (a handle's
-/// queue is unbounded, as a remote handle's is), so this only absorbs scheduling jitter; a pump
-/// that finds it full waits, which slows that process, never memory.
+/// Events queued between the table's pumps and the router. The router never waits (a full
+/// handle falls behind instead), so this only absorbs scheduling jitter; a pump that finds it
+/// full waits, which slows that process, never memory.
 const EVENT_QUEUE: usize = 256;
 
 /// Starts processes in this process's own process table.
@@ -90,14 +100,17 @@ impl ExecBackend for LocalExecBackend {
                 .ok_or_else(|| ProcessError::UnknownProcess(process_id.clone()))
         });
         match started {
-            Ok(process) => Ok(Box::new(LocalExecProcess {
-                process,
-                updates,
-                _table: self.table.clone(),
-                routes: self.routes.clone(),
-                token,
-                next_write_id: AtomicU64::new(1),
-            })),
+            Ok(process) => {
+                self.routes.follow(&process_id, token, process.clone());
+                Ok(Box::new(LocalExecProcess {
+                    process,
+                    updates,
+                    _table: self.table.clone(),
+                    routes: self.routes.clone(),
+                    token,
+                    next_write_id: AtomicU64::new(1),
+                }))
+            }
             Err(error) => {
                 self.routes.close(&process_id, token);
                 Err(error.into())
@@ -125,8 +138,14 @@ impl ExecProcess for LocalExecProcess {
         self.process.id()
     }
 
+    fn buffered_bytes(&self) -> usize {
+        self.routes.queued(self.process.id(), self.token)
+    }
+
     async fn next_update(&mut self) -> Option<ProcessUpdate> {
-        self.updates.recv().await
+        let update = self.updates.recv().await?;
+        self.routes.taken(self.process.id(), self.token, &update);
+        Some(update)
     }
 
     async fn write(&self, bytes: Bytes) -> Result<WriteStatus, ExecError> {
@@ -182,7 +201,19 @@ struct Routes {
 struct Route {
     token: u64,
     updates: mpsc::UnboundedSender<ProcessUpdate>,
+    /// The process, once started: where a handle that fell behind catches up from.
+    process: Option<Arc<LocalProcess>>,
+    /// What the updates sent and not yet taken cost ([`update_cost`]): the channel is
+    /// unbounded, this is its bound.
+    queued: usize,
+    /// The last sequence sent to the handle.
+    sent: u64,
+    /// Full: live events pass by, to be read back from the process's retained output.
+    behind: bool,
 }
+
+/// Most output bytes read back at a time by a handle catching up.
+const CATCH_UP_PAGE_BYTES: usize = 1024 * 1024;
 
 impl Routes {
     /// A route for a new handle, or `None` if a handle already follows that id.
@@ -193,8 +224,58 @@ impl Routes {
         }
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let (updates, receiver) = mpsc::unbounded_channel();
-        routes.insert(id.clone(), Route { token, updates });
+        let route = Route { token, updates, process: None, queued: 0, sent: 0, behind: false };
+        routes.insert(id.clone(), route);
         Some((token, receiver))
+    }
+
+    /// What the route's handle holds for its caller.
+    fn queued(&self, id: &ProcessId, token: u64) -> usize {
+        lock(&self.by_process).get(id).filter(|r| r.token == token).map_or(0, |r| r.queued)
+    }
+
+    /// The route's process started: a catch-up can read from it now.
+    fn follow(&self, id: &ProcessId, token: u64, process: Arc<LocalProcess>) {
+        if let Some(route) = lock(&self.by_process).get_mut(id).filter(|r| r.token == token) {
+            route.process = Some(process);
+        }
+    }
+
+    /// The handle took `update`. A handle that fell behind and now has room catches up here,
+    /// under the routes lock, so no live event can slip between what it reads back and what
+    /// the router sends next (the pump retains an event before it sends it, so anything the
+    /// read-back missed is still on its way, and anything it found is a duplicate then).
+    fn taken(&self, id: &ProcessId, token: u64, update: &ProcessUpdate) {
+        let mut routes = lock(&self.by_process);
+        let Some(route) = routes.get_mut(id).filter(|r| r.token == token) else { return };
+        route.queued = route.queued.saturating_sub(update_cost(update));
+        if !route.behind || route.queued > RESUME_BELOW_BYTES {
+            return;
+        }
+        let Some(process) = route.process.clone() else { return };
+        while route.queued <= RESUME_BELOW_BYTES {
+            let events = match process.events_after(route.sent, CATCH_UP_PAGE_BYTES) {
+                Ok(events) => events,
+                Err(lost) => {
+                    let message = format!(
+                        "process {id} fell behind its reader and cannot be caught up: {lost}; read its output sooner, or retain more (`ProcessTableConfig::retained_output_bytes`)"
+                    );
+                    let _ = route.updates.send(ProcessUpdate::Failed(message));
+                    routes.remove(id);
+                    return;
+                }
+            };
+            if events.is_empty() {
+                route.behind = false;
+                return;
+            }
+            for event in events {
+                if !send(route, event) {
+                    routes.remove(id);
+                    return;
+                }
+            }
+        }
     }
 
     fn close(&self, id: &ProcessId, token: u64) {
@@ -207,15 +288,43 @@ impl Routes {
     /// Hands an event to its process's handle. The close is the last event: the route goes
     /// with it, which ends the handle's stream. Events of a process nobody follows are dropped
     /// (its output stays retained for reads).
+    ///
+    /// A full handle lets the event pass and falls behind (see [`Routes::taken`]); an event a
+    /// catch-up already sent is a duplicate, dropped.
     fn deliver(&self, event: ProcessEvent) {
         let mut routes = lock(&self.by_process);
         let id = event.process_id().clone();
-        let Some(route) = routes.get(&id) else { return };
-        let last = matches!(event, ProcessEvent::Closed { .. });
-        if route.updates.send(ProcessUpdate::Event(event)).is_err() || last {
+        let Some(route) = routes.get_mut(&id) else { return };
+        if route.behind || event.seq() <= route.sent {
+            return;
+        }
+        let bytes = match &event {
+            ProcessEvent::Output { chunk, .. } => chunk.len(),
+            _ => 0,
+        };
+        if route.queued + bytes > HANDLE_BUFFER_BYTES && route.process.is_some() {
+            route.behind = true;
+            return;
+        }
+        if !send(route, event) {
             routes.remove(&id);
         }
     }
+}
+
+/// Sends `event` to the route's handle; false when the route is done (the handle is gone, or
+/// this was the close).
+fn send(route: &mut Route, event: ProcessEvent) -> bool {
+    let seq = event.seq();
+    let last = matches!(event, ProcessEvent::Closed { .. });
+    let update = ProcessUpdate::Event(event);
+    let cost = update_cost(&update);
+    if route.updates.send(update).is_err() {
+        return false;
+    }
+    route.queued += cost;
+    route.sent = seq;
+    !last
 }
 
 /// Every critical section here is a map update that cannot panic halfway, so a poisoned lock

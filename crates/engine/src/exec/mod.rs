@@ -9,6 +9,7 @@
 //! a remote handle needs to get there (reordering, catching up after a reconnect) is the
 //! client's business, and in-process there is nothing to reorder.
 
+mod buffer;
 mod local;
 
 use async_trait::async_trait;
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use tether_protocol::ProcessId;
 use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
 
+pub use buffer::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OVERHEAD_BYTES, update_cost};
 pub use local::LocalExecBackend;
 
 use crate::ProcessEvent;
@@ -32,6 +34,10 @@ pub trait ExecBackend: Send + Sync {
 #[async_trait]
 pub trait ExecProcess: Send + Sync {
     fn process_id(&self) -> &ProcessId;
+
+    /// Bytes of updates the handle holds that its caller has not taken yet: at most about
+    /// [`HANDLE_BUFFER_BYTES`], whatever the caller does.
+    fn buffered_bytes(&self) -> usize;
 
     /// The next update, in sequence order; `None` once the stream has ended (after `Closed`
     /// or `Failed`).

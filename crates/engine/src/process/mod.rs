@@ -273,6 +273,54 @@ impl LocalProcess {
         }
     }
 
+    /// The events after `after_seq` as they were published — output chunks (about
+    /// `max_bytes` of them, at least one), the exit and the close in their places — for a
+    /// handle catching up on what it let pass. `Err` with the oldest sequence still readable
+    /// when what follows `after_seq` is no longer retained.
+    pub fn events_after(
+        &self,
+        after_seq: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<ProcessEvent>, EventsLost> {
+        let mut state = self.state();
+        let sandbox_denied = state.sandbox_denied;
+        let exit = state.output.exit();
+        let closed_seq = state.output.is_closed().then(|| state.output.next_seq() - 1);
+        let window = state.output.read(after_seq, Some(max_bytes));
+        // A budgeted window ends after its last chunk, or at the process's next sequence.
+        let end = window.next_seq;
+        let id = &self.id;
+        let mut events: Vec<ProcessEvent> = window
+            .chunks
+            .into_iter()
+            .map(|chunk| ProcessEvent::Output {
+                process_id: id.clone(),
+                seq: chunk.seq,
+                stream: chunk.stream,
+                chunk: chunk.chunk.0,
+            })
+            .collect();
+        if let Some((seq, exit_code)) = exit.filter(|&(seq, _)| seq > after_seq && seq < end) {
+            events.push(ProcessEvent::Exited {
+                process_id: id.clone(),
+                seq,
+                exit_code,
+                sandbox_denied,
+            });
+        }
+        if let Some(seq) = closed_seq.filter(|&seq| seq > after_seq && seq < end) {
+            events.push(ProcessEvent::Closed { process_id: id.clone(), seq });
+        }
+        events.sort_by_key(ProcessEvent::seq);
+        let contiguous = events.iter().zip(after_seq + 1..).all(|(event, seq)| event.seq() == seq);
+        // Nothing to return though sequences passed: all of them were output, and dropped.
+        let all_dropped = events.is_empty() && end > after_seq.saturating_add(1);
+        if !contiguous || all_dropped {
+            return Err(EventsLost { after_seq, oldest_readable_seq: window.oldest_readable_seq });
+        }
+        Ok(events)
+    }
+
     /// Queues bytes for the child's stdin. A `write_id` seen before is acknowledged without
     /// writing again; the id is recorded in the same critical section that queues the bytes, so
     /// a retried write can never be applied twice.
@@ -389,6 +437,17 @@ fn to_response(window: ReadWindow, sandbox_denied: bool) -> ReadResponse {
         sandbox_denied: sandbox_denied && window.exited,
         oldest_retained_seq: Some(window.oldest_readable_seq),
     }
+}
+
+/// What [`LocalProcess::events_after`] could not return: the output after `after_seq` was
+/// dropped to stay within the retention limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the output after sequence {after_seq} is no longer retained (the oldest still held is {oldest_readable_seq})"
+)]
+pub struct EventsLost {
+    pub after_seq: u64,
+    pub oldest_readable_seq: u64,
 }
 
 /// `now + wait`, saturating: a client may ask to wait `u64::MAX` milliseconds.

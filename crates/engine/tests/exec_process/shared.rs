@@ -290,3 +290,34 @@ pub async fn a_process_id_is_not_reused(exec: &dyn ExecBackend) {
     running.terminate().await.unwrap();
     assert_eq!(follow_after(running.as_mut(), seen).await.exit_code, Some(137));
 }
+
+/// Most a handle nobody reads may hold: its buffer, and (remotely) what was already on its
+/// way from the socket when it filled — 64 events of at most one 64 KiB chunk.
+pub const UNREAD_BOUND: usize = tether_engine::exec::HANDLE_BUFFER_BYTES + 64 * (64 * 1024 + 64);
+
+/// A handle nobody reads while its process prints 5.9 MB holds a bounded window, not the
+/// stream; read again, it delivers every byte in order, the exit and the close after them.
+pub async fn an_unread_handle_holds_a_bounded_window_then_delivers_everything(
+    exec: &dyn ExecBackend,
+) {
+    let marker = std::env::temp_dir().join(format!(
+        "tether-unread-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    let script = format!("seq 1 800000; touch {}", marker.display());
+    let mut process = exec.start(params("unread", &script)).await.unwrap();
+    let deadline = Instant::now() + QUIET_LIMIT;
+    while !marker.exists() {
+        assert!(process.buffered_bytes() <= UNREAD_BOUND, "{} held", process.buffered_bytes());
+        assert!(Instant::now() < deadline, "the process never finished printing");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(process.buffered_bytes() <= UNREAD_BOUND, "{} held", process.buffered_bytes());
+    let _ = std::fs::remove_file(&marker);
+
+    let followed = follow(&mut *process).await;
+    let expected: String = (1..=800_000).map(|i| format!("{i}\n")).collect();
+    assert!(followed.stdout == expected.as_bytes(), "{} bytes, not `seq`'s", followed.stdout.len());
+    assert_eq!(followed.exit_code, Some(0));
+}
