@@ -26,6 +26,7 @@ against_both!(
     arg0_is_what_the_program_sees,
     bare_program_names_are_found_with_an_empty_env,
     signal_deaths_report_128_plus_the_signal,
+    pipe_processes_lead_their_own_session,
 );
 
 async fn started(target: Target) -> (ServerProcess, RpcClient) {
@@ -343,4 +344,21 @@ async fn a_long_poll_does_not_block_the_connection() {
     client.ok("process/terminate", json!({"processId": "quiet"})).await.unwrap();
     let result = client.response(read).await.unwrap().unwrap();
     assert_eq!(result["exited"], true);
+}
+
+/// A pipe child leads its own session as well as its group (the reference calls `setsid`), so
+/// it has no controlling terminal: a command that opens `/dev/tty` cannot reach the server's.
+async fn pipe_processes_lead_their_own_session(target: Target) {
+    let (_server, mut client) = started(target).await;
+    // Fields 5 and 6 of /proc/PID/stat: the group and the session (`sh`'s name has no space).
+    let script = "set -- $(cat /proc/$$/stat); echo \"$1 $5 $6\"; \
+        if (: > /dev/tty) 2>/dev/null; then echo has-a-terminal; else echo no-terminal; fi";
+    client.ok("process/start", exec("s", script)).await.unwrap();
+    let events = client.process_events("s").await.unwrap();
+    let out = String::from_utf8(output_of(&events, "stdout")).unwrap();
+    let mut lines = out.lines();
+    let ids: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    assert_eq!(ids[1], ids[0], "the group is the child's own: {out}");
+    assert_eq!(ids[2], ids[0], "the session is the child's own: {out}");
+    assert_eq!(lines.next(), Some("no-terminal"));
 }

@@ -232,7 +232,8 @@ impl ExecServerClient {
             http_streams: HttpStreams::default(),
             server_went_away: AtomicBool::new(false),
         });
-        tokio::spawn(route_events(Arc::downgrade(&inner), receiver));
+        let router = tokio::spawn(route_events(Arc::downgrade(&inner), receiver));
+        tokio::spawn(supervise_router(Arc::downgrade(&inner), router));
         // The session id is enough to take a detached session over: not above DEBUG.
         debug!(session_id = %inner.session_id, "exec-server session started");
         info!("exec-server session started");
@@ -608,6 +609,19 @@ async fn route_events(inner: Weak<Inner>, mut events: mpsc::Receiver<ConnectionE
     }
 }
 
+/// Watches the router: if it ever stops while the client lives (a bug that panicked it), no
+/// event would reach any handle again, so the session fails, and every handle with it, with
+/// the reason, instead of leaving them all waiting.
+async fn supervise_router(inner: Weak<Inner>, router: tokio::task::JoinHandle<()>) {
+    let outcome = router.await;
+    let Some(inner) = inner.upgrade() else { return };
+    let reason = match outcome {
+        Err(error) if error.is_panic() => "the client's event router panicked",
+        _ => "the client's event router stopped",
+    };
+    give_up(&inner, format!("{reason}; connect again"));
+}
+
 /// Starts a recovery if `generation` is the current connection's; a drop reported for any other
 /// connection (an older one, or a resume attempt not installed yet) changes nothing. The check
 /// and the change are one step, so two reports of one drop start one recovery.
@@ -895,6 +909,52 @@ mod tests {
         );
         assert_eq!(client.status(), ConnectionStatus::Connected);
         assert_eq!(generation(&client), Some(current));
+    }
+
+    /// A sequence number no server would send (`u64::MAX`, as a hostile or broken one might)
+    /// fails that process alone, saying why; the router goes on serving the others.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_senseless_sequence_fails_its_process_alone() {
+        let server = ServerProcess::start(Target::Tether).await.unwrap();
+        let client =
+            ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+        let sleeper = |id: &str| {
+            ExecParams::new(
+                id,
+                vec!["/bin/sh".into(), "-c".into(), "read line; echo $line".into()],
+                PathUri::parse("file:///tmp").unwrap(),
+            )
+        };
+        let quiet = ExecParams::new(
+            "victim",
+            vec!["/bin/sleep".into(), "30".into()],
+            PathUri::parse("file:///tmp").unwrap(),
+        );
+        let mut victim = client.start(quiet).await.unwrap();
+        let mut params = sleeper("bystander");
+        params.pipe_stdin = true;
+        let mut bystander = client.start(params).await.unwrap();
+
+        let senseless = ProcessOutputNotification {
+            process_id: "victim".into(),
+            seq: u64::MAX,
+            stream: ExecOutputStream::Stdout,
+            chunk: ByteChunk::from(b"x".to_vec()),
+        };
+        client.inner.events.send(ConnectionEvent::Output(senseless)).await.unwrap();
+
+        let update = tokio::time::timeout(Duration::from_secs(10), victim.next_update()).await;
+        assert!(
+            matches!(&update, Ok(Some(ProcessUpdate::Failed(message))) if message.contains("out of range")),
+            "{update:?}"
+        );
+        bystander.write(b"still-here\n".to_vec()).await.unwrap();
+        let update = tokio::time::timeout(Duration::from_secs(10), bystander.next_update()).await;
+        assert!(
+            matches!(&update, Ok(Some(ProcessUpdate::Event(ProcessEvent::Output { chunk, .. })))
+                if &chunk[..] == b"still-here\n"),
+            "{update:?}"
+        );
     }
 
     /// A body delta larger than any server may send breaks the protocol: the connection that

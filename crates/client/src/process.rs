@@ -173,7 +173,7 @@ impl ProcessControl {
         if let Some(Finished::Failed(message)) = self.registration.finished() {
             return Ok(ReadResponse {
                 chunks: Vec::new(),
-                next_seq: self.registration.last_published() + 1,
+                next_seq: self.registration.last_published().saturating_add(1),
                 exited: true,
                 exit_code: None,
                 closed: true,

@@ -288,10 +288,12 @@ impl Registration {
             return false;
         }
         let last = state.reorder.last_published();
+        // Sequences come from the server: a page past the last number there is is no run.
+        let Some(first_expected) = last.checked_add(1) else { return false };
         let fresh: Vec<_> = page.chunks.iter().filter(|chunk| chunk.seq > last).collect();
         let run = fresh
             .iter()
-            .zip(last + 1..)
+            .zip(first_expected..u64::MAX)
             .take_while(|(chunk, expected)| chunk.seq == *expected)
             .count();
         if run == 0 {

@@ -26,6 +26,10 @@ pub enum ReorderError {
         "too many process events arrived ahead of sequence {waiting_for} ({events} events, {bytes} bytes held)"
     )]
     Overflow { waiting_for: u64, events: usize, bytes: usize },
+    /// No server numbers an event `u64::MAX` (it would leave no number for the close): the
+    /// server is broken or hostile, and this process cannot be followed.
+    #[error("process event sequence {seq} is out of range")]
+    OutOfRange { seq: u64 },
 }
 
 /// One process's reorder buffer.
@@ -40,7 +44,7 @@ pub struct ReorderBuffer {
 impl ReorderBuffer {
     /// A buffer for a process whose events up to `last_published` are already out.
     pub fn new(last_published: u64) -> Self {
-        Self { next: last_published + 1, pending: BTreeMap::new(), pending_bytes: 0 }
+        Self { next: last_published.saturating_add(1), pending: BTreeMap::new(), pending_bytes: 0 }
     }
 
     /// The last sequence published.
@@ -56,6 +60,9 @@ impl ReorderBuffer {
     /// Takes one event; returns the events that can now be published, in order.
     pub fn push(&mut self, event: ProcessEvent) -> Result<Vec<ProcessEvent>, ReorderError> {
         let seq = event.seq();
+        if seq == u64::MAX {
+            return Err(ReorderError::OutOfRange { seq });
+        }
         if seq < self.next || self.pending.contains_key(&seq) {
             return Ok(Vec::new());
         }
@@ -73,6 +80,7 @@ impl ReorderBuffer {
             self.pending.insert(seq, event);
             return Ok(Vec::new());
         }
+        // Every held and published sequence is below `u64::MAX`, so these never overflow.
         let mut ready = vec![event];
         self.next += 1;
         while let Some(event) = self.pending.remove(&self.next) {
@@ -166,6 +174,18 @@ mod tests {
         assert!(buffer.push(out(4, "y")).is_err());
         // The event that closes the gap is published, not held, so it always fits.
         assert_eq!(seqs(buffer.push(out(1, &half)).unwrap()), [1, 2, 3]);
+    }
+
+    #[test]
+    fn the_largest_sequence_fails_the_process_instead_of_overflowing() {
+        let mut buffer = ReorderBuffer::new(u64::MAX - 1);
+        assert_eq!(
+            buffer.push(out(u64::MAX, "x")),
+            Err(ReorderError::OutOfRange { seq: u64::MAX })
+        );
+        let mut buffer = ReorderBuffer::new(u64::MAX);
+        assert_eq!(buffer.last_published(), u64::MAX - 1, "saturated, not wrapped");
+        assert!(buffer.push(out(u64::MAX, "x")).is_err());
     }
 
     #[test]

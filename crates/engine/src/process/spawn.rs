@@ -147,17 +147,19 @@ fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Resul
         .stdin(if request.pipe_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Its own group, so the group can be signalled as a whole.
-        .process_group(0)
         .kill_on_drop(true);
     if let Some(arg0) = &line.arg0 {
         command.arg0(arg0);
     }
-    if line.filter.is_some() || !line.inherited.is_empty() {
-        // SAFETY: the hook makes system calls only (see `pre_exec_hook`).
-        unsafe {
-            command.pre_exec(pre_exec_hook(line));
-        }
+    let mut hook = pre_exec_hook(line);
+    // SAFETY: system calls only (see `pre_exec_hook`). The child leads a session of its own,
+    // as the reference's do: so its group (the session's) can be signalled as a whole, and it
+    // has no controlling terminal — `/dev/tty` is not the server's.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::process::setsid()?;
+            hook()
+        });
     }
     let mut child = command.spawn()?;
     let pid = child_pid(&child)?;
