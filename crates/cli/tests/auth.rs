@@ -10,6 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use tether_client::error::ConnectErrorKind;
 use tether_client::{ClientError, ClientOptions, ExecServerClient};
 use tether_testkit::server::tether_binary;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both, shell_params};
@@ -183,11 +184,10 @@ async fn the_client_presents_its_token_on_every_connection(target: Target) {
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let refused = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await;
     match refused.err().unwrap() {
-        ClientError::Connect(message) => {
-            assert!(
-                message.contains("401") && message.contains("missing websocket bearer token"),
-                "{message}"
-            )
+        ClientError::Connect(error) => {
+            assert_eq!(error.kind, ConnectErrorKind::Refused { status: 401 });
+            let message = error.to_string();
+            assert!(message.contains("missing websocket bearer token"), "{message}")
         }
         other => panic!("{other}"),
     }

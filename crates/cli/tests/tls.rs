@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject as _;
+use tether_client::error::ConnectErrorKind;
 use tether_client::{ClientError, ClientOptions, ExecServerClient, ProcessUpdate};
 use tether_engine::ProcessEvent;
 use tether_testkit::server::tether_binary;
@@ -91,7 +92,11 @@ async fn a_tls_server_is_reached_through_its_pinned_ca_and_refused_otherwise() {
 
     let wrong = ClientOptions { tls_ca_file: Some(certs.other_ca.clone()), ..Default::default() };
     let error = ExecServerClient::connect(&server.url, wrong).await.err().unwrap();
-    assert!(matches!(&error, ClientError::Connect(m) if m.contains("certificate")), "{error}");
+    assert!(
+        matches!(&error, ClientError::Connect(e) if e.kind == ConnectErrorKind::Tls),
+        "{error}"
+    );
+    assert!(error.to_string().contains("certificate"), "{error}");
     let system = ExecServerClient::connect(&server.url, ClientOptions::default()).await;
     assert!(system.is_err(), "a private CA is not among the system's roots");
     let plain = server.url.replacen("wss://", "ws://", 1);

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tether_engine::ProcessEvent;
-use tether_protocol::error::SESSION_ALREADY_ATTACHED;
+use tether_protocol::error::{SESSION_ALREADY_ATTACHED, TRANSPORT_CLOSED};
 use tether_protocol::method::{
     HTTP_REQUEST_BODY_DELTA, INITIALIZED, PROCESS_CLOSED, PROCESS_EXITED, PROCESS_OUTPUT,
 };
@@ -42,7 +42,7 @@ use tracing::{debug, info, warn};
 
 use crate::catch_up::{CatchUp, catch_up, lose, refill, run_claimed};
 use crate::connection::{Connection, ConnectionEvent};
-use crate::error::ClientError;
+use crate::error::{ClientError, ConnectError, ConnectErrorKind};
 use crate::flow::{CONNECTION_EVENT_QUEUE, DEFAULT_FULL_HANDLE_PAUSE, PauseGate};
 use crate::process::RemoteProcess;
 use crate::registration::{Finished, Registration};
@@ -301,12 +301,12 @@ impl ExecServerClient {
                 start.settle();
                 Ok(RemoteProcess::new(self.clone(), registration, updates))
             }
-            Err(ClientError::Disconnected(reason)) => {
-                let message = format!(
-                    "process/start for {process_id} may or may not have run ({reason}); it is being terminated"
-                );
-                start.abandon(message.clone());
-                Err(ClientError::Disconnected(message))
+            Err(ClientError::Disconnected(end)) => {
+                let end = end.context(format_args!(
+                    "process/start for {process_id} may or may not have run; it is being terminated"
+                ));
+                start.abandon(end.to_string());
+                Err(ClientError::Disconnected(end))
             }
             Err(error) => {
                 self.unregister(&registration);
@@ -464,10 +464,10 @@ impl ExecServerClient {
                     tokio::task::yield_now().await;
                     continue;
                 }
-                Err(ClientError::Disconnected(reason)) => {
-                    return Err(ClientError::Disconnected(format!(
-                        "`{method}` may or may not have taken effect: {reason}"
-                    )));
+                Err(ClientError::Disconnected(end)) => {
+                    let end =
+                        end.context(format_args!("`{method}` may or may not have taken effect"));
+                    return Err(ClientError::Disconnected(end));
                 }
                 other => return other,
             }
@@ -570,7 +570,10 @@ async fn initialize(
     let call = connection.call::<_, InitializeResponse>("initialize", &params);
     let response =
         tokio::time::timeout(options.initialize_timeout, call).await.map_err(|_| {
-            ClientError::Connect("the server did not answer `initialize` in time".into())
+            ClientError::Connect(ConnectError::new(
+                ConnectErrorKind::Timeout,
+                "the server did not answer `initialize` in time",
+            ))
         })??;
     if let Some(expected) = resume
         && response.session_id != expected
@@ -817,8 +820,10 @@ async fn resume(inner: &Arc<Inner>) -> Result<Arc<Connection>, ClientError> {
 fn is_retryable(error: &ClientError) -> bool {
     match error {
         ClientError::Connect(_) | ClientError::Disconnected(_) => true,
-        ClientError::Server { code, message, .. } => {
-            *code == SESSION_ALREADY_ATTACHED || message == "JSON-RPC transport closed"
+        // The old connection is still attached (the server has not noticed the drop yet), or
+        // a server said its transport closed (the code clients treat as a drop).
+        ClientError::Server { code, .. } => {
+            *code == SESSION_ALREADY_ATTACHED || *code == TRANSPORT_CLOSED
         }
         ClientError::Failed(_) | ClientError::Protocol(_) | ClientError::Unsupported(_) => false,
     }

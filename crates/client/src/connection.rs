@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::debug;
 
 use crate::client::ClientOptions;
-use crate::error::ClientError;
+use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
 use crate::flow::PauseGate;
 
 /// What a connection reports to its client, in the order it happened.
@@ -47,7 +47,16 @@ type Reply = oneshot::Sender<Result<Value, ClientError>>;
 struct Calls {
     waiting: HashMap<i64, Reply>,
     /// Set once the connection is gone; later calls fail at once with it.
-    closed: Option<String>,
+    closed: Option<Disconnect>,
+}
+
+/// How a connection's reader ended.
+enum End {
+    /// The connection is gone; calls in flight may be sent again on the next one.
+    Dropped(Disconnect),
+    /// The server broke the protocol: the calls waiting fail for good instead of being sent
+    /// again on the next connection, where the same answer would break that one too.
+    Broken(String),
 }
 
 /// One WebSocket connection and its calls in flight.
@@ -92,12 +101,16 @@ impl Connection {
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .max_message_size(Some(options.max_message_bytes))
             .max_frame_size(Some(options.max_message_bytes));
-        let mut request = url
-            .into_client_request()
-            .map_err(|e| ClientError::Connect(format!("invalid exec-server URL: {e}")))?;
+        let mut request = url.into_client_request().map_err(|e| {
+            ConnectError::new(ConnectErrorKind::InvalidUrl, format!("invalid exec-server URL: {e}"))
+                .caused_by(e)
+        })?;
         if let Some(token) = &options.bearer_token {
             let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                ClientError::Connect("the bearer token is not a valid header value".into())
+                ConnectError::new(
+                    ConnectErrorKind::InvalidToken,
+                    "the bearer token is not a valid header value",
+                )
             })?;
             request.headers_mut().insert(AUTHORIZATION, value);
         }
@@ -116,17 +129,24 @@ impl Connection {
         );
         let (socket, _) = tokio::time::timeout(timeout, connect)
             .await
-            .map_err(|_| ClientError::Connect(format!("no answer within {timeout:?}")))?
+            .map_err(|_| {
+                ConnectError::new(
+                    ConnectErrorKind::Timeout,
+                    format!("no answer within {timeout:?}"),
+                )
+            })?
             .map_err(connect_error)?;
         let (mut sink, mut stream) = socket.split();
         let (writer, mut frames) = mpsc::unbounded_channel::<Frame>();
         // A write that fails ends the connection at once: the reader may not notice a broken
         // socket for a while, and calls meanwhile must not be sent into the void.
-        let (write_failed, mut writer_gone) = mpsc::channel::<String>(1);
+        let (write_failed, mut writer_gone) = mpsc::channel::<Disconnect>(1);
         tokio::spawn(async move {
             while let Some(frame) = frames.recv().await {
                 if let Err(error) = sink.send(frame).await {
-                    let _ = write_failed.try_send(format!("transport error: {error}"));
+                    let message = format!("transport error: {error}");
+                    let end = Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
+                    let _ = write_failed.try_send(end);
                     break;
                 }
             }
@@ -148,10 +168,9 @@ impl Connection {
             // connection, where the same answer would break that one too.
             let mut heard = tokio::time::Instant::now();
             let mut ping = tokio::time::interval_at(heard + keepalive.interval, keepalive.interval);
-            let mut going_away = false;
             let mut full_handles = gate.subscribe();
             let mut paused_since: Option<tokio::time::Instant> = None;
-            let (reason, broken) = loop {
+            let end = loop {
                 // Paused while a full handle says so (see `crate::flow`). Time paused is not
                 // the server's silence, and pings go on meanwhile, so the server hears us.
                 let paused =
@@ -172,16 +191,17 @@ impl Connection {
                         gate.give_up_pause();
                         continue;
                     }
-                    Some(reason) = writer_gone.recv() => break (reason, false),
+                    Some(end) = writer_gone.recv() => break End::Dropped(end),
                     _ = ping.tick(), if keepalive.enabled => {
                         // Silence past the deadline is a dead connection (a peer gone without
                         // a word, a network that swallows packets): recover now rather than when
                         // TCP gives up, minutes later.
                         if !paused && heard.elapsed() > keepalive.timeout {
-                            break (
-                                format!("no answer from the exec-server within {:?}", keepalive.timeout),
-                                false,
+                            let message = format!(
+                                "no answer from the exec-server within {:?}",
+                                keepalive.timeout
                             );
+                            break End::Dropped(Disconnect::new(DisconnectKind::Silent, message));
                         }
                         let _ = reader_writer.send(Frame::Ping(Default::default()));
                         continue;
@@ -191,13 +211,17 @@ impl Connection {
                 let frame = match next {
                     Some(Ok(frame)) => frame,
                     Some(Err(tungstenite::Error::Capacity(error))) => {
-                        break (
-                            format!("a message from the exec-server is too large: {error}"),
-                            true,
-                        );
+                        break End::Broken(format!(
+                            "a message from the exec-server is too large: {error}"
+                        ));
                     }
-                    Some(Err(error)) => break (format!("transport error: {error}"), false),
-                    None => break ("connection closed".to_owned(), false),
+                    Some(Err(error)) => {
+                        let message = format!("transport error: {error}");
+                        let end =
+                            Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
+                        break End::Dropped(end);
+                    }
+                    None => break End::Dropped(Disconnect::closed()),
                 };
                 // Output, the bulk of what arrives, is read straight into its event.
                 if let Frame::Text(text) = &frame
@@ -213,20 +237,21 @@ impl Connection {
                     Frame::Text(text) => Message::decode(text.as_bytes()),
                     Frame::Binary(bytes) => Message::decode(bytes),
                     Frame::Close(Some(close)) if close.code == CloseCode::Away => {
-                        going_away = true;
-                        break (format!("the exec-server is going away: {}", close.reason), false);
+                        let message = format!("the exec-server is going away: {}", close.reason);
+                        break End::Dropped(Disconnect::new(DisconnectKind::GoingAway, message));
                     }
                     Frame::Close(Some(close)) => {
                         let code = u16::from(close.code);
-                        break (
-                            format!(
-                                "the exec-server closed the connection ({code}: {})",
-                                close.reason
-                            ),
-                            false,
+                        let message = format!(
+                            "the exec-server closed the connection ({code}: {})",
+                            close.reason
                         );
+                        break End::Dropped(Disconnect::new(DisconnectKind::Closed, message));
                     }
-                    Frame::Close(None) => break ("server closed the connection".to_owned(), false),
+                    Frame::Close(None) => {
+                        let message = "server closed the connection";
+                        break End::Dropped(Disconnect::new(DisconnectKind::Closed, message));
+                    }
                     _ => continue,
                 };
                 match decoded {
@@ -253,23 +278,29 @@ impl Connection {
                         let _ = reader_writer.send(Frame::text(encode_error(&request.id, &error)));
                     }
                     Err(error) => {
-                        break (format!("malformed message from the server: {error}"), true);
+                        break End::Broken(format!("malformed message from the server: {error}"));
                     }
                 }
             };
+            let (disconnect, failure) = match end {
+                End::Dropped(disconnect) => {
+                    (disconnect.clone(), ClientError::Disconnected(disconnect))
+                }
+                End::Broken(message) => (
+                    Disconnect::new(DisconnectKind::Closed, message.clone()),
+                    ClientError::Protocol(message),
+                ),
+            };
+            let reason = disconnect.to_string();
+            let going_away = disconnect.kind == DisconnectKind::GoingAway;
             debug!(generation, %reason, "connection ended");
             let waiting = {
                 let mut calls = reader_calls.lock().unwrap();
-                calls.closed = Some(reason.clone());
+                calls.closed = Some(disconnect);
                 std::mem::take(&mut calls.waiting)
             };
             for (_, reply) in waiting {
-                let error = if broken {
-                    ClientError::Protocol(reason.clone())
-                } else {
-                    ClientError::Disconnected(reason.clone())
-                };
-                let _ = reply.send(Err(error));
+                let _ = reply.send(Err(failure.clone()));
             }
             let _ = events.send(ConnectionEvent::Closed { generation, reason, going_away }).await;
         });
@@ -291,8 +322,8 @@ impl Connection {
         let (reply, answer) = oneshot::channel();
         {
             let mut calls = self.calls.lock().unwrap();
-            if let Some(reason) = &calls.closed {
-                return Err(ClientError::Disconnected(reason.clone()));
+            if let Some(end) = &calls.closed {
+                return Err(ClientError::Disconnected(end.clone()));
             }
             calls.waiting.insert(id, reply);
         }
@@ -303,11 +334,10 @@ impl Connection {
             // coming straight back here.
             let mut calls = self.calls.lock().unwrap();
             calls.waiting.remove(&id);
-            calls.closed.get_or_insert_with(|| "connection closed".into());
-            return Err(ClientError::Disconnected("connection closed".into()));
+            calls.closed.get_or_insert_with(Disconnect::closed);
+            return Err(Disconnect::closed().into());
         }
-        let value =
-            answer.await.map_err(|_| ClientError::Disconnected("connection closed".into()))??;
+        let value = answer.await.map_err(|_| ClientError::from(Disconnect::closed()))??;
         serde_json::from_value(value)
             .map_err(|e| ClientError::Protocol(format!("unexpected `{method}` result: {e}")))
     }
@@ -316,7 +346,7 @@ impl Connection {
     pub(crate) fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), ClientError> {
         self.writer
             .send(Frame::text(encode_notification(method, params)))
-            .map_err(|_| ClientError::Disconnected("connection closed".into()))
+            .map_err(|_| Disconnect::closed().into())
     }
 
     /// Whether the connection has ended.
@@ -351,10 +381,11 @@ fn complete(calls: &Mutex<Calls>, id: &RequestId, result: Result<Value, ClientEr
     }
 }
 
-/// A failed upgrade in words that say what to do: a refusal's status and the server's reason
-/// (a `401` names what was wrong with the credential).
+/// A failed upgrade in words that say what to do, and of a kind to act on: a refusal's
+/// status and the server's reason (a `401` names what was wrong with the credential), TLS
+/// apart from the rest of the network.
 fn connect_error(error: tungstenite::Error) -> ClientError {
-    match error {
+    let error = match error {
         tungstenite::Error::Http(response) => {
             let status = response.status();
             let reason = response
@@ -368,10 +399,24 @@ fn connect_error(error: tungstenite::Error) -> ClientError {
             } else {
                 ""
             };
-            ClientError::Connect(format!(
-                "the server refused the connection: HTTP {status}: {reason}{hint}"
-            ))
+            ConnectError::new(
+                ConnectErrorKind::Refused { status: status.as_u16() },
+                format!("the server refused the connection: HTTP {status}: {reason}{hint}"),
+            )
         }
-        other => ClientError::Connect(other.to_string()),
-    }
+        tungstenite::Error::Io(io) => {
+            // rustls reports a failed handshake as an I/O error that carries its own.
+            let tls = io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>());
+            let kind = if tls { ConnectErrorKind::Tls } else { ConnectErrorKind::Network };
+            ConnectError::new(kind, io.to_string()).caused_by(io)
+        }
+        tungstenite::Error::Tls(tls) => {
+            ConnectError::new(ConnectErrorKind::Tls, tls.to_string()).caused_by(tls)
+        }
+        tungstenite::Error::Url(url) => {
+            ConnectError::new(ConnectErrorKind::InvalidUrl, url.to_string()).caused_by(url)
+        }
+        other => ConnectError::new(ConnectErrorKind::Handshake, other.to_string()).caused_by(other),
+    };
+    error.into()
 }

@@ -1,9 +1,16 @@
-//! What can go wrong for a client, in terms a caller can act on.
+//! What can go wrong for a client, in terms a caller can act on: every failure has a kind to
+//! decide on (never its words), and the error that caused it, when there is one, as its
+//! [`std::error::Error::source`].
+
+use std::sync::Arc;
 
 use tether_protocol::JsonRpcError;
 
+/// What caused a failure, shared so that one dropped connection can fail many calls.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
 /// A client call's failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     /// The server answered with a JSON-RPC error.
     #[error("exec-server rejected the request: {message} (code {code})")]
@@ -16,14 +23,14 @@ pub enum ClientError {
     /// The connection dropped while the call was in flight, and the call is not one that can be
     /// retried safely (it may or may not have taken effect).
     #[error("exec-server connection dropped before the answer arrived: {0}")]
-    Disconnected(String),
+    Disconnected(#[source] Disconnect),
     /// The client gave up on its session: the server is unreachable or the session is gone.
     /// Every later call fails with the same message.
     #[error("exec-server session is lost: {0}")]
     Failed(String),
     /// Could not connect or complete the handshake.
     #[error("cannot connect to the exec-server: {0}")]
-    Connect(String),
+    Connect(#[source] ConnectError),
     /// The server does not serve what was asked (a Tether extension the reference lacks); the
     /// request was not sent.
     #[error("exec-server does not support this: {0}")]
@@ -44,5 +51,111 @@ impl ClientError {
             ClientError::Server { code, .. } => Some(*code),
             _ => None,
         }
+    }
+}
+
+/// Why a connection could not be made, or its handshake failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ConnectError {
+    pub kind: ConnectErrorKind,
+    message: String,
+    #[source]
+    source: Option<Cause>,
+}
+
+/// What kind of thing kept the connection from being made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectErrorKind {
+    /// The URL is not a `ws://` or `wss://` URL.
+    InvalidUrl,
+    /// The bearer token cannot be sent in a header.
+    InvalidToken,
+    /// The certificates to trust could not be had (the CA file, the system's roots).
+    TlsSetup,
+    /// No connection, or no answer to the handshake, within its timeout.
+    Timeout,
+    /// The server answered the upgrade with this HTTP status instead (401: the credential).
+    Refused { status: u16 },
+    /// TLS failed: the server's certificate was not trusted, or one side does not speak TLS.
+    Tls,
+    /// The network: nobody listening, unreachable, reset.
+    Network,
+    /// The WebSocket or session handshake went wrong otherwise.
+    Handshake,
+}
+
+impl ConnectError {
+    pub(crate) fn new(kind: ConnectErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), source: None }
+    }
+
+    pub(crate) fn caused_by(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+}
+
+impl From<ConnectError> for ClientError {
+    fn from(error: ConnectError) -> Self {
+        ClientError::Connect(error)
+    }
+}
+
+/// Why a connection ended under a call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Disconnect {
+    pub kind: DisconnectKind,
+    message: String,
+    #[source]
+    source: Option<Cause>,
+}
+
+/// How a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisconnectKind {
+    /// It was closed, by either side, without a reason to act on.
+    Closed,
+    /// The server said it is going away (Close 1001): it is stopping, or a proxy in front of
+    /// it is.
+    GoingAway,
+    /// Nothing was heard from the server within the keepalive deadline.
+    Silent,
+    /// Reading or writing the socket failed.
+    Transport,
+}
+
+impl Disconnect {
+    pub(crate) fn new(kind: DisconnectKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), source: None }
+    }
+
+    pub(crate) fn caused_by(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// The same end, said with more context first (what the call was, what became of it).
+    pub(crate) fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
+    /// A connection that is simply gone.
+    pub(crate) fn closed() -> Self {
+        Self::new(DisconnectKind::Closed, "connection closed")
+    }
+}
+
+impl From<Disconnect> for ClientError {
+    fn from(error: Disconnect) -> Self {
+        ClientError::Disconnected(error)
     }
 }

@@ -30,6 +30,7 @@
 //! `reorder` and `reconcile` are pure (no I/O, no clocks), so every reorder, duplicate and gap
 //! case is tested deterministically.
 
+pub mod error;
 pub mod flow;
 pub mod reconcile;
 pub mod reorder;
@@ -38,7 +39,6 @@ mod catch_up;
 mod client;
 mod connection;
 mod environment;
-mod error;
 mod process;
 mod registration;
 mod remote_exec;

@@ -75,31 +75,41 @@ impl HttpClient for ExecServerClient {
     }
 }
 
-/// The server's message, in the variant its code and words stand for, so that it reads as a
-/// local client's error would (`http/request failed: …`, `failed to read http/request
-/// response body: …`, or the validation message itself). What the client reports itself (a
-/// drop, a lost session) is a failure to send.
+/// The server's error as the variant it stands for, so that it reads as a local client's
+/// error would (`http/request failed: …`, `failed to read http/request response body: …`, or
+/// the validation message itself). The code says refused (`-32602`) or failed; a Tether
+/// server's `data` says which failure (`sendFailure`, `bodyFailure`) with its reason. The
+/// reference sends only its words, whose two fixed prefixes are then the only mark of the
+/// kind ([`REFERENCE_SEND_PREFIX`], [`REFERENCE_BODY_PREFIX`]); anything else stays the
+/// server's words. What the client reports itself (a drop, a lost session) is a failure to
+/// send.
 pub(crate) fn http_error(error: ClientError) -> HttpError {
-    const FAILED: &str = "http/request failed: ";
-    const BODY: &str = "failed to read http/request response body: ";
     match error {
         ClientError::Server { code: INVALID_PARAMS, message, .. } => {
             HttpError::Invalid(InvalidHttpRequest::Remote(message))
         }
         ClientError::Server { message, data, .. } => {
-            if let Some(reason) = message.strip_prefix(BODY) {
+            let data = data.unwrap_or_default();
+            if let Some(reason) = data["bodyFailure"]["reason"].as_str() {
                 return HttpError::Body(HttpBodyError(reason.to_owned()));
             }
-            let reason = message.strip_prefix(FAILED).map_or(message.clone(), str::to_owned);
-            // Tether says what the reference's words leave out; the reference does not.
-            let send_failure = data.as_ref().and_then(|data| data.get("sendFailure"));
-            let cause = send_failure.and_then(|f| f["cause"].as_str()).map(SendCause::parse);
-            let detail = send_failure.and_then(|f| f["detail"].as_str()).map(str::to_owned);
-            HttpError::Failed(HttpSendError::Transport(TransportFailure {
-                message: reason,
-                cause: cause.unwrap_or(SendCause::Other),
-                detail,
-            }))
+            let send = &data["sendFailure"];
+            if let Some(reason) = send["reason"].as_str() {
+                return HttpError::Failed(HttpSendError::Transport(TransportFailure {
+                    message: reason.to_owned(),
+                    cause: send["cause"].as_str().map_or(SendCause::Other, SendCause::parse),
+                    detail: send["detail"].as_str().map(str::to_owned),
+                }));
+            }
+            if let Some(reason) = message.strip_prefix(REFERENCE_BODY_PREFIX) {
+                return HttpError::Body(HttpBodyError(reason.to_owned()));
+            }
+            match message.strip_prefix(REFERENCE_SEND_PREFIX) {
+                Some(reason) => {
+                    HttpError::Failed(HttpSendError::Transport(TransportFailure::other(reason)))
+                }
+                None => HttpError::Remote(message),
+            }
         }
         // The connection to the executor failed, not the executor's request.
         error => {
@@ -107,6 +117,11 @@ pub(crate) fn http_error(error: ClientError) -> HttpError {
         }
     }
 }
+
+/// How the reference begins the message of a request that got no response.
+pub const REFERENCE_SEND_PREFIX: &str = "http/request failed: ";
+/// How the reference begins the message of a body that broke off.
+pub const REFERENCE_BODY_PREFIX: &str = "failed to read http/request response body: ";
 
 /// A client's streamed bodies in progress, by request id.
 #[derive(Default)]

@@ -8,7 +8,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::error::ClientError;
+use crate::error::{ClientError, ConnectError, ConnectErrorKind};
 
 /// The rustls settings for one connection.
 pub(crate) fn client_config(
@@ -20,23 +20,21 @@ pub(crate) fn client_config(
             let certs = CertificateDer::pem_file_iter(file)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| {
-                    ClientError::Connect(format!("cannot read the CA file {}: {e}", file.display()))
+                    let message = format!("cannot read the CA file {}: {e}", file.display());
+                    ConnectError::new(ConnectErrorKind::TlsSetup, message).caused_by(e)
                 })?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(ClientError::Connect(format!(
-                    "the CA file {} holds no usable certificate",
-                    file.display()
-                )));
+                let message = format!("the CA file {} holds no usable certificate", file.display());
+                return Err(ConnectError::new(ConnectErrorKind::TlsSetup, message).into());
             }
         }
         None => {
             let found = rustls_native_certs::load_native_certs();
             roots.add_parsable_certificates(found.certs);
             if roots.is_empty() {
-                return Err(ClientError::Connect(
-                    "no system root certificates were found: pass a CA file".into(),
-                ));
+                let message = "no system root certificates were found: pass a CA file";
+                return Err(ConnectError::new(ConnectErrorKind::TlsSetup, message).into());
             }
         }
     }

@@ -18,3 +18,6 @@ pub const NOT_FOUND: i64 = -32004;
 /// `initialize {resumeSessionId}` named a session that another connection still holds. Clients
 /// retry: the server may not have noticed yet that the old connection died.
 pub const SESSION_ALREADY_ATTACHED: i64 = -32010;
+/// "JSON-RPC transport closed": no server sends it on purpose, but clients (the reference's
+/// and Tether's) treat an error with this code as the connection dropping, not as an answer.
+pub const TRANSPORT_CLOSED: i64 = -32000;

@@ -27,23 +27,34 @@ pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
     JsonRpcError::new(code, error.to_string())
 }
 
-/// Refused params are `-32602`; a request that was sent and failed, `-32603`. A network
-/// failure also says, in `data.sendFailure`, whether it was the connection or the deadline
-/// (the message, the reference's, reads the same for both) and its causes without the URL:
-/// an addition a client that does not look for it never notices.
+/// Refused params are `-32602`; a request that was sent and failed, `-32603`. The message is
+/// the reference's; `data` adds what kind of failure it was, so a client decides on that, not
+/// on the words: `sendFailure` (no response: whether it was the connection or the deadline,
+/// its causes without the URL, and the reason without the message's prefix) or
+/// `bodyFailure` (the head came, the body broke off). A client that does not look for them
+/// never notices.
 pub(crate) fn from_http_error(error: HttpError) -> JsonRpcError {
     let code = match &error {
         HttpError::Invalid(_) => INVALID_PARAMS,
-        HttpError::Failed(_) | HttpError::Body(_) => INTERNAL_ERROR,
+        HttpError::Failed(_) | HttpError::Body(_) | HttpError::Remote(_) => INTERNAL_ERROR,
     };
     let data = match &error {
-        HttpError::Failed(HttpSendError::Transport(failure)) => Some(serde_json::json!({
-            "sendFailure": {"cause": failure.cause.as_str(), "detail": failure.detail},
-        })),
-        HttpError::Failed(HttpSendError::Timeout) => {
-            Some(serde_json::json!({"sendFailure": {"cause": "timeout", "detail": null}}))
+        HttpError::Failed(failure) => {
+            let (cause, detail) = match failure {
+                HttpSendError::Transport(transport) => {
+                    (transport.cause.as_str(), transport.detail.clone())
+                }
+                HttpSendError::Timeout => ("timeout", None),
+                HttpSendError::TooManyRedirects | HttpSendError::RedirectScheme(_) => {
+                    ("other", None)
+                }
+            };
+            Some(serde_json::json!({
+                "sendFailure": {"cause": cause, "detail": detail, "reason": failure.to_string()},
+            }))
         }
-        _ => None,
+        HttpError::Body(body) => Some(serde_json::json!({"bodyFailure": {"reason": body.0}})),
+        HttpError::Invalid(_) | HttpError::Remote(_) => None,
     };
     JsonRpcError { data, ..JsonRpcError::new(code, error.to_string()) }
 }

@@ -58,6 +58,10 @@ pub enum HttpError {
     /// ran out while it was still coming).
     #[error("failed to read http/request response body: {0}")]
     Body(HttpBodyError),
+    /// A remote executor's failure that said no more than its words (a server that does not
+    /// send the kind): the message as it was.
+    #[error("{0}")]
+    Remote(String),
 }
 
 /// Invalid `http/request` params, checked in the reference's order: method, URL, scheme, then
