@@ -12,10 +12,10 @@ use std::sync::Arc;
 use tether_protocol::process::{ReadParams, ReadResponse, TerminateParams};
 use tracing::warn;
 
-use crate::client::{ExecServerClient, Retry};
 use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::registration::{NextPage, Registration};
+use crate::session::{Retry, Session};
 
 /// How a catch-up ended.
 #[derive(Debug)]
@@ -92,11 +92,11 @@ pub(crate) async fn catch_up(
 /// follows live output or is full again, on whichever connection the session has, through
 /// reconnects. The error says why the process cannot be followed.
 pub(crate) async fn run_claimed(
-    client: &ExecServerClient,
+    session: &Session,
     registration: &Registration,
 ) -> Result<(), String> {
     loop {
-        let connection = match client.connected().await {
+        let connection = match session.connected().await {
             Ok(connection) => connection,
             Err(error) => {
                 registration.release_catch_up();
@@ -121,27 +121,27 @@ pub(crate) async fn run_claimed(
 
 /// Catches up a handle that fell behind, now that its caller has made room (the handle
 /// claimed the catch-up for this task).
-pub(crate) async fn refill(client: ExecServerClient, registration: Arc<Registration>) {
-    if let Err(error) = run_claimed(&client, &registration).await {
+pub(crate) async fn refill(session: Arc<Session>, registration: Arc<Registration>) {
+    if let Err(error) = run_claimed(&session, &registration).await {
         let message = format!(
             "process {} fell behind its reader and cannot be caught up: {error}; read its output sooner, or have the server retain more (`tether serve --retain-output-bytes`, `--spill-output-dir`)",
             registration.process_id
         );
-        lose(&client, &registration, message);
+        lose(&session, &registration, message);
     }
 }
 
 /// The process cannot be followed: its handle fails with `message`, and the process, which
 /// nobody can follow now, is terminated (riding through a recovery if need be).
-pub(crate) fn lose(client: &ExecServerClient, registration: &Arc<Registration>, message: String) {
+pub(crate) fn lose(session: &Arc<Session>, registration: &Arc<Registration>, message: String) {
     warn!(process_id = %registration.process_id, %message, "process lost; terminating it");
     registration.fail(message);
-    let client = client.clone();
+    let session = session.clone();
     let registration = registration.clone();
     tokio::spawn(async move {
         let params = TerminateParams { process_id: registration.process_id.clone() };
         let _ =
-            client.call::<_, serde_json::Value>("process/terminate", &params, Retry::Safe).await;
-        client.unregister(&registration);
+            session.call::<_, serde_json::Value>("process/terminate", &params, Retry::Safe).await;
+        session.unregister(&registration);
     });
 }

@@ -23,9 +23,9 @@ use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::debug;
 
-use crate::client::ClientOptions;
 use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
 use crate::flow::PauseGate;
+use crate::options::ClientOptions;
 
 /// What a connection reports to its client, in the order it happened.
 #[derive(Debug)]
@@ -71,12 +71,6 @@ pub(crate) struct Connection {
     /// read on, or the answers the resume waits for would never be read.
     gated: Arc<AtomicBool>,
 }
-
-/// Largest message (and frame: servers send a message as one) accepted from a server by
-/// default ([`ClientOptions::max_message_bytes`]): an
-/// `fs/readFile` answer for the biggest file a server reads whole (512 MiB, 683 MiB as base64),
-/// with room for the envelope. The library's default, 64 MiB, would fail any file over 48 MiB.
-pub const MAX_INCOMING_MESSAGE_BYTES: usize = 720 * 1024 * 1024;
 
 /// When to ping the server, and how long a silence means the connection is dead.
 struct Keepalive {

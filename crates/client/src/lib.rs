@@ -39,21 +39,28 @@ mod catch_up;
 mod client;
 mod connection;
 mod environment;
+mod http_streams;
+mod options;
 mod process;
+mod recovery;
 mod registration;
 mod remote_exec;
 mod remote_fs;
 mod remote_http;
+mod router;
+mod session;
+mod starts;
 mod tls;
 
-pub use client::{
-    ClientOptions, ConnectionStatus, DEFAULT_CONNECT_TIMEOUT, DEFAULT_INITIALIZE_TIMEOUT,
-    DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_RECOVERY_RETRY_INTERVAL,
-    DEFAULT_RECOVERY_TIMEOUT, ExecServerClient,
-};
+pub use client::{ConnectionStatus, ExecServerClient};
 pub use environment::Environment;
 pub use error::ClientError;
 pub use flow::{DEFAULT_FULL_HANDLE_PAUSE, HANDLE_BUFFER_BYTES};
+pub use http_streams::{MAX_QUEUED_BODY_DELTAS, MAX_QUEUED_HTTP_BODY_BYTES};
+pub use options::{
+    ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_RECOVERY_RETRY_INTERVAL, DEFAULT_RECOVERY_TIMEOUT,
+    GOING_AWAY_RECOVERY,
+};
 pub use process::{ProcessControl, RemoteProcess};
-pub use remote_http::{MAX_QUEUED_BODY_DELTAS, MAX_QUEUED_HTTP_BODY_BYTES};
 pub use tether_engine::ProcessUpdate;

@@ -14,9 +14,9 @@ use tether_protocol::{ByteChunk, ProcessId};
 use tokio::sync::mpsc;
 
 use crate::catch_up::refill;
-use crate::client::{ExecServerClient, Retry};
 use crate::error::ClientError;
 use crate::registration::{Finished, Registration};
+use crate::session::{Retry, Session};
 
 /// A process started through an [`ExecServerClient`]. Its updates arrive in sequence order,
 /// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
@@ -39,11 +39,11 @@ pub struct RemoteProcess {
 
 impl RemoteProcess {
     pub(crate) fn new(
-        client: ExecServerClient,
+        session: Arc<Session>,
         registration: Arc<Registration>,
         updates: mpsc::UnboundedReceiver<ProcessUpdate>,
     ) -> Self {
-        Self { control: ProcessControl { client, registration }, updates, ended: false }
+        Self { control: ProcessControl { session, registration }, updates, ended: false }
     }
 
     /// What acts on the process, for another task: a clone of this handle's.
@@ -68,7 +68,7 @@ impl RemoteProcess {
         {
             // It had fallen behind, and there is room now: read what it missed.
             let control = &self.control;
-            tokio::spawn(refill(control.client.clone(), control.registration.clone()));
+            tokio::spawn(refill(control.session.clone(), control.registration.clone()));
         }
         self.ended = matches!(
             update,
@@ -92,7 +92,7 @@ impl std::ops::Deref for RemoteProcess {
 /// usable from any task while the [`RemoteProcess`] handle reads the updates.
 #[derive(Clone)]
 pub struct ProcessControl {
-    client: ExecServerClient,
+    session: Arc<Session>,
     registration: Arc<Registration>,
 }
 
@@ -110,7 +110,7 @@ impl ProcessControl {
             write_id: self.registration.next_write_id(),
         };
         let response: WriteResponse =
-            self.client.call("process/write", &params, Retry::Safe).await?;
+            self.session.call("process/write", &params, Retry::Safe).await?;
         Ok(response.status)
     }
 
@@ -125,14 +125,14 @@ impl ProcessControl {
     /// twice is not the same as once).
     pub async fn signal(&self, signal: ProcessSignal) -> Result<(), ClientError> {
         if signal != ProcessSignal::Interrupt
-            && !self.client.tether_extensions().signals.contains(&signal)
+            && !self.session.tether_extensions().signals.contains(&signal)
         {
             return Err(ClientError::Unsupported(format!(
                 "this exec-server does not deliver the `{signal}` signal (only `interrupt`); use terminate() to end the process"
             )));
         }
         let params = SignalParams { process_id: self.registration.process_id.clone(), signal };
-        let _: SignalResponse = self.client.call("process/signal", &params, Retry::Never).await?;
+        let _: SignalResponse = self.session.call("process/signal", &params, Retry::Never).await?;
         Ok(())
     }
 
@@ -141,7 +141,8 @@ impl ProcessControl {
     /// resend: the last size wins.
     pub async fn resize(&self, cols: u16, rows: u16) -> Result<(), ClientError> {
         let params = ResizeParams { process_id: self.registration.process_id.clone(), cols, rows };
-        let _: serde_json::Value = self.client.call("process/resize", &params, Retry::Safe).await?;
+        let _: serde_json::Value =
+            self.session.call("process/resize", &params, Retry::Safe).await?;
         Ok(())
     }
 
@@ -150,7 +151,7 @@ impl ProcessControl {
     pub async fn close_stdin(&self) -> Result<(), ClientError> {
         let params = CloseStdinParams { process_id: self.registration.process_id.clone() };
         let _: serde_json::Value =
-            self.client.call("process/closeStdin", &params, Retry::Safe).await?;
+            self.session.call("process/closeStdin", &params, Retry::Safe).await?;
         Ok(())
     }
 
@@ -158,7 +159,7 @@ impl ProcessControl {
     pub async fn terminate(&self) -> Result<bool, ClientError> {
         let params = TerminateParams { process_id: self.registration.process_id.clone() };
         let response: TerminateResponse =
-            self.client.call("process/terminate", &params, Retry::Safe).await?;
+            self.session.call("process/terminate", &params, Retry::Safe).await?;
         Ok(response.running)
     }
 
@@ -188,13 +189,13 @@ impl ProcessControl {
             max_bytes,
             wait_ms,
         };
-        self.client.call("process/read", &params, Retry::Safe).await
+        self.session.call("process/read", &params, Retry::Safe).await
     }
 }
 
 impl Drop for RemoteProcess {
     fn drop(&mut self) {
         self.control.registration.detach_handle();
-        self.control.client.unregister(&self.control.registration);
+        self.control.session.unregister(&self.control.registration);
     }
 }

@@ -31,9 +31,10 @@ use tether_protocol::fs::{
 };
 use tether_protocol::method::Method;
 
-use crate::client::{ExecServerClient, Retry};
+use crate::client::ExecServerClient;
 use crate::connection::Connection;
 use crate::error::ClientError;
+use crate::session::Retry;
 
 #[async_trait]
 impl FileSystem for ExecServerClient {

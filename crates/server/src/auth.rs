@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+pub use crate::jwt::AuthRefusal;
 use crate::jwt::JwtVerifier;
 
 /// How WebSocket clients must authenticate.
@@ -41,10 +42,6 @@ impl std::fmt::Debug for WsAuth {
         })
     }
 }
-
-/// Why an upgrade was refused: the body of the `401`, word for word the reference's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AuthRefusal(pub &'static str);
 
 impl WsAuth {
     /// A capability token from the contents of a token file (trimmed, as the reference does).

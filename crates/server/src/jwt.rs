@@ -16,13 +16,15 @@ use serde_json::Value;
 use sha2::Sha256;
 use tether_protocol::decode::parse_value;
 
-use crate::auth::AuthRefusal;
-
 /// Clock skew tolerated on `exp` and `nbf` when none is configured (the reference's default).
 pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(30);
 
 /// Shortest shared secret accepted: HS256 is only as strong as its key.
 pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Why an upgrade was refused: the body of the `401`, word for word the reference's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthRefusal(pub &'static str);
 
 const INVALID: AuthRefusal = AuthRefusal("invalid websocket jwt");
 const EXPIRED: AuthRefusal = AuthRefusal("expired websocket jwt");

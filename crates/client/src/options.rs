@@ -1,0 +1,100 @@
+//! How a client connects, waits and recovers: [`ClientOptions`] and the defaults it starts
+//! from.
+
+use std::time::Duration;
+
+use crate::flow::DEFAULT_FULL_HANDLE_PAUSE;
+
+/// Largest message (and frame: servers send a message as one) accepted from a server by
+/// default ([`ClientOptions::max_message_bytes`]): an
+/// `fs/readFile` answer for the biggest file a server reads whole (512 MiB, 683 MiB as base64),
+/// with room for the envelope. The library's default, 64 MiB, would fail any file over 48 MiB.
+pub const MAX_INCOMING_MESSAGE_BYTES: usize = 720 * 1024 * 1024;
+
+/// How long a connection attempt may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the server may take to answer `initialize`.
+pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long recovery tries before the session is given up.
+///
+/// It must stay well inside the server's detached-session retention (80 s for 0.169 and for
+/// Tether by default), since both sides start their clocks independently.
+pub const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(25);
+/// Pause between reconnect attempts: short, because an outage usually ends abruptly and every
+/// millisecond after that is latency the user sees.
+pub const DEFAULT_RECOVERY_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+/// Pings while connected: cheap, and what lets a dead connection be noticed.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Three missed pings: long enough for a busy server, short beside the recovery deadline.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long recovery tries after the server said it is going away (Close 1001), instead of
+/// the whole recovery deadline: a proxy in front of a live server that restarts comes back in
+/// this time and the session resumes; a server that stopped does not, and its client need
+/// not spend 25 s saying so.
+pub const GOING_AWAY_RECOVERY: Duration = Duration::from_secs(3);
+
+#[derive(Clone)]
+pub struct ClientOptions {
+    pub client_name: String,
+    /// Sent as `Authorization: Bearer …` on every connection's upgrade, for a server started
+    /// with `--ws-auth` (a capability token, or a signed JWT).
+    pub bearer_token: Option<String>,
+    /// For `wss://`: trust only this CA (PEM) instead of the system's roots — for a server
+    /// whose certificate a private CA signed, or a self-signed one pinned.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    pub connect_timeout: Duration,
+    pub initialize_timeout: Duration,
+    pub recovery_timeout: Duration,
+    pub recovery_retry_interval: Duration,
+    /// How often to ping the server when connected (`None`: never). Any frame from the server
+    /// (a pong, output, an answer) shows the connection is alive.
+    pub keepalive_interval: Option<Duration>,
+    /// Silence after which a connection is presumed dead and the session recovered on a new
+    /// one, instead of waiting for TCP to notice.
+    pub keepalive_timeout: Duration,
+    /// Largest message accepted from the server. One that is larger breaks the connection (the
+    /// session recovers) and fails the calls waiting on it, which are not sent again.
+    pub max_message_bytes: usize,
+    /// How long a process handle whose caller has not read [`crate::HANDLE_BUFFER_BYTES`] of
+    /// it may pause the connection (every handle and answer waits; the server holds the
+    /// process back, losing nothing) before it falls behind instead, to catch up later from
+    /// what the server retained. `None`: pause as long as it takes (one stream into a slow
+    /// consumer); zero: fall behind at once. See [`crate::flow`].
+    pub full_handle_pause: Option<Duration>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            client_name: "tether".into(),
+            bearer_token: None,
+            tls_ca_file: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
+            recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
+            recovery_retry_interval: DEFAULT_RECOVERY_RETRY_INTERVAL,
+            max_message_bytes: MAX_INCOMING_MESSAGE_BYTES,
+            keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            full_handle_pause: Some(DEFAULT_FULL_HANDLE_PAUSE),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("client_name", &self.client_name)
+            .field("has_bearer_token", &self.bearer_token.is_some())
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("initialize_timeout", &self.initialize_timeout)
+            .field("recovery_timeout", &self.recovery_timeout)
+            .field("recovery_retry_interval", &self.recovery_retry_interval)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_timeout", &self.keepalive_timeout)
+            .field("full_handle_pause", &self.full_handle_pause)
+            .finish()
+    }
+}
