@@ -17,10 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 use tether_protocol::ProcessId;
 use tether_protocol::process::{
-    ExecParams, ExecResponse, ListResponse, ProcessSummary, ReadParams, ReadResponse,
+    ExecParams, ExecResponse, ListParams, ListResponse, ProcessSummary, ReadParams, ReadResponse,
 };
 use tether_protocol::session::{EnvironmentInfo, TetherExtensions};
 use tokio::sync::{Notify, mpsc, watch};
@@ -177,7 +176,8 @@ impl ExecServerClient {
     /// The session's processes (`process/list`, a Tether extension: check
     /// `tetherExtensions.processList`; the reference answers `-32601`).
     pub async fn list_processes(&self) -> Result<Vec<ProcessSummary>, ClientError> {
-        let list: ListResponse = self.call("process/list", &json!({}), Retry::Safe).await?;
+        let list: ListResponse =
+            self.call("process/list", &ListParams::default(), Retry::Safe).await?;
         Ok(list.processes)
     }
 

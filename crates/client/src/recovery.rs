@@ -8,10 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
 use tether_protocol::error::{SESSION_ALREADY_ATTACHED, TRANSPORT_CLOSED};
 use tether_protocol::method::INITIALIZED;
-use tether_protocol::session::{InitializeParams, InitializeResponse};
+use tether_protocol::session::{InitializeParams, InitializeResponse, InitializedParams};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -47,7 +46,7 @@ pub(crate) async fn initialize(
             response.session_id
         )));
     }
-    connection.notify(INITIALIZED, &json!({}))?;
+    connection.notify(INITIALIZED, &InitializedParams::default())?;
     Ok(response)
 }
 

@@ -114,6 +114,10 @@ pub struct PtySize {
     pub rows: u16,
 }
 
+/// `process/list` params (Tether extension): none, `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListParams {}
+
 /// `process/list` result (Tether extension, `tetherExtensions.processList`; the params are
 /// `{}`): the session's processes, for a client that lost track of them (a harness restarted
 /// and resumed its session) to reattach.

@@ -157,3 +157,7 @@ mod tests {
         assert_eq!(status.status, EnvironmentState::Ready);
     }
 }
+
+/// `initialized` notification params: none, `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitializedParams {}
