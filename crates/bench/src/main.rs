@@ -34,12 +34,12 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// recovery, files, bigfile, http, sandbox, sandboxfs, config, discovery.
+    /// stalled, recovery, files, bigfile, http, sandbox, sandboxfs, config, discovery.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "latency,pipe,pty,cpu,many,sessions,memory,recovery,files,bigfile,http,\
-                         sandbox,sandboxfs,config,discovery"
+        default_value = "latency,pipe,pty,cpu,many,sessions,memory,stalled,recovery,files,bigfile,\
+                         http,sandbox,sandboxfs,config,discovery"
     )]
     only: Vec<String>,
     /// Skip the reference (for profiling Tether alone).
@@ -133,6 +133,17 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             table.push(row);
         }
+    }
+    if wants("stalled") {
+        let mut row = Row::new(
+            "tether exec peak RSS, reader stalled 10 s on 200 MB (MB)",
+            report::Better::Lower,
+        );
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            workloads::stalled_reader(server, 200_000_000, std::time::Duration::from_secs(10)).await
+        })
+        .await?;
+        table.push(row);
     }
     if wants("recovery") {
         let mut row = Row::new(

@@ -120,7 +120,7 @@ impl Server {
 }
 
 /// The release `tether` next to this benchmark binary.
-fn tether_binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn tether_binary() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let binary = exe.parent().context("no parent")?.join("tether");
     if !binary.is_file() {

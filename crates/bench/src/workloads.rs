@@ -165,3 +165,40 @@ pub async fn recovery(server: &Server, streams: usize) -> anyhow::Result<f64> {
     }
     Ok(elapsed)
 }
+
+/// Peak RSS (MB) of `tether exec` streaming `bytes` of output into a pipe whose reader stalls
+/// for `stall` first, then reads everything: what a slow consumer (a pager, a paused pipeline)
+/// costs the client. Every byte must arrive.
+pub async fn stalled_reader(server: &Server, bytes: u64, stall: Duration) -> anyhow::Result<f64> {
+    use tokio::io::AsyncReadExt;
+    let mut child = tokio::process::Command::new(crate::servers::tether_binary()?)
+        .args(["exec", "--url", &server.url, "--no-stdin", "--"])
+        .args(["head", "-c", &bytes.to_string(), "/dev/zero"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("tether exec has no pid")?;
+    let peak = || tether_testkit::process_stats::peak_rss_kib(pid).unwrap_or(0);
+    let mut highest = 0;
+    let until = Instant::now() + stall;
+    while Instant::now() < until {
+        highest = highest.max(peak());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut stdout = child.stdout.take().context("no stdout")?;
+    let mut buffer = vec![0u8; 1024 * 1024];
+    let mut received = 0u64;
+    loop {
+        let n = stdout.read(&mut buffer).await?;
+        if n == 0 {
+            break;
+        }
+        received += n as u64;
+        highest = highest.max(peak());
+    }
+    let status = child.wait().await?;
+    if !status.success() || received != bytes {
+        bail!("tether exec ended with {status} after {received} of {bytes} bytes");
+    }
+    Ok(highest as f64 / 1024.0)
+}
