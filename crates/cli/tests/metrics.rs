@@ -71,7 +71,9 @@ async fn metrics_need_the_credential_when_the_server_has_one() {
     for reason in ["unauthorized", "origin", "too_many_connections", "not_websocket"] {
         assert_eq!(refused(&text, reason), 0.0, "{reason}");
     }
-    assert!(RpcClient::connect(&server.url).await.is_err());
+    let refusal = RpcClient::connect(&server.url).await.err().expect("refused without a token");
+    let refusal = format!("{refusal:#}");
+    assert!(refusal.contains("401"), "{refusal}");
     // A browser's request, with the credential; and a plain GET that is no upgrade.
     let address = server.url.trim_start_matches("ws://").to_owned();
     let mut browser = tokio::net::TcpStream::connect(&address).await.unwrap();

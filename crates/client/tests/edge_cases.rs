@@ -181,12 +181,17 @@ async fn resume_is_retried_while_the_server_still_holds_the_old_connection(targe
     let script = "i=1; while [ $i -le 40 ]; do echo line-$i; i=$((i+1)); sleep 0.05; done";
     let mut process = client.start(params("counter", script)).await.unwrap();
 
-    // Exercise.
-    sleep(Duration::from_millis(300)).await;
+    // Exercise: once output flows, the client's side is cut.
+    let first = match timeout(Duration::from_secs(20), process.next_update()).await {
+        Ok(Some(ProcessUpdate::Event(ProcessEvent::Output { chunk, seq: 1, .. }))) => {
+            String::from_utf8(chunk.to_vec()).unwrap()
+        }
+        other => panic!("expected the first output, got {other:?}"),
+    };
     proxy.cut_client_side(Duration::from_millis(1500));
 
     // Assert: meanwhile the server refuses the session to anyone (checked directly) ...
-    sleep(Duration::from_millis(300)).await;
+    wait_for_status(&client, ConnectionStatus::Recovering).await;
     let mut other = RpcClient::connect(&server.url).await.unwrap();
     let refused = other.initialize(Some(client.session_id())).await.unwrap().unwrap_err();
     assert_eq!(refused.code, SESSION_ALREADY_ATTACHED, "{refused}");
@@ -194,9 +199,9 @@ async fn resume_is_retried_while_the_server_still_holds_the_old_connection(targe
     assert_eq!(client.status(), ConnectionStatus::Recovering);
     // ... and the client comes back once it is released, with every line once, in order.
     let (out, _, code, seqs) = drain(&mut process).await.unwrap();
-    assert_eq!(String::from_utf8(out).unwrap(), lines(40, "line"));
+    assert_eq!(first + &String::from_utf8(out).unwrap(), lines(40, "line"));
     assert_eq!(code, 0);
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert_eq!(seqs, (2..=seqs.len() as u64 + 1).collect::<Vec<_>>());
     assert!(proxy.connections() >= 3, "refused resumes were retried: {}", proxy.connections());
     assert_eq!(client.status(), ConnectionStatus::Connected);
 }

@@ -95,6 +95,12 @@ impl ProcessTable {
         self.processes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Processes started and not yet closed, as `max_processes` counts them: a process
+    /// leaves this count once its close is recorded (after its `Closed` event went out).
+    pub fn unfinished(&self) -> usize {
+        self.unfinished.load(Ordering::Acquire)
+    }
+
     pub fn get(&self, id: &ProcessId) -> Option<Arc<LocalProcess>> {
         self.processes().get(id).cloned()
     }

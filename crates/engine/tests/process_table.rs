@@ -176,6 +176,16 @@ async fn duplicate_ids_and_bad_params_are_refused() {
     table.shutdown();
 }
 
+/// Waits (up to 20 s) for `condition`: the table's own state, checked as it changes.
+async fn until(condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "the table never got there");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Whether `pid` is dead (gone, or a zombie awaiting its reaper) within two seconds: a killed
 /// process closes its pipes a moment before it finishes dying.
 async fn dies_soon(pid: i32) -> bool {
@@ -199,8 +209,8 @@ async fn closed_processes_are_forgotten_oldest_first_past_the_output_budget() {
     for id in ["first", "second", "third"] {
         table.start(params(id, "head -c 600 /dev/zero")).unwrap();
         until_closed(&mut rx).await;
-        // The close is recorded right after it is published.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The close is recorded right after it is published: wait for the record.
+        until(|| table.unfinished() == 0).await;
     }
     assert!(table.get(&"first".into()).is_none(), "forgotten first");
     assert!(table.get(&"second".into()).is_none(), "1,200 bytes is over the budget");
@@ -208,7 +218,11 @@ async fn closed_processes_are_forgotten_oldest_first_past_the_output_budget() {
     // A process still running is never forgotten, whatever it retains.
     table.start(params("running", "head -c 5000 /dev/zero; sleep 30")).unwrap();
     table.start(params("fourth", "head -c 600 /dev/zero")).unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once "fourth" is closed and recorded (only "running" is left unfinished), the budget
+    // has been applied with "running"'s 5,000 bytes in view.
+    until(|| table.get(&"fourth".into()).is_some_and(|p| p.is_closed())).await;
+    until(|| table.unfinished() == 1).await;
+    assert!(table.get(&"third".into()).is_none(), "the older closed one made room");
     assert!(table.get(&"running".into()).is_some());
     table.shutdown();
 }

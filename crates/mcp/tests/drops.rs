@@ -30,10 +30,12 @@ async fn a_stdio_server_rides_through_a_drop(target: Target) {
     assert_eq!(text(&client.call_tool("count_calls", None).await.unwrap()), "1");
 
     // A call in flight across the drop: its answer is written while the client is away and
-    // arrives with the catch-up.
+    // arrives with the catch-up. The cut comes once the exec-server has answered something
+    // sent after the freeze — the write of the call to the MCP server's stdin.
+    proxy.freeze_downstream();
     let slow = client.call_tool("slow", arguments(json!({"ms": 600})));
     let cut = async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.wait_held_bytes(1).await.unwrap();
         proxy.cut();
     };
     let (slow, ()) = tokio::join!(slow, cut);
