@@ -3,7 +3,6 @@
 //! line); an HTTP server's session lives on the MCP server, and only requests in flight at the
 //! drop are lost.
 
-
 use serde_json::json;
 use tether_client::{ClientOptions, Environment, ExecServerClient};
 use tether_mcp::{McpClient, McpClientOptions};
