@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::fs::inotify;
@@ -42,18 +43,21 @@ impl MissingWatch {
     /// Replaces the current watch. `fired` is called once, with the watch id, when the watch
     /// fires. Answers `watching: false`, and sets nothing, when looking again now would already
     /// find something: a missing path exists or `present` does not (or the id was used before).
+    ///
+    /// It looks at the filesystem on the calling thread: from async code, run
+    /// [`MissingWatch::prepare`] on the blocking pool and [`MissingWatch::install`] after.
     pub fn watch(
         &mut self,
         params: FsWatchMissingParams,
         fired: impl FnOnce(u64) + Send + 'static,
     ) -> Result<FsWatchMissingResponse, FsError> {
-        if let Some(previous) = self.current.take() {
-            previous.abort();
-        }
-        let not_watching = Ok(FsWatchMissingResponse { watching: false });
-        if !self.used_ids.insert(params.watch_id) {
-            return not_watching;
-        }
+        Ok(self.install(Self::prepare(params)?, fired))
+    }
+
+    /// The filesystem half of a watch: the paths looked at as they are now, and the inotify
+    /// watches added where the awaited changes would show. Blocking (a `stat` per path
+    /// component); needs a runtime's context (the blocking pool has one).
+    pub fn prepare(params: FsWatchMissingParams) -> Result<PreparedWatch, FsError> {
         let missing = params
             .missing
             .iter()
@@ -64,22 +68,58 @@ impl MissingWatch {
             None => None,
         };
         let baseline = Snapshot::take(&missing, present.as_deref());
-        if baseline.any_missing_exists(&missing)
-            || (present.is_some() && baseline.present.is_none())
-        {
-            return not_watching;
+        let already = baseline.any_missing_exists(&missing)
+            || (present.is_some() && baseline.present.is_none());
+        // Watches go in before the answer, so a change right after it is seen; the first
+        // re-check in `wait_for_change` catches one between the snapshot and now.
+        let watcher = if already { None } else { Watcher::new(&missing, present.as_deref()) };
+        Ok(PreparedWatch {
+            watch_id: params.watch_id,
+            paths: Arc::new(Paths { missing, present }),
+            baseline,
+            watcher,
+            already,
+        })
+    }
+
+    /// Makes a prepared watch the connection's, replacing the last one.
+    pub fn install(
+        &mut self,
+        prepared: PreparedWatch,
+        fired: impl FnOnce(u64) + Send + 'static,
+    ) -> FsWatchMissingResponse {
+        if let Some(previous) = self.current.take() {
+            previous.abort();
         }
-        // Watches go in before this call returns, so a change right after the answer is seen;
-        // the first re-check in `wait_for_change` catches one between the snapshot and now.
-        let watcher = Watcher::new(&missing, present.as_deref());
-        let watch_id = params.watch_id;
+        if !self.used_ids.insert(prepared.watch_id) || prepared.already {
+            return FsWatchMissingResponse { watching: false };
+        }
+        let PreparedWatch { watch_id, paths, baseline, watcher, .. } = prepared;
         self.current = Some(tokio::spawn(async move {
-            wait_for_change(watcher, &missing, present.as_deref(), &baseline).await;
+            wait_for_change(watcher, paths, &baseline).await;
             debug!(watch_id, "watched missing paths changed");
             fired(watch_id);
         }));
-        Ok(FsWatchMissingResponse { watching: true })
+        FsWatchMissingResponse { watching: true }
     }
+}
+
+/// A watch looked at and set up, not yet the connection's ([`MissingWatch::prepare`]).
+#[derive(Debug)]
+pub struct PreparedWatch {
+    watch_id: u64,
+    paths: Arc<Paths>,
+    baseline: Snapshot,
+    watcher: Option<Watcher>,
+    /// Looking again would already find something: nothing to wait for.
+    already: bool,
+}
+
+/// What a watch looks at.
+#[derive(Debug)]
+struct Paths {
+    missing: Vec<PathBuf>,
+    present: Option<PathBuf>,
 }
 
 impl Drop for MissingWatch {
@@ -137,14 +177,17 @@ fn deepest_existing(path: &Path) -> Option<&Path> {
     path.ancestors().find(|a| std::fs::symlink_metadata(a).is_ok())
 }
 
-async fn wait_for_change(
-    watcher: Option<Watcher>,
-    missing: &[PathBuf],
-    present: Option<&Path>,
-    baseline: &Snapshot,
-) {
+/// Re-checks the paths when inotify wakes the watch (or every [`RECHECK_INTERVAL`]) until
+/// something changed. Each look is a few `stat`s, made on the blocking pool.
+async fn wait_for_change(watcher: Option<Watcher>, paths: Arc<Paths>, baseline: &Snapshot) {
     loop {
-        if Snapshot::take(missing, present).changed_since(baseline) {
+        let look = paths.clone();
+        let now = tokio::task::spawn_blocking(move || {
+            Snapshot::take(&look.missing, look.present.as_deref())
+        })
+        .await;
+        // A look that panicked says nothing changed; the next one tries again.
+        if now.is_ok_and(|now| now.changed_since(baseline)) {
             return;
         }
         match &watcher {
@@ -157,6 +200,7 @@ async fn wait_for_change(
 }
 
 /// An inotify instance watching the directories where the awaited changes would show.
+#[derive(Debug)]
 struct Watcher {
     fd: AsyncFd<rustix::fd::OwnedFd>,
 }

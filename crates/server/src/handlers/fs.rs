@@ -130,7 +130,12 @@ pub(crate) async fn run(
                     let _ = outbound.send(text).await;
                 });
             };
-            encode_response(id, &connection.watch.watch(p, fired).map_err(to_rpc)?)
+            // The look at the paths is a `stat` per component: on the blocking pool.
+            let prepared = tokio::task::spawn_blocking(move || MissingWatch::prepare(p))
+                .await
+                .map_err(|_| JsonRpcError::new(INTERNAL_ERROR, "fs/watchMissing failed"))?
+                .map_err(to_rpc)?;
+            encode_response(id, &connection.watch.install(prepared, fired))
         }
     };
     Ok(Reply { text, hold: None })
