@@ -19,8 +19,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tether_protocol::ProcessId;
 use tether_protocol::process::{
-    ExecOutputStream, ProcessSignal, ProcessState as RunState, ProcessSummary, ReadResponse,
-    WriteStatus,
+    ExecOutputStream, ProcessOutputChunk, ProcessSignal, ProcessState as RunState, ProcessSummary,
+    ReadResponse, WriteStatus,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -34,6 +34,7 @@ pub use spill::{
 };
 
 pub(crate) use retained::RetainedOutput;
+use spill::DiskRead;
 use stdin::StdinQueue;
 
 /// How many `writeId`s each process remembers, so a retried write is applied once.
@@ -253,12 +254,27 @@ impl LocalProcess {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            {
-                let mut state = self.state();
+            let disk = {
+                let state = self.state();
                 let news = state.output.has_news_after(after_seq);
                 if news || deadline.is_none_or(|d| Instant::now() >= d) {
-                    let denied = state.sandbox_denied;
-                    return to_response(state.output.read(after_seq, max_bytes), denied);
+                    Some(state.output.plan_read(after_seq, max_bytes))
+                } else {
+                    None
+                }
+            };
+            if let Some(disk) = disk {
+                // Spilled output is read on the blocking pool, with the state lock released.
+                let disk = match disk {
+                    Some(read) => Some(read_spilled(read).await),
+                    None => None,
+                };
+                let mut state = self.state();
+                let denied = state.sandbox_denied;
+                match state.output.finish_read(after_seq, max_bytes, disk) {
+                    Some(window) => return to_response(window, denied),
+                    // What was read from the disk was dropped meanwhile: read again.
+                    None => continue,
                 }
             }
             match deadline {
@@ -276,7 +292,8 @@ impl LocalProcess {
     /// The events after `after_seq` as they were published — output chunks (about
     /// `max_bytes` of them, at least one), the exit and the close in their places — for a
     /// handle catching up on what it let pass. `Err` with the oldest sequence still readable
-    /// when what follows `after_seq` is no longer retained.
+    /// when what follows `after_seq` is no longer retained — in memory: it never waits for the
+    /// disk, so output only a spill file holds counts as gone here.
     pub fn events_after(
         &self,
         after_seq: u64,
@@ -448,6 +465,16 @@ fn to_response(window: ReadWindow, sandbox_denied: bool) -> ReadResponse {
 pub struct EventsLost {
     pub after_seq: u64,
     pub oldest_readable_seq: u64,
+}
+
+/// Reads spilled output on the blocking pool. A read that never finished (the runtime is
+/// going away) is an I/O error, which gives the spill up.
+async fn read_spilled(read: DiskRead) -> (DiskRead, std::io::Result<Vec<ProcessOutputChunk>>) {
+    let reading = read.clone();
+    match tokio::task::spawn_blocking(move || reading.run()).await {
+        Ok(chunks) => (read, chunks),
+        Err(error) => (read, Err(std::io::Error::other(error.to_string()))),
+    }
 }
 
 /// `now + wait`, saturating: a client may ask to wait `u64::MAX` milliseconds.

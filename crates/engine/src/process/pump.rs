@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
+use super::retained::SpillStep;
 use super::spawn::{Reader, Spawned};
+use super::spill::SpillFile;
 use super::{LocalProcess, ProcessEvent};
 
 /// Largest chunk read at once. A pipe holds 64 KiB, so one read can take all of it: fewer,
@@ -166,6 +168,7 @@ struct Pump {
 impl Pump {
     async fn output(&self, stream: ExecOutputStream, chunk: Bytes) {
         let seq = self.process.state().output.push_output(stream, chunk.clone());
+        self.spill().await;
         trace!(process_id = %self.process.id, seq, bytes = chunk.len(), "output");
         self.publish(ProcessEvent::Output {
             process_id: self.process.id.clone(),
@@ -174,6 +177,38 @@ impl Pump {
             chunk,
         })
         .await;
+    }
+
+    /// Does what the spill needs (its file made, a batch written) on the blocking pool, with
+    /// the state lock released: this process waits meanwhile, as it would for a slow client,
+    /// but no async thread and no reader does.
+    async fn spill(&self) {
+        loop {
+            let step = self.process.state().output.spill_step();
+            match step {
+                SpillStep::Nothing => return,
+                SpillStep::MakeFile(config) => {
+                    let made = tokio::task::spawn_blocking(move || SpillFile::create(&config))
+                        .await
+                        .unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
+                    self.process.state().output.spill_file_made(made);
+                }
+                SpillStep::Write(batch) => {
+                    let written = tokio::task::spawn_blocking(move || {
+                        let written = batch.write();
+                        (batch, written)
+                    })
+                    .await;
+                    let mut state = self.process.state();
+                    match written {
+                        Ok((batch, written)) => state.output.spill_written(&batch, written),
+                        // The write never finished (the runtime is going away): the spill
+                        // cannot be trusted.
+                        Err(panic) => state.output.give_up_spill(&panic.to_string()),
+                    }
+                }
+            }
+        }
     }
 
     async fn exit(&self, exit_code: i32) {

@@ -8,7 +8,24 @@ use tether_protocol::ByteChunk;
 use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk};
 use tracing::warn;
 
-use super::spill::{Spill, SpillConfig};
+use super::spill::{DiskRead, Spill, SpillBatch, SpillConfig, SpillFile};
+
+/// Spilled chunks the pump lets queue in memory before it writes them as one batch: a few of
+/// the pump's reads, so a chatty process costs one blocking-pool hop per quarter megabyte, not
+/// per chunk.
+pub(crate) const SPILL_BATCH_BYTES: usize = 256 * 1024;
+
+/// What the pump does next for the spill ([`RetainedOutput::spill_step`]), off the state lock
+/// and on the blocking pool.
+#[derive(Debug)]
+pub(crate) enum SpillStep {
+    /// Nothing to write yet.
+    Nothing,
+    /// Make the spill file (the first time output is spilled).
+    MakeFile(Arc<SpillConfig>),
+    /// Write this batch, then hand it back with [`RetainedOutput::spill_written`].
+    Write(SpillBatch),
+}
 
 /// Output kept per process for `process/read` replays, by default: the last 8 MiB.
 ///
@@ -44,9 +61,11 @@ pub(crate) struct RetainedOutput {
     closed_seq: Option<u64>,
     /// The last sequence whose output was dropped to stay within the limits (0: none).
     evicted_through: u64,
-    /// Where to spill, until the spill is made (at the first eviction) or has failed.
+    /// Where to spill, until the spill's file is made or has failed.
     spill_config: Option<Arc<SpillConfig>>,
     spill: Option<Spill>,
+    /// [`SPILL_BATCH_BYTES`] (tests write every chunk at once).
+    spill_batch_bytes: usize,
 }
 
 /// A window of retained output, as `process/read` returns it.
@@ -82,6 +101,7 @@ impl RetainedOutput {
             closed_seq: None,
             spill_config,
             spill: None,
+            spill_batch_bytes: SPILL_BATCH_BYTES,
         }
     }
 
@@ -102,29 +122,77 @@ impl RetainedOutput {
         seq
     }
 
-    /// Moves a chunk memory no longer holds to the spill, or drops it.
+    /// Moves a chunk memory no longer holds to the spill's queue, or drops it.
     fn retire(&mut self, chunk: ProcessOutputChunk) {
         if self.spill.is_none()
-            && let Some(config) = self.spill_config.take()
+            && let Some(config) = &self.spill_config
         {
-            match Spill::create(&config) {
-                Ok(spill) => self.spill = Some(spill),
-                Err(error) => {
-                    warn!(%error, dir = %config.dir.display(), "cannot spill output to disk; older output is dropped instead")
+            self.spill = Some(Spill::new(config));
+        }
+        match &mut self.spill {
+            Some(spill) => spill.push(chunk),
+            None => self.evicted_through = chunk.seq,
+        }
+    }
+
+    /// What the spill needs from the pump now: its file made, or a batch written (once a
+    /// batch's worth is queued). Dropping what a batch will overwrite happens here.
+    pub(crate) fn spill_step(&mut self) -> SpillStep {
+        let Some(spill) = &mut self.spill else { return SpillStep::Nothing };
+        if spill.needs_file() {
+            return match &self.spill_config {
+                Some(config) => SpillStep::MakeFile(config.clone()),
+                None => SpillStep::Nothing,
+            };
+        }
+        if spill.unbatched_bytes() < self.spill_batch_bytes.max(1) {
+            return SpillStep::Nothing;
+        }
+        match spill.take_batch() {
+            Some((batch, dropped)) => {
+                if let Some(dropped) = dropped {
+                    self.evicted_through = self.evicted_through.max(dropped);
                 }
+                SpillStep::Write(batch)
+            }
+            None => SpillStep::Nothing,
+        }
+    }
+
+    /// The spill file was made (or could not be: the spill is given up, its queue dropped).
+    pub(crate) fn spill_file_made(&mut self, made: std::io::Result<SpillFile>) {
+        match (made, &mut self.spill) {
+            (Ok(file), Some(spill)) => spill.set_file(file),
+            (Ok(_), None) => {}
+            (Err(error), _) => {
+                if let Some(config) = self.spill_config.take() {
+                    warn!(%error, dir = %config.dir.display(), "cannot spill output to disk; older output is dropped instead");
+                }
+                self.discard_spill();
             }
         }
-        let Some(spill) = &mut self.spill else {
-            self.evicted_through = chunk.seq;
+    }
+
+    /// The spill cannot be trusted any more: what it holds reads as dropped from now on, and
+    /// later output is dropped instead of spilled.
+    pub(crate) fn give_up_spill(&mut self, why: &str) {
+        warn!(why, "spilling output failed; the spill is given up");
+        self.spill_config = None;
+        self.discard_spill();
+    }
+
+    /// A batch was written (or failed: the spill is given up).
+    pub(crate) fn spill_written(&mut self, batch: &SpillBatch, written: std::io::Result<()>) {
+        let Some(spill) = &mut self.spill else { return };
+        if !spill.owns(batch) {
             return;
-        };
-        match spill.push(&chunk) {
-            Ok(Some(dropped)) => self.evicted_through = dropped,
-            Ok(None) => {}
+        }
+        match written {
+            Ok(()) => spill.commit(batch),
             Err(error) => {
                 warn!(%error, "writing spilled output failed; the spill is given up");
+                self.spill_config = None;
                 self.discard_spill();
-                self.evicted_through = chunk.seq;
             }
         }
     }
@@ -216,29 +284,77 @@ impl RetainedOutput {
     /// chunk returned (so the exit and close are reported again on the next read), or the
     /// process's next sequence when no chunk was returned — as the reference computes it.
     ///
+    /// A read in two steps, so that no disk I/O happens under the state lock:
+    /// [`RetainedOutput::plan_read`] says what to read from the spill file (if anything), the
+    /// caller reads it on the blocking pool, and [`RetainedOutput::finish_read`] makes the
+    /// window. [`RetainedOutput::read`] is both for a read that must not wait for the disk:
+    /// what only the file holds then reads as dropped.
+    ///
     /// A read that reaches into spilled output gets at most as much as memory holds (the
     /// spill may hold far more than one message should carry), and stops at
     /// [`RETAINED_OUTPUT_CHUNKS`] chunks; cut short, its `next_seq` follows its last chunk, as
     /// a budgeted read's does, and the reader continues from there.
     pub(crate) fn read(&mut self, after_seq: u64, max_bytes: Option<usize>) -> ReadWindow {
-        let from_spill = self.spill.as_ref().is_some_and(|spill| spill.has_after(after_seq));
-        let mut budget = Budget::new(max_bytes.or(from_spill.then_some(self.byte_limit)));
+        self.finish_read(after_seq, max_bytes, None)
+            .expect("a read without the disk is never stale")
+    }
+
+    /// What a read after `after_seq` takes from the spill file, if anything.
+    pub(crate) fn plan_read(&self, after_seq: u64, max_bytes: Option<usize>) -> Option<DiskRead> {
+        let spill = self.spill.as_ref().filter(|spill| spill.has_on_disk_after(after_seq))?;
+        let mut budget = Budget::new(max_bytes.or(Some(self.byte_limit)));
+        spill.disk_read(after_seq, |len| budget.admit(len))
+    }
+
+    /// The window of a read, from what [`RetainedOutput::plan_read`]'s disk read returned and
+    /// what memory holds now. `None` when the disk read is stale — a chunk it read was
+    /// dropped meanwhile, so its bytes may have been overwritten —, and the read is planned
+    /// again.
+    pub(crate) fn finish_read(
+        &mut self,
+        after_seq: u64,
+        max_bytes: Option<usize>,
+        disk: Option<(DiskRead, std::io::Result<Vec<ProcessOutputChunk>>)>,
+    ) -> Option<ReadWindow> {
+        // A read that reaches spilled output, on disk or queued for it, carries at most what
+        // memory holds (the spill may hold far more than one message should).
+        let reaches_spill = disk.is_some()
+            || self.spill.as_ref().is_some_and(|spill| spill.has_queued_after(after_seq));
+        let mut budget = Budget::new(max_bytes.or(reaches_spill.then_some(self.byte_limit)));
         let mut chunks = Vec::new();
-        if from_spill && let Some(spill) = &self.spill {
-            match spill.read_after(after_seq, |len| budget.admit(len)) {
-                Ok(spilled) => chunks = spilled,
+        if let Some((read, result)) = disk {
+            if !self.spill.as_ref().is_some_and(|spill| spill.still_holds(&read)) {
+                return None;
+            }
+            match result {
+                Ok(spilled) => {
+                    chunks =
+                        spilled.into_iter().take_while(|c| budget.admit(c.chunk.len())).collect();
+                    // Chunks written to the file since the read was planned are no longer in
+                    // memory: the window ends where the read did, and the reader goes on from
+                    // there.
+                    let last = chunks.last().map_or(after_seq, |c: &ProcessOutputChunk| c.seq);
+                    if self.spill.as_ref().is_some_and(|spill| spill.has_on_disk_after(last)) {
+                        budget.cut = true;
+                    }
+                }
                 Err(error) => {
                     warn!(%error, "reading spilled output failed; the spill is given up");
+                    self.spill_config = None;
                     self.discard_spill();
-                    budget = Budget::new(max_bytes);
+                    budget = Budget::new(max_bytes.or(Some(self.byte_limit)));
                 }
             }
         }
         if !budget.cut {
             let after = chunks.last().map_or(after_seq, |c: &ProcessOutputChunk| c.seq);
-            let start = self.chunks.partition_point(|c| c.seq <= after);
+            let queued = self.spill.iter().flat_map(Spill::queued);
             chunks.extend(
-                self.chunks.range(start..).take_while(|c| budget.admit(c.chunk.len())).cloned(),
+                queued
+                    .chain(self.chunks.iter())
+                    .filter(|c| c.seq > after)
+                    .take_while(|c| budget.admit(c.chunk.len()))
+                    .cloned(),
             );
         }
         let continue_after_last = max_bytes.is_some() || budget.cut;
@@ -252,14 +368,14 @@ impl RetainedOutput {
         // complete never places an exit or a close where output still follows.
         let within = |seq: u64| max_bytes.is_some() || seq < next_seq;
         let exit = self.exit.filter(|&(seq, _)| within(seq));
-        ReadWindow {
+        Some(ReadWindow {
             chunks,
             next_seq,
             oldest_readable_seq: self.oldest_readable_seq(),
             exit_code: exit.map(|(_, code)| code),
             exited: exit.is_some(),
             closed: self.closed_seq.is_some_and(within),
-        }
+        })
     }
 }
 
@@ -365,7 +481,41 @@ mod tests {
             dir: std::env::temp_dir(),
             bytes_per_process: super::super::spill::MIN_SPILL_BYTES_PER_PROCESS,
         };
-        RetainedOutput::new(memory, Some(Arc::new(config)))
+        let mut retained = RetainedOutput::new(memory, Some(Arc::new(config)));
+        retained.spill_batch_bytes = 1;
+        retained
+    }
+
+    /// What the pump does after each chunk: the spill's file made, its batch written.
+    fn settle(retained: &mut RetainedOutput) {
+        loop {
+            match retained.spill_step() {
+                SpillStep::Nothing => return,
+                SpillStep::MakeFile(config) => retained.spill_file_made(SpillFile::create(&config)),
+                SpillStep::Write(batch) => {
+                    let written = batch.write();
+                    retained.spill_written(&batch, written);
+                }
+            }
+        }
+    }
+
+    /// A read as a process makes it: the disk part first, then the window.
+    fn read(retained: &mut RetainedOutput, after: u64, max: Option<usize>) -> ReadWindow {
+        loop {
+            let disk = retained.plan_read(after, max).map(|read| {
+                let chunks = read.run();
+                (read, chunks)
+            });
+            if let Some(window) = retained.finish_read(after, max, disk) {
+                return window;
+            }
+        }
+    }
+
+    fn spill_out(retained: &mut RetainedOutput, text: &str) {
+        out(retained, text);
+        settle(retained);
     }
 
     fn text(window: &ReadWindow) -> String {
@@ -380,7 +530,7 @@ mod tests {
         let mut retained = spilling(10);
         let all: String = (0..40).map(|n| format!("{n:03}|")).collect();
         for n in 0..40 {
-            out(&mut retained, &format!("{n:03}|"));
+            spill_out(&mut retained, &format!("{n:03}|"));
         }
         retained.record_exit(0);
         retained.record_close();
@@ -391,7 +541,7 @@ mod tests {
 
         let (mut paged, mut after) = (String::new(), 0);
         loop {
-            let window = retained.read(after, Some(24));
+            let window = read(&mut retained, after, Some(24));
             if window.chunks.is_empty() {
                 break;
             }
@@ -400,14 +550,14 @@ mod tests {
         }
         assert_eq!(paged, all);
 
-        let first = retained.read(0, None);
+        let first = read(&mut retained, 0, None);
         assert_eq!(text(&first), all[..8], "cut at what memory holds (10 bytes, whole chunks)");
         assert_eq!(first.next_seq, 3, "a cut read continues after its last chunk");
         assert!(!first.exited && !first.closed, "the exit and close lie beyond the cut");
-        assert!(retained.read(0, Some(8)).closed, "a budgeted read reports them anyway");
+        assert!(read(&mut retained, 0, Some(8)).closed, "a budgeted read reports them anyway");
         let (mut unbudgeted, mut after) = (String::new(), 0);
         let last = loop {
-            let window = retained.read(after, None);
+            let window = read(&mut retained, after, None);
             unbudgeted += &text(&window);
             if window.next_seq == retained.next_seq() {
                 break window;
@@ -422,11 +572,11 @@ mod tests {
     fn a_discarded_spill_reads_as_dropped_output() {
         let mut retained = spilling(10);
         for n in 0..10 {
-            out(&mut retained, &format!("{n:03}|"));
+            spill_out(&mut retained, &format!("{n:03}|"));
         }
         retained.discard_spill();
         assert_eq!(retained.spilled_bytes(), 0);
-        let window = retained.read(0, None);
+        let window = read(&mut retained, 0, None);
         assert_eq!(window.oldest_readable_seq, window.chunks[0].seq);
         assert_eq!(text(&window), "008|009|");
     }
