@@ -94,7 +94,9 @@ async fn read_replays_retained_output_with_byte_budgets(target: Target) {
     let (_server, mut client) = started(target).await;
     client.ok("process/start", exec("p", "printf abcdef; sleep 0.1; printf ghij")).await.unwrap();
     let events = client.process_events("p").await.unwrap();
-    let closed_seq = seq(events.last().unwrap());
+    // The reference may send the close before the exit: find it, not the last to arrive.
+    let closed = events.iter().find(|e| e["method"] == "process/closed").unwrap();
+    let closed_seq = seq(closed);
     let chunks: Vec<u64> =
         events.iter().filter(|e| e["method"] == "process/output").map(seq).collect();
     assert_eq!(chunks.len(), 2, "{events:?}");
