@@ -73,7 +73,6 @@ pub(crate) async fn catch_up(
         } else if registration.publish_page(&page) {
             continue;
         } else {
-            registration.asking();
             match read(None).await? {
                 Ok(complete) => complete,
                 Err(error) => return Ok(CatchUp::Lost(error)),
@@ -93,7 +92,7 @@ pub(crate) async fn catch_up(
 /// reconnects. The error says why the process cannot be followed.
 pub(crate) async fn run_claimed(
     session: &Session,
-    registration: &Registration,
+    registration: &Arc<Registration>,
 ) -> Result<(), String> {
     loop {
         let connection = match session.connected().await {

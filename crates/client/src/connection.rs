@@ -72,6 +72,11 @@ pub(crate) struct Connection {
     gated: Arc<AtomicBool>,
 }
 
+/// How often a paused reader probes its connection with a ping, to notice that it ended:
+/// while the server's side is gone, nothing holds the process back, so the output the server
+/// retains is all the time the client has to come back.
+const PAUSED_PROBE_INTERVAL: Duration = Duration::from_millis(200);
+
 /// When to ping the server, and how long a silence means the connection is dead.
 struct Keepalive {
     enabled: bool,
@@ -183,6 +188,14 @@ impl Connection {
                     _ = full_handles.changed(), if paused => continue,
                     () = sleep_until_or_never(give_up_at), if paused => {
                         gate.give_up_pause();
+                        continue;
+                    }
+                    // Not reading, the reader cannot see the connection end; a write to a
+                    // socket the peer closed fails (the second at the latest), which ends it
+                    // here: the session recovers, and the server holds nothing back for a
+                    // connection that is gone.
+                    () = tokio::time::sleep(PAUSED_PROBE_INTERVAL), if paused => {
+                        let _ = reader_writer.send(Frame::Ping(Default::default()));
                         continue;
                     }
                     Some(end) = writer_gone.recv() => break End::Dropped(end),

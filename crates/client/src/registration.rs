@@ -52,9 +52,12 @@ struct State {
     catching_up: bool,
     held: Vec<ProcessEvent>,
     held_bytes: usize,
-    /// Held events were dropped since the last page was asked for, so its answer does not end
-    /// the catch-up: another page reads them back.
-    held_dropped: bool,
+    /// Past [`HELD_EVENT_BYTES`], live events are dropped (the oldest held are kept, so what
+    /// is held stays one run) until the catch-up's next answer is merged.
+    dropping: bool,
+    /// The newest sequence dropped so: a catch-up answer that does not reach it does not end
+    /// the catch-up, and another page reads the rest back.
+    dropped_through: u64,
     /// A catch-up task (a recovery's, or a refill) is working on this process.
     catch_up_running: bool,
 }
@@ -96,7 +99,8 @@ impl Registration {
             catching_up: false,
             held: Vec::new(),
             held_bytes: 0,
-            held_dropped: false,
+            dropping: false,
+            dropped_through: 0,
             catch_up_running: false,
         };
         (Self { process_id, state: Mutex::new(state), gate }, receiver)
@@ -161,33 +165,38 @@ impl Registration {
     /// A catch-up task stops (caught up, waiting for its caller to read, or failed). Returns
     /// true when it should go on instead: the handle was read down meanwhile and the process
     /// is still behind — nobody else would start its catch-up then.
-    pub(crate) fn end_catch_up(&self) -> bool {
+    ///
+    /// Stopped to wait for the caller, with no read of its own in flight, a handle that may
+    /// pause the connection does: the server then holds the process back while the caller
+    /// catches up, instead of running ahead of what it retains (live output would only be
+    /// dropped meanwhile). The pause has its patience, as any other.
+    pub(crate) fn end_catch_up(self: &Arc<Self>) -> bool {
         let mut state = self.state();
-        let go_on =
-            state.catching_up && state.finished.is_none() && state.queued <= RESUME_BELOW_BYTES;
+        let behind = state.catching_up && state.finished.is_none();
+        let go_on = behind && state.queued <= RESUME_BELOW_BYTES;
         state.catch_up_running = go_on;
+        let hold_gate = behind && !go_on && self.gate.is_some() && !state.pausing;
+        if hold_gate {
+            state.pausing = true;
+        }
+        drop(state);
+        if hold_gate && let Some(gate) = &self.gate {
+            let me: Arc<dyn FallBehind> = self.clone();
+            gate.hold(Arc::downgrade(&me));
+        }
         go_on
     }
 
-    /// Before a catch-up page is asked for: how much it may bring. Live events held so far
-    /// are let go — they are older than the answer will be, which brings them back — so only
-    /// what arrives after the question is kept (within [`HELD_EVENT_BYTES`]).
+    /// Before a catch-up page is asked for: how much it may bring.
     pub(crate) fn next_page(&self) -> NextPage {
-        let mut state = self.state();
+        let state = self.state();
         if state.finished.is_some() {
             return NextPage::Finished;
         }
         if state.queued > RESUME_BELOW_BYTES {
             return NextPage::HandleFull;
         }
-        let_go_of_held(&mut state);
         NextPage::Read(CATCH_UP_PAGE_BYTES)
-    }
-
-    /// Before a read that is not a page (the complete read after a hole): as
-    /// [`Self::next_page`], whatever room the handle has.
-    pub(crate) fn asking(&self) {
-        let_go_of_held(&mut self.state());
     }
 
     /// A catch-up task stops for a reason of its own (its connection dropped during a
@@ -205,16 +214,19 @@ impl Registration {
             if state.queued > RESUME_BELOW_BYTES {
                 return false;
             }
-            if state.catching_up && state.finished.is_none() && !state.catch_up_running {
+            // Read down: a paused connection is read again (a refill needs its answers).
+            let release = std::mem::take(&mut state.pausing);
+            let refill = state.catching_up && state.finished.is_none() && !state.catch_up_running;
+            if refill {
                 state.catch_up_running = true;
-                return true;
             }
-            std::mem::take(&mut state.pausing)
+            (release, refill)
         };
+        let (release, refill) = release;
         if release {
             self.release_gate();
         }
-        false
+        refill
     }
 
     /// The handle was dropped: nothing listens any more, and nothing it held holds anyone up.
@@ -320,16 +332,18 @@ impl Registration {
     }
 
     /// Merges a catch-up read into the stream (see [`crate::reconcile`]). Returns whether the
-    /// process is now caught up: not if live events were dropped after this read was asked
-    /// for (they are past its answer), when the catch-up reads on.
+    /// process is now caught up: not if live events past this read's end were dropped, when
+    /// the catch-up reads on.
     pub(crate) fn catch_up(&self, read: &ReadResponse) -> Result<bool, ReconcileError> {
         let mut state = self.state();
         if state.finished.is_some() {
             return Ok(true);
         }
-        let complete = !state.held_dropped;
+        let complete = state.dropped_through < read.next_seq;
         let held = std::mem::take(&mut state.held);
         state.held_bytes = 0;
+        // Live events are held again from here; the pages read what was dropped.
+        state.dropping = false;
         let mut pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
         pending.extend(held);
         pending.sort_by_key(ProcessEvent::seq);
@@ -349,6 +363,7 @@ impl Registration {
         }
         if complete {
             state.catching_up = false;
+            state.dropped_through = 0;
             restart_ordering(&mut state, &self.process_id, caught_up_to, pending);
         } else {
             state.reorder = ReorderBuffer::new(caught_up_to);
@@ -396,24 +411,18 @@ impl FallBehind for Registration {
     }
 }
 
-/// Holds a live event for the catch-up under way, within [`HELD_EVENT_BYTES`]; past that, what
-/// is held is let go (the catch-up reads it back) and so is everything until the next page.
+/// Holds a live event for the catch-up under way, within [`HELD_EVENT_BYTES`]; past that,
+/// this and every later event until the catch-up's next answer is dropped (the server still
+/// has them: the pages read them back), the oldest held kept.
 fn hold(state: &mut State, event: ProcessEvent) {
     let bytes = event_bytes(&event).max(1);
-    if state.held_dropped || state.held_bytes + bytes > HELD_EVENT_BYTES {
-        state.held.clear();
-        state.held_bytes = 0;
-        state.held_dropped = true;
+    if state.dropping || state.held_bytes + bytes > HELD_EVENT_BYTES {
+        state.dropping = true;
+        state.dropped_through = state.dropped_through.max(event.seq());
         return;
     }
     state.held_bytes += bytes;
     state.held.push(event);
-}
-
-fn let_go_of_held(state: &mut State) {
-    state.held.clear();
-    state.held_bytes = 0;
-    state.held_dropped = false;
 }
 
 /// Whether the process finished while its handle held the connection paused: the pause is

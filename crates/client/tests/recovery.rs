@@ -171,7 +171,14 @@ async fn output_spilled_to_disk_outlasts_an_outage() {
 /// notifications queued, loses output here and the client rightly fails the process.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_producer_keeps_every_byte_through_cuts() {
-    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    // The client holds a bounded window of a process's output; what a cut loses in flight,
+    // and what the process prints while its session is detached, comes back from the
+    // server's retained output — here more than the 9.2 MB printed, so that what is tested is
+    // the catch-up, not how far a loaded machine's reader falls behind (past the retention the
+    // process fails plainly: `output_lost_during_an_outage_fails_only_that_process`).
+    let retain = (32 * 1024 * 1024).to_string();
+    let args = ["--retain-output-bytes", retain.as_str()];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
     let script = "head -c 3000000 /dev/urandom | od -An -tx1 -v";
