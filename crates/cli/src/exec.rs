@@ -181,17 +181,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     // is stalled the connection is paused, and an answer waited for here would never come.
     let (failed_calls, mut call_failures) = mpsc::unbounded_channel::<anyhow::Error>();
     let control = process.control();
-    let act =
-        |call: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>| {
-            let failed_calls = failed_calls.clone();
-            tokio::spawn(async move {
-                if let Err(error) = call.await {
-                    let _ = failed_calls.send(error);
-                }
-            });
-        };
     if !args.no_stdin {
-        act(Box::pin(forward_stdin(control.clone(), closable)));
+        spawn_call(&failed_calls, forward_stdin(control.clone(), closable));
     }
     let mut exit_code = None;
     let mut interrupted = false;
@@ -230,20 +221,34 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             }
             Some(signal) = forwarded.recv() => {
                 let control = control.clone();
-                act(Box::pin(async move { Ok(control.signal(signal).await?) }));
+                spawn_call(&failed_calls, async move { Ok(control.signal(signal).await?) });
             }
             _ = tokio::signal::ctrl_c() => {
                 let control = control.clone();
                 if interrupted {
-                    act(Box::pin(async move { control.terminate().await.map(drop).map_err(Into::into) }));
+                    spawn_call(&failed_calls, async move { Ok(control.terminate().await.map(drop)?) });
                 } else {
                     // First Ctrl-C goes to the command, as it would at a local terminal.
                     interrupted = true;
-                    act(Box::pin(async move { Ok(control.interrupt().await?) }));
+                    spawn_call(&failed_calls, async move { Ok(control.interrupt().await?) });
                 }
             }
         }
     }
+}
+
+/// Runs a call on the process in a task of its own; its failure, if any, goes to `failed`,
+/// which ends `tether exec` with it.
+fn spawn_call(
+    failed: &mpsc::UnboundedSender<anyhow::Error>,
+    call: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+) {
+    let failed = failed.clone();
+    tokio::spawn(async move {
+        if let Err(error) = call.await {
+            let _ = failed.send(error);
+        }
+    });
 }
 
 /// Copies our stdin to the command's, in order, each write answered before the next; at the

@@ -34,9 +34,10 @@ pub const DEFAULT_FULL_HANDLE_PAUSE: Duration = Duration::from_secs(2);
 pub(crate) use tether_engine::exec::update_cost;
 pub use tether_engine::exec::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OVERHEAD_BYTES};
 
-/// Most bytes of live events held while a catch-up read is on its way. Past it they are
-/// dropped and the catch-up reads another page instead: everything dropped is still on the
-/// server. The same size as a handle's buffer, so a catch-up never holds more than its handle.
+/// Most bytes of live events held while a catch-up reads the backlog. Past it the newest are
+/// dropped (the oldest run is kept) and the catch-up reads them back in another page:
+/// everything dropped is still on the server. The same size as a handle's buffer, so a
+/// catch-up never holds more than its handle.
 pub const HELD_EVENT_BYTES: usize = HANDLE_BUFFER_BYTES;
 
 /// Events queued between a connection's socket reader and the client's router. The router
