@@ -6,7 +6,7 @@
 //! during a catch-up by [`HELD_EVENT_BYTES`]. A handle that is full either falls behind (and
 //! is caught up later from the server's retained output) or pauses the connection.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::ProcessId;
@@ -180,9 +180,8 @@ impl Registration {
             state.pausing = true;
         }
         drop(state);
-        if hold_gate && let Some(gate) = &self.gate {
-            let me: Arc<dyn FallBehind> = self.clone();
-            gate.hold(Arc::downgrade(&me));
+        if hold_gate {
+            self.hold_gate();
         }
         go_on
     }
@@ -273,16 +272,9 @@ impl Registration {
         let hold_gate = state.queued > HANDLE_BUFFER_BYTES
             && state.finished.is_none()
             && !std::mem::replace(&mut state.pausing, true);
-        let released = finished_while_pausing(&mut state);
-        drop(state);
-        if let Some(gate) = &self.gate {
-            if hold_gate {
-                let me: Arc<dyn FallBehind> = self.clone();
-                gate.hold(Arc::downgrade(&me));
-            }
-            if released {
-                gate.release();
-            }
+        self.unlock(state);
+        if hold_gate {
+            self.hold_gate();
         }
         outcome
     }
@@ -323,11 +315,7 @@ impl Registration {
         let pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
         let whole = restart_ordering(&mut state, &self.process_id, last + run as u64, pending)
             && run == fresh.len();
-        let released = finished_while_pausing(&mut state);
-        drop(state);
-        if released {
-            self.release_gate();
-        }
+        self.unlock(state);
         whole
     }
 
@@ -368,11 +356,7 @@ impl Registration {
         } else {
             state.reorder = ReorderBuffer::new(caught_up_to);
         }
-        let released = finished_while_pausing(&mut state);
-        drop(state);
-        if released {
-            self.release_gate();
-        }
+        self.unlock(state);
         Ok(complete)
     }
 
@@ -382,10 +366,24 @@ impl Registration {
         if state.finished.is_none() {
             fail(&mut state, message);
         }
-        let released = finished_while_pausing(&mut state);
+        self.unlock(state);
+    }
+
+    /// Lets go of the state; if the process finished while its handle paused the connection,
+    /// the pause is over (the gate is released outside the lock).
+    fn unlock(&self, mut state: MutexGuard<'_, State>) {
+        let released = state.finished.is_some() && std::mem::take(&mut state.pausing);
         drop(state);
         if released {
             self.release_gate();
+        }
+    }
+
+    /// This handle pauses the connection (its `pausing` was just set).
+    fn hold_gate(self: &Arc<Self>) {
+        if let Some(gate) = &self.gate {
+            let me: Arc<dyn FallBehind> = self.clone();
+            gate.hold(Arc::downgrade(&me));
         }
     }
 
@@ -423,12 +421,6 @@ fn hold(state: &mut State, event: ProcessEvent) {
     }
     state.held_bytes += bytes;
     state.held.push(event);
-}
-
-/// Whether the process finished while its handle held the connection paused: the pause is
-/// over then (the caller releases the gate, outside the state lock).
-fn finished_while_pausing(state: &mut State) -> bool {
-    state.finished.is_some() && std::mem::take(&mut state.pausing)
 }
 
 /// Restarts ordering after `through` (just published) and feeds it the `pending` events
