@@ -1,45 +1,19 @@
-//! The process suite, run through the client on a real Tether server: the same scenarios the
-//! engine runs in-process (`crates/engine/tests/exec_process/shared.rs`), so a remote
+//! The process suite, run through the client on Tether and on the reference: the same
+//! scenarios the engine runs in-process (`tether_testkit::suites::exec`), so a remote
 //! `ExecProcess` is held to the local one's order, bytes, exits and refusals.
-
-#[path = "../../engine/tests/exec_process/shared.rs"]
-mod shared;
 
 use tether_client::{ClientError, ClientOptions, ExecServerClient};
 use tether_protocol::process::ProcessSignal;
-use tether_testkit::{ServerProcess, Target};
+use tether_testkit::suites::exec as shared;
+use tether_testkit::{ServerProcess, Target, scenarios};
 
-/// Two tests per scenario — on Tether and on the reference — each with a server and a session
-/// of its own.
-macro_rules! on_remote_backend {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                use super::*;
-
-                async fn run(target: Target) {
-                    let server = ServerProcess::start(target).await.unwrap();
-                    let client = ExecServerClient::connect(&server.url, ClientOptions::default())
-                        .await
-                        .unwrap();
-                    shared::$scenario(&client).await
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn tether() {
-                    run(Target::Tether).await
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn reference() {
-                    run(Target::Reference).await
-                }
-            }
-        )*
-    };
-}
-
-on_remote_backend!(
+// Two tests per scenario — on Tether and on the reference — each with a server and a session
+// of its own.
+scenarios!(shared, on [tether, reference], |target, scenario| {
+    let server = ServerProcess::start(target).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    scenario(&client).await
+}, [
     an_unread_handle_holds_a_bounded_window_then_delivers_everything,
     a_process_runs_to_its_exit_and_close,
     each_handle_follows_its_own_process,
@@ -52,7 +26,7 @@ on_remote_backend!(
     a_read_can_wait_for_output,
     invalid_starts_are_refused_with_the_executors_words,
     a_process_id_is_not_reused,
-);
+]);
 
 /// Tether only: signals beyond `interrupt` are an extension.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

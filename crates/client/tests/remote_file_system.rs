@@ -1,14 +1,9 @@
-//! The filesystem suite, run through the client on a real Tether server: the same scenarios
-//! the engine runs in-process (`crates/engine/tests/file_system/shared.rs`), so the remote
+//! The filesystem suite, run through the client on Tether and on the reference: the same
+//! scenarios the engine runs in-process (`tether_testkit::suites::fs`), so the remote
 //! `FileSystem` is held to the local one's behaviour, messages and error kinds included.
-
-#[path = "../../engine/tests/file_system/scratch.rs"]
-mod scratch;
-// The handle scenarios take a connection's `FileHandles`, which only the engine has; over the
-// wire they are the conformance suite's (`crates/cli/tests/fs.rs`).
-#[allow(dead_code)]
-#[path = "../../engine/tests/file_system/shared.rs"]
-mod shared;
+//!
+//! The handle scenarios take a connection's `FileHandles`, which only the engine has; over the
+//! wire they are the conformance suite's (`crates/cli/tests/fs.rs`).
 
 use std::time::Duration;
 
@@ -16,39 +11,20 @@ use futures_util::StreamExt;
 use tether_client::{ClientOptions, ExecServerClient};
 use tether_engine::fs::{FileSystem, FsErrorKind};
 use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
-use tether_testkit::{FaultProxy, ServerProcess, Target};
-
-use scratch::Scratch;
+use tether_testkit::scratch::Scratch;
+use tether_testkit::suites::fs as shared;
+use tether_testkit::{FaultProxy, ServerProcess, Target, scenarios};
 
 async fn connected(url: &str) -> ExecServerClient {
     ExecServerClient::connect(url, ClientOptions::default()).await.unwrap()
 }
 
-/// Two tests per scenario — on Tether and on the reference — each with a server and a session
-/// of its own.
-macro_rules! on_remote_file_system {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                use super::*;
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn tether() {
-                    let server = ServerProcess::start(Target::Tether).await.unwrap();
-                    shared::$scenario(&connected(&server.url).await).await
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn reference() {
-                    let server = ServerProcess::start(Target::Reference).await.unwrap();
-                    shared::$scenario(&connected(&server.url).await).await
-                }
-            }
-        )*
-    };
-}
-
-on_remote_file_system!(
+// Two tests per scenario — on Tether and on the reference — each with a server and a session
+// of its own.
+scenarios!(shared, on [tether, reference], |target, scenario| {
+    let server = ServerProcess::start(target).await.unwrap();
+    scenario(&connected(&server.url).await).await
+}, [
     read_file_returns_whole_regular_files,
     read_file_refuses_anything_but_a_regular_file_promptly,
     read_file_is_capped_at_512_mib,
@@ -73,31 +49,22 @@ on_remote_file_system!(
     read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
     read_file_stream_keeps_reading_the_file_it_opened,
     finished_streams_give_their_handles_back,
-);
+]);
 
-/// Tether only: scenarios where Tether deliberately differs from the reference — it leaves a
-/// file copied onto itself intact (the reference truncates it), refuses a write to a FIFO
-/// nobody reads instead of hanging, refuses restrictive sandbox intents instead of ignoring or
-/// misreporting them, and its C library words ELOOP differently from the reference's (musl).
-macro_rules! on_tether_file_system {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let server = ServerProcess::start(Target::Tether).await.unwrap();
-                shared::$scenario(&connected(&server.url).await).await
-            }
-        )*
-    };
-}
-
-on_tether_file_system!(
+// Tether only: scenarios where Tether deliberately differs from the reference — it leaves a
+// file copied onto itself intact (the reference truncates it), refuses a write to a FIFO
+// nobody reads instead of hanging, refuses restrictive sandbox intents instead of ignoring or
+// misreporting them, and its C library words ELOOP differently from the reference's (musl).
+scenarios!(shared, on [tether], |target, scenario| {
+    let server = ServerProcess::start(target).await.unwrap();
+    scenario(&connected(&server.url).await).await
+}, [
     copy_onto_itself_keeps_the_file,
     follow_symlinks_false_never_goes_through_a_link,
     read_file_stream_refuses_what_is_not_a_regular_file_promptly,
     read_only_sandboxes_serve_reads_and_refuse_every_write,
     write_file_reports_bad_targets_and_bad_base64,
-);
+]);
 
 /// Remote only: a file too big for a WebSocket library's default message size (64 MiB, a
 /// 48 MiB file as base64) still comes back whole from either server.

@@ -1,9 +1,6 @@
-//! The HTTP suite, run through the client on a real Tether server: the same scenarios the
-//! engine runs in-process (`crates/engine/tests/http_client/shared.rs`), with the same peer.
+//! The HTTP suite, run through the client on Tether and on the reference: the same scenarios the
+//! engine runs in-process (`tether_testkit::suites::http`), with the same peer.
 //! Then what only a remote client has to get right: a dropped connection.
-
-#[path = "../../engine/tests/http_client/shared.rs"]
-mod shared;
 
 use std::time::Duration;
 
@@ -12,40 +9,17 @@ use serde_json::json;
 use tether_client::{ClientOptions, ConnectionStatus, ExecServerClient};
 use tether_engine::http::{HttpClient, HttpError};
 use tether_protocol::http::HttpRequestParams;
-use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target};
+use tether_testkit::suites::http as shared;
+use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target, scenarios};
 
-/// Two tests per scenario — on Tether and on the reference — each with a server, a session and
-/// a peer of its own.
-macro_rules! on_remote_client {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                use super::*;
-
-                async fn run(target: Target) {
-                    let server = ServerProcess::start(target).await.unwrap();
-                    let client = ExecServerClient::connect(&server.url, ClientOptions::default())
-                        .await
-                        .unwrap();
-                    let peer = HttpPeer::start().await.unwrap();
-                    shared::$scenario(&client, &peer).await
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn tether() {
-                    run(Target::Tether).await
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn reference() {
-                    run(Target::Reference).await
-                }
-            }
-        )*
-    };
-}
-
-on_remote_client!(
+// Two tests per scenario — on Tether and on the reference — each with a server, a session and
+// a peer of its own.
+scenarios!(shared, on [tether, reference], |target, scenario| {
+    let server = ServerProcess::start(target).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    let peer = HttpPeer::start().await.unwrap();
+    scenario(&client, &peer).await
+}, [
     buffered_requests_send_what_was_asked_and_return_everything,
     statuses_and_headers_come_back_as_sent,
     redirects_are_followed_or_returned,
@@ -56,7 +30,7 @@ on_remote_client!(
     large_streamed_bodies_come_whole_in_bounded_chunks,
     concurrent_streams_keep_their_bodies_apart,
     a_stream_dropped_early_leaves_the_client_usable,
-);
+]);
 
 fn get(url: &str) -> HttpRequestParams {
     serde_json::from_value(json!({"method": "GET", "url": url, "requestId": "r"})).unwrap()

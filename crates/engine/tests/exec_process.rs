@@ -1,26 +1,15 @@
 //! The process suite, run on [`LocalExecBackend`]: the engine in-process.
 //!
-//! The scenarios (`exec_process/shared.rs`) take the backend under test as an argument; the
-//! client's tests run the same ones on a server.
-
-#[path = "exec_process/shared.rs"]
-mod shared;
+//! The scenarios (`tether_testkit::suites::exec`) take the backend under test as an argument;
+//! the client's tests run the same ones on Tether and on the reference.
 
 use tether_engine::exec::LocalExecBackend;
+use tether_testkit::scenarios;
+use tether_testkit::suites::exec as shared;
 
-/// One test per scenario, each with a backend of its own.
-macro_rules! on_local_backend {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                shared::$scenario(&LocalExecBackend::default()).await
-            }
-        )*
-    };
-}
-
-on_local_backend!(
+scenarios!(shared, on local, |scenario| {
+    scenario(&LocalExecBackend::default()).await
+}, [
     an_unread_handle_holds_a_bounded_window_then_delivers_everything,
     a_process_runs_to_its_exit_and_close,
     output_after_the_exit_comes_before_the_close,
@@ -35,7 +24,7 @@ on_local_backend!(
     a_read_can_wait_for_output,
     invalid_starts_are_refused_with_the_executors_words,
     a_process_id_is_not_reused,
-);
+]);
 
 /// Local only: a handle keeps its process alive after the backend that started it is gone,
 /// and the process ends with the last of them.

@@ -1,40 +1,15 @@
 //! The filesystem suite, run on [`LocalFileSystem`] and on a connection's [`FileHandles`].
 //!
-//! The scenarios (`file_system/shared.rs`) take the implementation under test as an argument,
-//! so a remote implementation runs the same suite by adding a runner like this one.
-
-#[path = "file_system/scratch.rs"]
-mod scratch;
-#[path = "file_system/shared.rs"]
-mod shared;
+//! The scenarios (`tether_testkit::suites::fs`) take the implementation under test as an
+//! argument; the client's tests run the same ones on Tether and on the reference.
 
 use tether_engine::fs::{FileHandles, LocalFileSystem};
+use tether_testkit::scenarios;
+use tether_testkit::suites::fs as shared;
 
-/// One test per scenario that takes a `&dyn FileSystem`.
-macro_rules! on_local_file_system {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                shared::$scenario(&LocalFileSystem::new()).await
-            }
-        )*
-    };
-}
-
-/// One test per scenario that takes a connection's open files.
-macro_rules! on_local_handles {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                shared::$scenario(&mut FileHandles::new()).await
-            }
-        )*
-    };
-}
-
-on_local_file_system!(
+scenarios!(shared, on local, |scenario| {
+    scenario(&LocalFileSystem::new()).await
+}, [
     read_file_returns_whole_regular_files,
     read_file_refuses_anything_but_a_regular_file_promptly,
     read_file_is_capped_at_512_mib,
@@ -64,9 +39,11 @@ on_local_file_system!(
     read_file_stream_refuses_what_is_not_a_regular_file_promptly,
     read_file_stream_keeps_reading_the_file_it_opened,
     finished_streams_give_their_handles_back,
-);
+]);
 
-on_local_handles!(
+scenarios!(shared, on local, |scenario| {
+    scenario(&mut FileHandles::new()).await
+}, [
     read_blocks_are_eof_only_when_short,
     write_blocks_fill_gaps_and_stay_within_signed_offsets,
     handle_ids_are_bounded_unique_and_limited_per_connection,
@@ -74,4 +51,4 @@ on_local_handles!(
     a_handle_keeps_reading_its_file_after_the_path_is_replaced,
     handles_are_used_only_as_they_were_opened,
     open_refuses_anything_but_a_regular_file_promptly,
-);
+]);

@@ -1,29 +1,17 @@
 //! The HTTP suite, run on [`LocalHttpClient`]: requests made from this process.
 //!
-//! The scenarios (`http_client/shared.rs`) take the client under test as an argument; the
-//! client crate's tests run the same ones through a server.
+//! The scenarios (`tether_testkit::suites::http`) take the client under test as an argument;
+//! the client crate's tests run the same ones through Tether and the reference.
 
-#[path = "http_client/shared.rs"]
-mod shared;
-
-use shared::{concat, drain, get};
 use tether_engine::http::{HttpClient, HttpError, LocalHttpClient};
 use tether_testkit::HttpPeer;
+use tether_testkit::scenarios;
+use tether_testkit::suites::http::{self as shared, concat, drain, get};
 
-/// One test per scenario, each with its own client and peer.
-macro_rules! on_local_client {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let peer = HttpPeer::start().await.unwrap();
-                shared::$scenario(&LocalHttpClient::new(), &peer).await
-            }
-        )*
-    };
-}
-
-on_local_client!(
+scenarios!(shared, on local, |scenario| {
+    let peer = HttpPeer::start().await.unwrap();
+    scenario(&LocalHttpClient::new(), &peer).await
+}, [
     buffered_requests_send_what_was_asked_and_return_everything,
     statuses_and_headers_come_back_as_sent,
     redirects_are_followed_or_returned,
@@ -34,7 +22,7 @@ on_local_client!(
     large_streamed_bodies_come_whole_in_bounded_chunks,
     concurrent_streams_keep_their_bodies_apart,
     a_stream_dropped_early_leaves_the_client_usable,
-);
+]);
 
 /// (Here only: the remote client streams the requests it buffers.) A buffered body stops at its limit with an error that says how to get it instead; the same
 /// body streams whole.

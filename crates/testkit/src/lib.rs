@@ -11,7 +11,9 @@ pub mod model;
 pub mod params;
 pub mod process_stats;
 pub mod proxy;
+pub mod scratch;
 pub mod server;
+pub mod suites;
 
 pub use client::{RpcClient, RpcError};
 pub use http_peer::HttpPeer;
@@ -40,4 +42,62 @@ macro_rules! against_both {
             }
         )*
     };
+}
+
+/// Runs scenarios of a [`suites`] module (named by a `use` in scope) on one implementation, one
+/// test per scenario and target. The body builds the implementation under test and calls the scenario, bound to the
+/// name given after the target (a function item, so `&client` coerces to the trait it takes):
+///
+/// ```ignore
+/// use tether_testkit::suites::fs;
+///
+/// scenarios!(fs, on [tether, reference], |target, scenario| {
+///     let server = ServerProcess::start(target).await.unwrap();
+///     scenario(&connected(&server.url).await).await
+/// }, [read_file_returns_whole_regular_files, walk_bounds_set_truncated]);
+///
+/// scenarios!(fs, on local, |scenario| {
+///     scenario(&LocalFileSystem::new()).await
+/// }, [read_file_returns_whole_regular_files]);
+/// ```
+///
+/// With targets, the tests are `<scenario>::tether` and `<scenario>::reference`, as
+/// [`against_both!`] names them; `on local` names them `<scenario>`.
+#[macro_export]
+macro_rules! scenarios {
+    (
+        $suite:ident, on local, |$bound:ident| $body:block,
+        [$($scenario:ident),* $(,)?] $(,)?
+    ) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let $bound = $suite::$scenario;
+                $body
+            }
+        )*
+    };
+    (
+        $suite:ident, on $targets:tt, |$on:ident, $bound:ident| $body:block,
+        [$($scenario:ident),* $(,)?] $(,)?
+    ) => {
+        $( $crate::scenarios!(@scenario $suite, $scenario, $targets, |$on, $bound| $body); )*
+    };
+    (@scenario $suite:ident, $scenario:ident, [$($target:ident),+ $(,)?],
+        |$on:ident, $bound:ident| $body:block) => {
+        mod $scenario {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $target() {
+                    let $on = $crate::scenarios!(@target $target);
+                    let $bound = $suite::$scenario;
+                    $body
+                }
+            )+
+        }
+    };
+    (@target tether) => { $crate::Target::Tether };
+    (@target reference) => { $crate::Target::Reference };
 }

@@ -16,8 +16,8 @@ use tether_engine::http::{
 };
 use tether_protocol::ByteChunk;
 use tether_protocol::http::{HttpRequestParams, HttpRequestResponse};
-use tether_testkit::HttpPeer;
-use tether_testkit::http_peer::large_body;
+use crate::HttpPeer;
+use crate::http_peer::large_body;
 
 /// A request as a harness writes it: JSON with every default left out, `extra` members added.
 fn request(method: &str, url: &str, extra: Value) -> HttpRequestParams {
