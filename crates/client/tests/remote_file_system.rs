@@ -42,6 +42,7 @@ scenarios!(shared, on [tether, reference], |target, scenario| {
     walk_follows_directory_links_only_when_asked_and_once,
     walk_roots_that_are_not_directories,
     walk_reports_non_utf8_names_as_errors,
+    follow_symlinks_false_never_goes_through_a_link,
     remove_is_recursive_and_forced_by_default,
     remove_removes_links_not_their_targets,
     copy_copies_files_and_trees_with_links_as_links,
@@ -54,13 +55,12 @@ scenarios!(shared, on [tether, reference], |target, scenario| {
 // Tether only: scenarios where Tether deliberately differs from the reference — it leaves a
 // file copied onto itself intact (the reference truncates it), refuses a write to a FIFO
 // nobody reads instead of hanging, refuses restrictive sandbox intents instead of ignoring or
-// misreporting them, and its C library words ELOOP differently from the reference's (musl).
+// misreporting them.
 scenarios!(shared, on [tether], |target, scenario| {
     let server = ServerProcess::start(target).await.unwrap();
     scenario(&connected(&server.url).await).await
 }, [
     copy_onto_itself_keeps_the_file,
-    follow_symlinks_false_never_goes_through_a_link,
     read_file_stream_refuses_what_is_not_a_regular_file_promptly,
     read_only_sandboxes_serve_reads_and_refuse_every_write,
     write_file_reports_bad_targets_and_bad_base64,

@@ -57,11 +57,21 @@ impl Scratch {
         path
     }
 
-    /// A file whose name is not UTF-8 (`bad-\xff`).
-    pub fn non_utf8_file(&self) -> PathBuf {
+    /// The contents of the file at `relative`.
+    pub fn read(&self, relative: &str) -> Vec<u8> {
+        std::fs::read(self.path(relative)).unwrap()
+    }
+
+    /// Whether anything is at `relative`, a dangling link included.
+    pub fn exists(&self, relative: &str) -> bool {
+        std::fs::symlink_metadata(self.path(relative)).is_ok()
+    }
+
+    /// A file whose name is not UTF-8 (`bad-\xff`), in the directory `dir`.
+    pub fn non_utf8_file(&self, dir: &str) -> PathBuf {
         let mut name = b"bad-".to_vec();
         name.push(0xff);
-        let path = self.root.join(std::ffi::OsStr::from_bytes(&name));
+        let path = self.path(dir).join(std::ffi::OsStr::from_bytes(&name));
         std::fs::write(&path, b"x").unwrap();
         path
     }
