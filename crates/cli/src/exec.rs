@@ -9,10 +9,14 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_client::{
-    ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl, ProcessUpdate,
+    ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl,
+    ProcessUpdate, RemoteProcess,
 };
 use tether_engine::ProcessEvent;
+use tether_engine::fs::{FileSystem as _, FsErrorKind};
 use tether_protocol::PathUri;
+use tether_protocol::error::{INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND, SESSION_ALREADY_ATTACHED};
+use tether_protocol::fs::{FsGetMetadataParams, FsGetMetadataResponse};
 use tether_protocol::process::{
     EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, ProcessSignal, PtySize,
 };
@@ -22,10 +26,43 @@ use tokio::sync::mpsc;
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
 const TETHER_FAILURE: i32 = 255;
 
+/// The exit code for a command that is not there, as a shell (and ssh) uses.
+const COMMAND_NOT_FOUND: i32 = 127;
+
+/// The exit code for a command that is there but cannot be run, as a shell uses.
+const COMMAND_NOT_RUNNABLE: i32 = 126;
+
+/// How long a command whose output nobody reads any more (our stdout closed: `| head`) is
+/// given to end after it is told to, before `tether exec` leaves anyway; the server kills it
+/// meanwhile either way.
+const ABANDONED_COMMAND_GRACE: Duration = Duration::from_secs(2);
+
+const EXEC_HELP: &str = "\
+Examples:
+  tether exec --url ws://127.0.0.1:4500 -- uname -a
+  tether exec --url wss://build-box:8443 --tls-fingerprint SHA256:… -t -w /src -- cargo build
+  echo hello | tether exec --url ws://127.0.0.1:4500 -- tr a-z A-Z
+  tether exec --url ws://127.0.0.1:4500 --resume SESSION --list
+
+Exit codes: the command's own; 128+N if signal N killed it; 127 the command is not there,
+126 it cannot be run; 255 tether exec itself failed (one line on stderr says why and what to do).
+Writing into a closed pipe (`| head`) stops the command and exits quietly, as ssh does.
+
+Ctrl-C: the first interrupts the command, a second kills it. SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1 and SIGUSR2 go to the command (on a Tether server).
+
+Environment: the command inherits the executor's, less names that look like credentials
+(*KEY*, *SECRET*, *TOKEN*, *PASS*, *CREDENTIAL*, *AUTH_*, *_AUTH, *COOKIE*, DATABASE_URL,
+*_DATABASE_URL, in any case: DB_PASSWORD and SSH_PRIVATE_KEY stay behind); --env adds to it,
+--clean-env starts from nothing.
+The token comes from --token-file or TETHER_TOKEN, never the command line.";
+
 #[derive(Args)]
+#[command(after_help = EXEC_HELP)]
 pub struct ExecArgs {
-    /// The exec-server to run on (`ws://HOST:PORT`).
-    #[arg(long, env = "TETHER_URL")]
+    /// The exec-server to run on: `ws://HOST:PORT`, `wss://HOST:PORT`, or the name of an
+    /// executor in the config file (`tether executors` lists them).
+    #[arg(long, env = "TETHER_URL", value_name = "URL|NAME")]
     url: String,
 
     /// Read the exec-server's bearer token from this file (default: the TETHER_TOKEN
@@ -33,20 +70,26 @@ pub struct ExecArgs {
     #[arg(long, value_name = "FILE")]
     token_file: Option<std::path::PathBuf>,
 
-    /// For `wss://`: trust only this CA certificate (PEM) instead of the system's roots.
+    /// For `wss://`: trust only this CA certificate (PEM) instead of the system's roots — or
+    /// the server's own self-signed certificate.
     #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
     tls_ca_file: Option<std::path::PathBuf>,
 
-    /// Run the command on a pseudo-terminal (one merged output stream).
-    #[arg(long)]
+    /// For `wss://`: trust exactly the certificate with this fingerprint (`SHA256:<hex>`, as
+    /// `tether serve --tls-self-signed` prints it; case and colons do not matter).
+    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
+    tls_fingerprint: Option<tether_client::TlsFingerprint>,
+
+    /// Run the command on a pseudo-terminal (one merged output stream); `TERM` is passed on.
+    #[arg(short, long)]
     tty: bool,
 
-    /// Working directory on the executor; by default, the server's.
-    #[arg(long)]
+    /// Working directory on the executor (absolute); by default, the server's.
+    #[arg(short = 'w', long, value_name = "DIR")]
     cwd: Option<String>,
 
     /// Set an environment variable for the command (repeatable).
-    #[arg(long = "env", value_name = "NAME=VALUE")]
+    #[arg(short, long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
 
     /// Start from an empty environment instead of the executor's own.
@@ -96,8 +139,8 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
     match run(args).await {
         Ok(code) => Ok(code),
         Err(error) => {
-            eprintln!("tether exec: {error:#}");
-            Ok(TETHER_FAILURE)
+            eprintln!("tether exec: {}", crate::report::one_line(&error));
+            Ok(error.downcast_ref::<ExitWith>().map_or(TETHER_FAILURE, |exit| exit.code))
         }
     }
 }
@@ -108,10 +151,14 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             "--resume needs --process ID to reattach to, or --list to see the session's processes"
         );
     }
+    let executor = crate::executors::resolve(&args.url)?;
+    let url = executor.url.as_str();
+    let token_file = args.token_file.clone().or(executor.token_file.clone());
     let options = ClientOptions {
         client_name: "tether-exec".into(),
-        bearer_token: crate::credentials::exec_server_token(args.token_file.as_deref())?,
-        tls_ca_file: args.tls_ca_file.clone(),
+        bearer_token: crate::credentials::exec_server_token(token_file.as_deref())?,
+        tls_ca_file: args.tls_ca_file.clone().or(executor.tls_ca_file.clone()),
+        tls_fingerprint: args.tls_fingerprint.or(executor.tls_fingerprint),
         keepalive_interval: (args.keepalive_timeout_secs > 0)
             .then(|| Duration::from_secs(args.keepalive_timeout_secs) / 3),
         keepalive_timeout: Duration::from_secs(args.keepalive_timeout_secs.max(1)),
@@ -122,7 +169,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         ..ClientOptions::default()
     };
     if let (Some(session), true) = (&args.resume, args.list) {
-        let client = ExecServerClient::resume(&args.url, session, options).await?;
+        let client = resume(url, session, options).await?;
         if !client.tether_extensions().process_list {
             bail!("this server cannot list a session's processes (it does not serve process/list)");
         }
@@ -142,12 +189,16 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     }
     let (client, mut process) = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
-            let client = ExecServerClient::resume(&args.url, session, options).await.map_err(|e| {
-                anyhow::anyhow!(
-                    "{e}; if the client that held the session is gone, the server notices within seconds: try again"
-                )
+            let client = resume(url, session, options).await?;
+            let (process, truncated) = client.attach(process_id.as_str()).await.map_err(|e| {
+                match e.code() {
+                    Some(NOT_FOUND) | Some(INVALID_REQUEST) => anyhow::anyhow!(
+                        "session {session} has no process {process_id}; `tether exec --url {} --resume {session} --list` shows the ones it has",
+                        args.url
+                    ),
+                    _ => e.into(),
+                }
             })?;
-            let (process, truncated) = client.attach(process_id.as_str()).await?;
             if truncated {
                 eprintln!(
                     "tether exec: earlier output of {process_id} is no longer retained; showing the rest"
@@ -156,8 +207,12 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             (client, process)
         }
         _ => {
-            let client = ExecServerClient::connect(&args.url, options).await?;
-            let process = client.start(start_params(&args, &client)?).await?;
+            let client = crate::report::connect(url, options).await?;
+            let params = start_params(&args, &client)?;
+            let process = match client.start(params.clone()).await {
+                Ok(process) => process,
+                Err(error) => return Err(explain_start_failure(&client, &params, error).await),
+            };
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
             }
@@ -190,19 +245,28 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         tokio::select! {
             update = process.next_update() => match update {
                 Some(ProcessUpdate::Event(event)) => match event {
-                    ProcessEvent::Output { stream, chunk, .. } => write_out(stream, &chunk)?,
+                    ProcessEvent::Output { stream, chunk, .. } => match write_out(stream, &chunk) {
+                        Ok(()) => {}
+                        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                            return Ok(abandon(control.clone(), &mut process).await);
+                        }
+                        Err(error) => {
+                            return Err(anyhow::Error::new(error).context("cannot write the command's output here"));
+                        }
+                    },
                     ProcessEvent::Exited { exit_code: code, .. } => exit_code = Some(code),
                     ProcessEvent::Closed { .. } => return Ok(exit_code.unwrap_or(TETHER_FAILURE)),
                 },
                 Some(ProcessUpdate::Failed(message)) => {
                     if client.server_went_away() {
                         bail!(
-                            "{message}; the server said it was stopping, and a stopped server ends its commands; start the command again once it is back"
+                            "the server at {url} shut down, and the command was stopped with it; run it again once the server is back"
                         );
                     }
-                    if matches!(client.status(), ConnectionStatus::Failed(_)) {
+                    if let ConnectionStatus::Failed(why) = client.status() {
                         bail!(
-                            "{message}; the command may still be running on the executor, until the server's detach window ends: `tether exec --url … --resume {} --process {}` reattaches to it",
+                            "lost the connection: {why}. The command may still be running; reattach with: tether exec --url {} --resume {} --process {}",
+                            args.url,
                             client.session_id(),
                             process.process_id()
                         );
@@ -235,6 +299,141 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             }
         }
     }
+}
+
+/// Resumes `session`; a refusal says what became of it.
+async fn resume(url: &str, session: &str, options: ClientOptions) -> anyhow::Result<ExecServerClient> {
+    let with_token = options.bearer_token.is_some();
+    match ExecServerClient::resume(url, session, options).await {
+        Ok(client) => Ok(client),
+        Err(error) => Err(match error.code() {
+            Some(INVALID_REQUEST) => anyhow::anyhow!(
+                "{url} has no session {session}: it ended, it expired while no client held it (the server's --session-ttl-secs), or the server restarted"
+            ),
+            Some(SESSION_ALREADY_ATTACHED) => anyhow::anyhow!(
+                "session {session} is held by another client; if that client is gone, the server notices within seconds: try again then"
+            ),
+            _ => crate::report::connect_failure(url, error, with_token),
+        }),
+    }
+}
+
+/// Why `process/start` failed, in a person's terms: a `--cwd` that is not a directory there,
+/// or a command that is not there (exit code 127, as a shell's) or cannot run there (126).
+/// Decided by asking the executor about the paths, never by the server's words, which differ
+/// between servers and C libraries.
+async fn explain_start_failure(
+    client: &ExecServerClient,
+    params: &ExecParams,
+    error: ClientError,
+) -> anyhow::Error {
+    if error.code() != Some(INTERNAL_ERROR) {
+        return anyhow::Error::new(error).context("the server refused to start the command");
+    }
+    let cwd = params.cwd.to_path().unwrap_or_default().display().to_string();
+    match metadata(client, &params.cwd).await {
+        Some(Err(FsErrorKind::NotFound)) => {
+            return anyhow::anyhow!("--cwd {cwd}: no such directory on the executor");
+        }
+        Some(Ok(found)) if !found.is_directory => {
+            return anyhow::anyhow!("--cwd {cwd}: not a directory on the executor");
+        }
+        _ => {}
+    }
+    let program = params.argv.first().cloned().unwrap_or_default();
+    let path = match program.contains('/') {
+        true => Some(std::path::Path::new(&cwd).join(&program)),
+        false => None,
+    };
+    let exists = match &path {
+        Some(path) => match PathUri::from_path(path) {
+            Some(uri) => metadata(client, &uri).await.map(|found| found.is_ok()),
+            None => None,
+        },
+        None => Some(false),
+    };
+    match (exists, path) {
+        (Some(false), None) => ExitWith::error(
+            COMMAND_NOT_FOUND,
+            format!("{program}: command not found on the executor (not on its PATH)"),
+        ),
+        (Some(false), Some(_)) => ExitWith::error(
+            COMMAND_NOT_FOUND,
+            format!("{program}: no such file on the executor"),
+        ),
+        (Some(true), Some(_)) => ExitWith::error(
+            COMMAND_NOT_RUNNABLE,
+            format!("{program}: cannot be run on the executor ({})", server_words(&error)),
+        ),
+        _ => anyhow::Error::new(error).context("the server could not start the command"),
+    }
+}
+
+/// The server's message for a refusal, without the client's framing.
+fn server_words(error: &ClientError) -> String {
+    match error {
+        ClientError::Server { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What the executor says of `path` (`None`: it could not be asked).
+async fn metadata(
+    client: &ExecServerClient,
+    path: &PathUri,
+) -> Option<Result<FsGetMetadataResponse, FsErrorKind>> {
+    let params = FsGetMetadataParams { path: path.clone(), follow_symlinks: None, sandbox: None };
+    match client.get_metadata(params).await {
+        Ok(found) => Some(Ok(found)),
+        Err(error) if error.kind == FsErrorKind::NotFound => Some(Err(FsErrorKind::NotFound)),
+        Err(error) if error.kind == FsErrorKind::Other => Some(Err(FsErrorKind::Other)),
+        Err(_) => None,
+    }
+}
+
+/// A failure of `tether exec` that exits with a code of its own (127, 126), not 255.
+#[derive(Debug)]
+pub struct ExitWith {
+    pub code: i32,
+    message: String,
+}
+
+impl ExitWith {
+    fn error(code: i32, message: String) -> anyhow::Error {
+        anyhow::Error::new(Self { code, message })
+    }
+}
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitWith {}
+
+/// Our stdout is closed (`tether exec … | head`): nobody reads the command's output any more.
+/// As ssh does, end the command (terminate it, not leave it burning CPU on the executor), then
+/// die of SIGPIPE quietly, so a shell pipeline sees what it would of a local command.
+async fn abandon(control: ProcessControl, process: &mut RemoteProcess) -> i32 {
+    let ended = async {
+        let _ = control.terminate().await;
+        // Its remaining output goes nowhere; wait for the server to say it is gone.
+        while let Some(ProcessUpdate::Event(event)) = process.next_update().await {
+            if matches!(event, ProcessEvent::Closed { .. }) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(ABANDONED_COMMAND_GRACE, ended).await;
+    // SAFETY: restoring a signal's default disposition and raising it are async-signal-safe
+    // and touch no memory of ours; the process ends here.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    // Only if SIGPIPE is blocked: exit as a shell reports death by it.
+    128 + libc::SIGPIPE
 }
 
 /// Runs a call on the process in a task of its own; its failure, if any, goes to `failed`,
@@ -276,7 +475,7 @@ async fn forward_stdin(control: ProcessControl, closable: bool) -> anyhow::Resul
 fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<ExecParams> {
     let cwd = match &args.cwd {
         Some(dir) => PathUri::from_path(std::path::Path::new(dir))
-            .with_context(|| format!("--cwd {dir} must be an absolute path on the executor"))?,
+            .with_context(|| format!("--cwd {dir}: give an absolute path on the executor"))?,
         None => client
             .environment_info()
             .and_then(|info| info.cwd.clone())
@@ -297,6 +496,14 @@ fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<Ex
         include_only: Vec::new(),
     });
     let process_id = format!("tether-exec-{}-{}", std::process::id(), unique());
+    // A terminal program on the executor draws for our terminal, so it needs our TERM (ssh
+    // passes it on the same way); `--env TERM=…` still wins.
+    if args.tty
+        && !env.contains_key("TERM")
+        && let Ok(term) = std::env::var("TERM")
+    {
+        env.insert("TERM".to_owned(), term);
+    }
     let mut params = ExecParams::new(process_id, args.command.clone(), cwd);
     params.env = env;
     params.env_policy = env_policy;
@@ -358,7 +565,7 @@ async fn next_window_change(changes: &mut Option<tokio::signal::unix::Signal>) -
     }
 }
 
-fn write_out(stream: ExecOutputStream, bytes: &[u8]) -> anyhow::Result<()> {
+fn write_out(stream: ExecOutputStream, bytes: &[u8]) -> std::io::Result<()> {
     match stream {
         ExecOutputStream::Stderr => {
             let mut stderr = std::io::stderr().lock();

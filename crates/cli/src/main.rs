@@ -3,8 +3,10 @@
 
 mod credentials;
 mod exec;
+mod executors;
 mod guardian;
 mod mcp;
+mod report;
 mod serve;
 
 use std::time::Duration;
@@ -28,6 +30,13 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Use an MCP server placed on an exec-server (or here): list its tools, call one.
     Mcp(mcp::McpArgs),
+    /// List the named executors of the config file (`--url NAME` uses one).
+    Executors,
+    /// Print a completion script for a shell, e.g. `tether completions bash > ~/.local/share/bash-completion/completions/tether`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,7 +45,7 @@ fn main() -> std::process::ExitCode {
         // One line, the whole chain of causes: what failed, why, and (where the message says
         // it) what to do.
         Err(error) => {
-            eprintln!("tether: {error:#}");
+            eprintln!("tether: {}", report::one_line(&error));
             std::process::ExitCode::FAILURE
         }
     }
@@ -58,8 +67,11 @@ fn run() -> anyhow::Result<()> {
             // rmcp reports at error level what `tether mcp` then says once, in its own words.
             EnvFilter::new(match cli.command {
                 Command::Serve(_) => "info",
-                Command::Exec(_) => "warn",
-                Command::Mcp(_) => "warn,rmcp=off",
+                // What goes wrong reaches the person once, as the command's own one-line error;
+                // a reconnect that works needs no word. `TETHER_LOG=info` shows the client's.
+                Command::Exec(_) => "error",
+                Command::Mcp(_) => "error,rmcp=off",
+                Command::Executors | Command::Completions { .. } => "error",
             })
         }))
         .with_writer(std::io::stderr)
@@ -69,6 +81,15 @@ fn run() -> anyhow::Result<()> {
                 && std::env::var_os("NO_COLOR").is_none(),
         )
         .init();
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "tether", &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::Executors => return executors::list(),
+        _ => {}
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve::serve(args)),
@@ -84,6 +105,7 @@ fn run() -> anyhow::Result<()> {
             runtime.shutdown_timeout(Duration::from_millis(100));
             std::process::exit(code);
         }
+        Command::Executors | Command::Completions { .. } => unreachable!("handled above"),
     };
     // A stdio server stopped by a signal still has a thread blocked reading stdin; do not wait
     // for it.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
-use tether_client::{ClientOptions, Environment, ExecServerClient};
+use tether_client::{ClientOptions, Environment};
 use tether_mcp::rmcp::model::{CallToolResult, JsonObject};
 use tether_mcp::{
     HttpServerConfig, McpClient, McpClientOptions, McpNotification, McpServerConfig,
@@ -20,10 +20,25 @@ use tether_mcp::{
 /// Where the bearer token for `--http` comes from (never a flag, which `ps` would show).
 const TOKEN_VARIABLE: &str = "TETHER_MCP_TOKEN";
 
+const MCP_HELP: &str = "\
+Examples:
+  tether mcp --url ws://127.0.0.1:4500 --stdio 'npx -y @modelcontextprotocol/server-everything' tools
+  tether mcp --url ws://127.0.0.1:4500 --stdio 'npx -y @modelcontextprotocol/server-everything' \\
+      call get-sum --args '{\"a\": 2, \"b\": 3}'
+  tether mcp --local --http http://127.0.0.1:3000/mcp tools
+
+Exit codes: 0 the call succeeded; 2 the tool reported an error; 1 the MCP server could not be
+started, reached or authorized (one line on stderr says why).
+
+Tokens: the exec-server's from --token-file or TETHER_TOKEN; an --http MCP server's from
+--http-token-file or TETHER_MCP_TOKEN. Never from the command line, which `ps` shows.";
+
 #[derive(Args)]
+#[command(subcommand_value_name = "ACTION", subcommand_help_heading = "Actions", after_help = MCP_HELP)]
 pub struct McpArgs {
-    /// The exec-server the MCP server is placed on (`ws://HOST:PORT`).
-    #[arg(long, env = "TETHER_URL", required_unless_present = "local", conflicts_with = "local")]
+    /// The exec-server the MCP server is placed on: `ws://HOST:PORT`, `wss://HOST:PORT`, or a
+    /// named executor (`tether executors`).
+    #[arg(long, env = "TETHER_URL", value_name = "URL|NAME", required_unless_present = "local", conflicts_with = "local")]
     url: Option<String>,
 
     /// Place the MCP server here instead of on an exec-server.
@@ -31,40 +46,44 @@ pub struct McpArgs {
     local: bool,
 
     /// Read the exec-server's bearer token from this file (default: the TETHER_TOKEN
-    /// environment variable), for a server started with `--ws-auth`.
-    #[arg(long, value_name = "FILE", requires = "url")]
-    exec_server_token_file: Option<PathBuf>,
+    /// environment variable), for a server started with `--ws-auth` — as `tether exec`.
+    #[arg(long, alias = "exec-server-token-file", value_name = "FILE", requires = "url")]
+    token_file: Option<PathBuf>,
 
-    /// For a `wss://` exec-server: trust only this CA certificate (PEM).
+    /// For a `wss://` exec-server: trust only this CA certificate (PEM), or the server's own.
     #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE", requires = "url")]
     tls_ca_file: Option<PathBuf>,
 
+    /// For a `wss://` exec-server: trust exactly the certificate with this fingerprint.
+    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT", requires = "url")]
+    tls_fingerprint: Option<tether_client::TlsFingerprint>,
+
     /// Start a stdio MCP server with this command line (words split as a shell would, without
     /// expansions), e.g. `--stdio 'npx -y @modelcontextprotocol/server-everything'`.
-    #[arg(long, value_name = "COMMAND", required_unless_present = "http", conflicts_with = "http")]
+    #[arg(long, value_name = "COMMAND_LINE", required_unless_present = "http", conflicts_with = "http")]
     stdio: Option<String>,
 
-    /// Reach a Streamable HTTP MCP server at this URL. A bearer token is read from the
-    /// environment variable TETHER_MCP_TOKEN, or from --token-file.
+    /// Reach a Streamable HTTP MCP server at this URL. Its bearer token is read from the
+    /// environment variable TETHER_MCP_TOKEN, or from --http-token-file.
     #[arg(long, value_name = "URL")]
     http: Option<String>,
 
-    /// Read the bearer token for `--http` from this file.
-    #[arg(long, value_name = "FILE", requires = "http")]
-    token_file: Option<PathBuf>,
+    /// Read the bearer token for the `--http` MCP server from this file.
+    #[arg(long, value_name = "FILE", requires = "http", conflicts_with = "stdio")]
+    http_token_file: Option<PathBuf>,
 
     /// Send this header with every HTTP request (repeatable).
-    #[arg(long = "header", value_name = "NAME=VALUE", requires = "http")]
+    #[arg(long = "header", value_name = "NAME=VALUE", requires = "http", conflicts_with = "stdio")]
     headers: Vec<String>,
 
     /// Working directory of a stdio server (on the executor). Default: `/`, or here the
     /// current directory.
-    #[arg(long, requires = "stdio")]
+    #[arg(short = 'w', long, value_name = "DIR", requires = "stdio", conflicts_with = "http")]
     cwd: Option<PathBuf>,
 
     /// Set an environment variable for a stdio server (repeatable); the server gets the
     /// executor's core variables (PATH, HOME, …) and these, nothing else.
-    #[arg(long = "env", value_name = "NAME=VALUE", requires = "stdio")]
+    #[arg(short, long = "env", value_name = "NAME=VALUE", requires = "stdio", conflicts_with = "http")]
     env: Vec<String>,
 
     /// Print JSON (the tool list, or the whole call result) instead of text.
@@ -94,7 +113,7 @@ pub async fn mcp(args: McpArgs) -> i32 {
     match run(args).await {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("tether mcp: {error:#}");
+            eprintln!("tether mcp: {}", crate::report::one_line(&error));
             1
         }
     }
@@ -109,24 +128,23 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
     let server = server_config(&args)?;
     let environment = match &args.url {
         Some(url) => {
-            let token_file = args.exec_server_token_file.as_deref();
+            let executor = crate::executors::resolve(url)?;
+            let token_file = args.token_file.clone().or(executor.token_file);
             let options = ClientOptions {
                 client_name: "tether-mcp".into(),
-                bearer_token: crate::credentials::exec_server_token(token_file)?,
-                tls_ca_file: args.tls_ca_file.clone(),
+                bearer_token: crate::credentials::exec_server_token(token_file.as_deref())?,
+                tls_ca_file: args.tls_ca_file.clone().or(executor.tls_ca_file),
+                tls_fingerprint: args.tls_fingerprint.or(executor.tls_fingerprint),
                 ..ClientOptions::default()
             };
-            let client = ExecServerClient::connect(url, options)
-                .await
-                .with_context(|| format!("cannot reach the exec-server at {url}"))?;
-            Environment::remote(client)
+            Environment::remote(crate::report::connect(&executor.url, options).await?)
         }
         None => Environment::local(),
     };
     let client = McpClient::connect(&environment, &server, McpClientOptions::default()).await;
     let client = match client {
         Err(error @ tether_mcp::McpError::Unauthorized { .. }) => {
-            bail!("{error} (set {TOKEN_VARIABLE}, or use --token-file)")
+            bail!("{error}; set {TOKEN_VARIABLE}, or pass --http-token-file FILE")
         }
         client => client?,
     };
@@ -189,7 +207,7 @@ fn server_config(args: &McpArgs) -> anyhow::Result<McpServerConfig> {
         }));
     }
     let url = args.http.clone().context("give --stdio or --http")?;
-    let bearer_token = crate::credentials::token(args.token_file.as_deref(), TOKEN_VARIABLE)?;
+    let bearer_token = crate::credentials::token(args.http_token_file.as_deref(), TOKEN_VARIABLE)?;
     let headers = args
         .headers
         .iter()

@@ -24,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Where to listen: `ws://IP:PORT` (port 0 picks a free port; the bound URL is printed as
-    /// the first line of stdout) or `stdio`.
+    /// Where to listen: `ws://HOST:PORT`, `wss://HOST:PORT` (with --tls-self-signed or
+    /// --tls-cert/--tls-key) or `stdio`. Port 0 picks a free port; the bound URL is printed as
+    /// the first line of stdout.
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
 
@@ -131,8 +132,14 @@ pub struct ServeArgs {
     ws_max_token_lifetime_seconds: Option<u64>,
 
     /// Serve `wss://`: the server's certificate chain (PEM).
-    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
     tls_cert: Option<PathBuf>,
+
+    /// Serve `wss://` with a certificate made at startup, in memory only. Its fingerprint is
+    /// printed on the line after the URL (`fingerprint SHA256:…`); clients trust it with
+    /// `--tls-fingerprint`, as ssh trusts a host key. A new one is made at every start.
+    #[arg(long)]
+    tls_self_signed: bool,
 
     /// The private key (PEM) for --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
@@ -205,7 +212,7 @@ fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
                 );
             };
             let path = absolute(file);
-            let secret = std::fs::read_to_string(file)
+            let secret = std::fs::read(file)
                 .with_context(|| format!("failed to read websocket auth secret {path}"))?;
             let skew =
                 args.ws_max_clock_skew_seconds.map_or(DEFAULT_MAX_CLOCK_SKEW, Duration::from_secs);
@@ -229,6 +236,23 @@ fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
             Ok(WsAuth::SignedBearerToken(verifier))
         }
     }
+}
+
+/// The names a self-signed certificate carries: the listen address, and loopback's names —
+/// for clients that check names; a pinned fingerprint ignores them.
+fn certificate_names(listen: &ListenAddress) -> Vec<String> {
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    if let ListenAddress::WebSocket { addr, .. } = listen
+        && !addr.ip().is_unspecified()
+        && !addr.ip().is_loopback()
+    {
+        names.push(addr.ip().to_string());
+    }
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    if !host.is_empty() && host != "localhost" {
+        names.push(host);
+    }
+    names
 }
 
 /// A path as an error shows it: made absolute against the current directory.
@@ -284,18 +308,33 @@ fn fit_connections(requested: Option<usize>) -> anyhow::Result<usize> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(_), Some(_)) if matches!(listen, ListenAddress::Stdio) => {
-            bail!("TLS requires a WebSocket listener, not stdio")
+    let tls_flags = args.tls_cert.is_some() || args.tls_self_signed;
+    match &listen {
+        ListenAddress::Stdio if tls_flags => {
+            bail!("TLS requires a WebSocket listener, not stdio; use --listen wss://HOST:PORT")
         }
+        ListenAddress::WebSocket { tls: true, .. } if !tls_flags => bail!(
+            "--listen {} needs a certificate: add --tls-self-signed, or --tls-cert and --tls-key",
+            args.listen
+        ),
+        _ => {}
+    }
+    let mut fingerprint = None;
+    let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
             tether_server::transport::tls::load_server_config(cert, key)
                 .map_err(anyhow::Error::msg)?,
         ),
+        _ if args.tls_self_signed => {
+            let made = tether_server::transport::tls::self_signed(certificate_names(&listen))
+                .map_err(anyhow::Error::msg)?;
+            fingerprint = Some(made.fingerprint);
+            Some(made.config)
+        }
         _ => None,
     };
     let max_connections = match listen {
-        ListenAddress::WebSocket(_) => fit_connections(args.max_connections)?,
+        ListenAddress::WebSocket { .. } => fit_connections(args.max_connections)?,
         ListenAddress::Stdio => DEFAULT_MAX_CONNECTIONS,
     };
     set_up_sandboxing(args.bwrap.clone())?;
@@ -335,6 +374,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(url) = server.url() {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{url}")?;
+        if let Some(fingerprint) = &fingerprint {
+            writeln!(stdout, "fingerprint {fingerprint}")?;
+        }
         stdout.flush()?;
         tracing::info!(%url, "listening");
     }

@@ -290,3 +290,34 @@ async fn an_unauthenticated_port_beyond_loopback_is_refused() {
     assert!(stderr.contains("without authentication") && stderr.contains("--ws-auth"), "{stderr}");
     assert!(output.stdout.is_empty(), "nothing was bound, so no URL was printed");
 }
+
+/// A random binary secret (`head -c 32 /dev/urandom`), newline bytes and all, signs tokens
+/// byte for byte (Tether's; the reference refuses a secret file that is not UTF-8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_secret_signs_tokens_byte_for_byte() {
+    let dir = scratch("jwt-binary");
+    // Not UTF-8, with whitespace bytes at both ends that text trimming would strip.
+    let mut secret: Vec<u8> = vec![b'\n', 0xff, 0xfe];
+    secret.extend((0u8..40).map(|i| i.wrapping_mul(37) ^ 0x80));
+    secret.push(b' ');
+    let path = dir.join("secret.bin");
+    std::fs::write(&path, &secret).unwrap();
+    let args = ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", path.to_str().unwrap()];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let sign = |key: &[u8]| {
+        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        let claims = URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&json!({"exp": now() + 300})).unwrap());
+        let signed = format!("{header}.{claims}");
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+        mac.update(signed.as_bytes());
+        format!("Bearer {signed}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+    };
+    assert_eq!(upgrade(&server.url, Some(&sign(&secret))).await.0, 101);
+    let trimmed = &secret[1..secret.len() - 1];
+    assert_eq!(
+        upgrade(&server.url, Some(&sign(trimmed))).await,
+        (401, "invalid websocket jwt".into())
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -65,6 +65,50 @@ async fn stdio_and_http_servers_through_an_exec_server(target: Target) {
         stderr.starts_with("tether mcp: ") && stderr.contains("requires authorization"),
         "{stderr}"
     );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.trim_end().ends_with("; set TETHER_MCP_TOKEN, or pass --http-token-file FILE"), "{stderr}");
+}
+
+/// The executor's token is `--token-file`, as for `tether exec` (the MCP server's is
+/// `--http-token-file`); flags that do not apply to the server kind given are refused, not
+/// ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executors_token_and_flags_that_do_not_apply() {
+    let dir = std::env::temp_dir().join(format!("tether-mcp-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "executor-token\n").unwrap();
+    let token = token.to_str().unwrap();
+    let auth = ["--ws-auth", "capability-token", "--ws-token-file", token];
+    let server = ServerProcess::start_with(Target::Tether, &auth).await.unwrap();
+    let stdio = stdio_command();
+    let url = server.url.as_str();
+
+    let output = tether_mcp(&["--url", url, "--token-file", token, "--stdio", &stdio, "tools"], None).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).lines().any(|l| l.starts_with("echo\t")));
+
+    let output = tether_mcp(&["--url", url, "--stdio", &stdio, "tools"], None).await;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with("; the server wants a token: pass --token-file FILE or set TETHER_TOKEN"),
+        "{stderr}"
+    );
+
+    for (flag, value) in [("--header", "X-A=b"), ("--http-token-file", token)] {
+        let output = tether_mcp(&["--local", "--stdio", &stdio, flag, value, "tools"], None).await;
+        assert_eq!(output.status.code(), Some(2), "{flag}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.starts_with(&format!("error: the argument '--stdio <COMMAND_LINE>' cannot be used with '{flag} ")),
+            "{stderr}"
+        );
+    }
+    let output = tether_mcp(&["--local", "--http", "http://127.0.0.1:9/mcp", "-e", "A=1", "tools"], None).await;
+    assert_eq!(output.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

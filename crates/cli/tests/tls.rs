@@ -93,16 +93,16 @@ async fn a_tls_server_is_reached_through_its_pinned_ca_and_refused_otherwise() {
     let wrong = ClientOptions { tls_ca_file: Some(certs.other_ca.clone()), ..Default::default() };
     let error = ExecServerClient::connect(&server.url, wrong).await.err().unwrap();
     assert!(
-        matches!(&error, ClientError::Connect(e) if e.kind == ConnectErrorKind::Tls),
+        matches!(&error, ClientError::Connect(e) if e.kind == ConnectErrorKind::UntrustedCertificate),
         "{error}"
     );
-    assert!(error.to_string().contains("certificate"), "{error}");
+    assert!(error.to_string().contains("not signed by a CA this client trusts"), "{error}");
     let system = ExecServerClient::connect(&server.url, ClientOptions::default()).await;
     // A private CA is not among the system's roots (and a machine without any says so).
     let error = system.err().unwrap();
     assert!(
         matches!(&error, ClientError::Connect(e)
-            if matches!(e.kind, ConnectErrorKind::Tls | ConnectErrorKind::TlsSetup)),
+            if matches!(e.kind, ConnectErrorKind::UntrustedCertificate | ConnectErrorKind::TlsSetup)),
         "{error}"
     );
     let plain = server.url.replacen("wss://", "ws://", 1);
@@ -115,7 +115,7 @@ async fn a_tls_server_is_reached_through_its_pinned_ca_and_refused_otherwise() {
     // A TLS server's answer is not HTTP: the WebSocket handshake fails.
     let error = plain.err().unwrap();
     assert!(
-        matches!(&error, ClientError::Connect(e) if e.kind == ConnectErrorKind::Handshake),
+        matches!(&error, ClientError::Connect(e) if e.kind == ConnectErrorKind::NotHttp),
         "{error}"
     );
 }
@@ -204,4 +204,104 @@ async fn a_completed_handshake_followed_by_silence_is_closed() {
     .await;
     assert!(closed.is_ok(), "the silent connection was not closed");
     assert!(!received.starts_with(b"HTTP/1.1 101"), "{received:?}");
+}
+
+/// `tether serve --listen wss://localhost:0 --tls-self-signed`: a certificate made at startup,
+/// its fingerprint printed under the URL; a client that pins it gets in (whatever name it
+/// connects to), one that pins another is told both fingerprints, as ssh tells of a changed
+/// host key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_server_is_trusted_by_its_printed_fingerprint() {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut server = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["serve", "--listen", "wss://localhost:0", "--tls-self-signed"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let url = lines.next_line().await.unwrap().unwrap();
+    assert!(url.starts_with("wss://127.0.0.1:"), "{url}");
+    let fingerprint = lines.next_line().await.unwrap().unwrap();
+    let fingerprint = fingerprint.strip_prefix("fingerprint ").unwrap().to_owned();
+    assert!(fingerprint.starts_with("SHA256:") && fingerprint.len() == 7 + 64, "{fingerprint}");
+
+    let exec = |url: String, pin: String| async move {
+        tokio::process::Command::new(tether_binary().unwrap())
+            .args(["exec", "--url", &url, "--tls-fingerprint", &pin, "--", "echo", "pinned"])
+            .env_remove("TETHER_TLS_CA_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap()
+    };
+    let output = exec(url.clone(), fingerprint.clone()).await;
+    assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"pinned\n"[..]));
+    // As openssl prints it (upper case, colons), and by another name than the URL's.
+    let hex = fingerprint.trim_start_matches("SHA256:").to_uppercase();
+    let colons: Vec<&str> = (0..32).map(|i| &hex[2 * i..2 * i + 2]).collect();
+    let by_name = url.replacen("127.0.0.1", "localhost", 1);
+    let output = exec(by_name, colons.join(":")).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+
+    let other = format!("SHA256:{}", "00".repeat(32));
+    let output = exec(url.clone(), other.clone()).await;
+    assert_eq!(output.status.code(), Some(255));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "tether exec: cannot connect to {url}: the server's certificate is {fingerprint}, not the pinned {other}; a server restarted with --tls-self-signed has a new certificate: pin the fingerprint it printed, if you trust that it is the server"
+        )
+    );
+    let _ = server.start_kill();
+}
+
+/// The usual recipe, `openssl req -x509 … -addext subjectAltName=…`, makes a self-signed
+/// certificate marked CA:TRUE. Given as the client's CA file it is trusted (as curl trusts it)
+/// for the names it carries, and for no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usual_self_signed_certificate_is_its_own_ca_file() {
+    let dir = std::env::temp_dir().join(format!("tether-tls-own-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let args = ["--tls-cert", path(&cert_file), "--tls-key", path(&key_file)];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+
+    let options = ClientOptions { tls_ca_file: Some(cert_file.clone()), ..Default::default() };
+    let client = ExecServerClient::connect(&server.url, options.clone()).await.unwrap();
+    assert_eq!(echo(&client, "own-ca").await, b"over tls\n");
+    // The certificate is for 127.0.0.1 only.
+    let by_name = server.url.replacen("127.0.0.1", "localhost", 1);
+    let error = ExecServerClient::connect(&by_name, options).await.err().unwrap();
+    assert!(
+        matches!(&error, ClientError::Connect(e) if e.kind == ConnectErrorKind::UntrustedCertificate),
+        "{error}"
+    );
+    assert!(error.to_string().contains("is not for the host name connected to"), "{error}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `wss://` without a certificate is a mistake said at startup, with the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wss_listener_without_a_certificate_is_refused_at_startup() {
+    let output = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["serve", "--listen", "wss://127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim_end(),
+        "tether: --listen wss://127.0.0.1:0 needs a certificate: add --tls-self-signed, or --tls-cert and --tls-key"
+    );
 }

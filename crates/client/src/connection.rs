@@ -116,6 +116,7 @@ impl Connection {
         let connector = if request.uri().scheme_str() == Some("wss") {
             Some(tokio_tungstenite::Connector::Rustls(crate::tls::client_config(
                 options.tls_ca_file.as_deref(),
+                options.tls_fingerprint,
             )?))
         } else {
             None
@@ -401,29 +402,81 @@ fn connect_error(error: tungstenite::Error) -> ClientError {
                 .map(|body| String::from_utf8_lossy(body).trim().to_owned())
                 .filter(|body| !body.is_empty())
                 .unwrap_or_else(|| status.canonical_reason().unwrap_or_default().to_owned());
-            let hint = if status == 401 {
-                " (the server requires a bearer token: check the one given)"
-            } else {
-                ""
-            };
             ConnectError::new(
                 ConnectErrorKind::Refused { status: status.as_u16() },
-                format!("the server refused the connection: HTTP {status}: {reason}{hint}"),
+                format!("the server refused the connection: HTTP {status}: {reason}"),
             )
         }
         tungstenite::Error::Io(io) => {
             // rustls reports a failed handshake as an I/O error that carries its own.
-            let tls = io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>());
-            let kind = if tls { ConnectErrorKind::Tls } else { ConnectErrorKind::Network };
-            ConnectError::new(kind, io.to_string()).caused_by(io)
+            let tls = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+            match tls {
+                Some(tls) => tls_error(tls),
+                None => ConnectError::new(ConnectErrorKind::Network, io.to_string()),
+            }
+            .caused_by(io)
         }
         tungstenite::Error::Tls(tls) => {
-            ConnectError::new(ConnectErrorKind::Tls, tls.to_string()).caused_by(tls)
+            let error = match &tls {
+                tungstenite::error::TlsError::Rustls(inner) => tls_error(inner),
+                other => ConnectError::new(ConnectErrorKind::Tls, other.to_string()),
+            };
+            error.caused_by(tls)
         }
+        tungstenite::Error::Protocol(tungstenite::error::ProtocolError::HttparseError(http)) => {
+            ConnectError::new(
+                ConnectErrorKind::NotHttp,
+                format!("the server's answer is not HTTP ({http})"),
+            )
+            .caused_by(http)
+        }
+        tungstenite::Error::HttpFormat(http) => ConnectError::new(
+            ConnectErrorKind::NotHttp,
+            format!("the server's answer is not HTTP ({http})"),
+        )
+        .caused_by(http),
         tungstenite::Error::Url(url) => {
             ConnectError::new(ConnectErrorKind::InvalidUrl, url.to_string()).caused_by(url)
         }
         other => ConnectError::new(ConnectErrorKind::Handshake, other.to_string()).caused_by(other),
     };
     error.into()
+}
+
+/// A failed TLS handshake, by what rustls says went wrong.
+fn tls_error(error: &rustls::Error) -> ConnectError {
+    match error {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))
+            if other.0.is::<crate::tls::FingerprintMismatch>() =>
+        {
+            ConnectError::new(ConnectErrorKind::WrongFingerprint, other.0.to_string())
+        }
+        rustls::Error::InvalidCertificate(why) => {
+            use rustls::CertificateError as Why;
+            let what = match why {
+                // A CA of the same name but another key fails on its signature.
+                Why::UnknownIssuer | Why::BadSignature => {
+                    "is not signed by a CA this client trusts".to_owned()
+                }
+                Why::NotValidForName | Why::NotValidForNameContext { .. } => {
+                    "is not for the host name connected to".to_owned()
+                }
+                Why::Expired | Why::ExpiredContext { .. } => "has expired".to_owned(),
+                Why::NotValidYet | Why::NotValidYetContext { .. } => "is not valid yet".to_owned(),
+                Why::Revoked => "is revoked".to_owned(),
+                other => format!("is not trusted ({other:?})"),
+            };
+            ConnectError::new(
+                ConnectErrorKind::UntrustedCertificate,
+                format!("the server's certificate {what}"),
+            )
+        }
+        rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
+            ConnectError::new(
+                ConnectErrorKind::NotTls,
+                "the server does not speak TLS (its answer was not a TLS record)",
+            )
+        }
+        other => ConnectError::new(ConnectErrorKind::Tls, format!("TLS failed: {other}")),
+    }
 }

@@ -66,6 +66,7 @@ pub struct ConnectError {
 
 /// What kind of thing kept the connection from being made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConnectErrorKind {
     /// The URL is not a `ws://` or `wss://` URL.
     InvalidUrl,
@@ -77,7 +78,18 @@ pub enum ConnectErrorKind {
     Timeout,
     /// The server answered the upgrade with this HTTP status instead (401: the credential).
     Refused { status: u16 },
-    /// TLS failed: the server's certificate was not trusted, or one side does not speak TLS.
+    /// The server's certificate is not trusted: an unknown issuer (no CA file given, or
+    /// another CA), another name, expired.
+    UntrustedCertificate,
+    /// The server's certificate is not the pinned one (a server restarted with a new
+    /// self-signed certificate, or another server answering).
+    WrongFingerprint,
+    /// A `wss://` URL, but the server does not speak TLS (its answer was plain HTTP).
+    NotTls,
+    /// The server's answer to the upgrade was not HTTP — a TLS server reached with `ws://`,
+    /// or something that is not a web server at all.
+    NotHttp,
+    /// TLS failed otherwise (no common protocol version or cipher, a broken handshake).
     Tls,
     /// The network: nobody listening, unreachable, reset.
     Network,

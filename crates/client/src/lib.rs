@@ -50,7 +50,7 @@ mod remote_http;
 mod router;
 mod session;
 mod starts;
-mod tls;
+pub mod tls;
 
 pub use client::{ConnectionStatus, ExecServerClient};
 pub use environment::Environment;
@@ -63,4 +63,5 @@ pub use options::{
     GOING_AWAY_RECOVERY,
 };
 pub use process::{ProcessControl, RemoteProcess};
+pub use tls::TlsFingerprint;
 pub use tether_engine::ProcessUpdate;

@@ -42,6 +42,10 @@ pub struct ClientOptions {
     /// For `wss://`: trust only this CA (PEM) instead of the system's roots — for a server
     /// whose certificate a private CA signed, or a self-signed one pinned.
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// For `wss://`: trust exactly the certificate with this SHA-256 (what `tether serve
+    /// --tls-self-signed` prints), whoever issued it — as ssh pins a host key. Takes precedence
+    /// over `tls_ca_file`.
+    pub tls_fingerprint: Option<crate::tls::TlsFingerprint>,
     pub connect_timeout: Duration,
     pub initialize_timeout: Duration,
     pub recovery_timeout: Duration,
@@ -69,6 +73,7 @@ impl Default for ClientOptions {
             client_name: "tether".into(),
             bearer_token: None,
             tls_ca_file: None,
+            tls_fingerprint: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             recovery_timeout: DEFAULT_RECOVERY_TIMEOUT,
@@ -87,6 +92,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("client_name", &self.client_name)
             .field("has_bearer_token", &self.bearer_token.is_some())
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_fingerprint", &self.tls_fingerprint)
             .field("connect_timeout", &self.connect_timeout)
             .field("initialize_timeout", &self.initialize_timeout)
             .field("recovery_timeout", &self.recovery_timeout)

@@ -110,8 +110,7 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
     loop {
         if Instant::now() >= deadline {
             let message = format!(
-                "{reason}; failed to resume exec-server session {}: {last_error}; gave up after {patience:?}",
-                session.session_id
+                "{reason}; could not resume the session within {patience:?}: {last_error}"
             );
             session.server_went_away.store(going_away, Ordering::Release);
             return give_up(&session, message);
@@ -138,10 +137,7 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
                 tokio::time::sleep(session.options.recovery_retry_interval).await;
             }
             Err(error) => {
-                let message = format!(
-                    "{reason}; failed to resume exec-server session {}: {error}",
-                    session.session_id
-                );
+                let message = format!("{reason}; could not resume the session: {error}");
                 session.server_went_away.store(going_away, Ordering::Release);
                 return give_up(&session, message);
             }

@@ -46,15 +46,20 @@ pub struct JwtVerifier {
 }
 
 impl JwtVerifier {
-    /// `secret` as read from its file (it is trimmed here); `issuer` and `audience` are trimmed
-    /// too, and an empty one is no requirement.
+    /// `secret` as read from its file: text (UTF-8) is trimmed, as the reference trims it, so a
+    /// trailing newline is not part of the key; anything else is a binary key (`head -c 32
+    /// /dev/urandom`), used byte for byte — the reference refuses it. `issuer` and `audience`
+    /// are trimmed too, and an empty one is no requirement.
     pub fn new(
-        secret: &str,
+        secret: &[u8],
         issuer: Option<String>,
         audience: Option<String>,
         max_clock_skew: Duration,
     ) -> Result<Self, SecretError> {
-        let secret = secret.trim();
+        let secret = match std::str::from_utf8(secret) {
+            Ok(text) => text.trim().as_bytes(),
+            Err(_) => secret,
+        };
         if secret.is_empty() {
             return Err(SecretError::Empty);
         }
@@ -66,7 +71,7 @@ impl JwtVerifier {
         let required =
             |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Ok(Self {
-            secret: secret.as_bytes().into(),
+            secret: secret.into(),
             issuer: required(issuer),
             audience: required(audience),
             max_clock_skew_secs,
@@ -201,7 +206,7 @@ mod tests {
     fn verifier(issuer: Option<&str>, audience: Option<&str>, skew: u64) -> JwtVerifier {
         let issuer = issuer.map(str::to_owned);
         let audience = audience.map(str::to_owned);
-        JwtVerifier::new(&format!("{SECRET}\n"), issuer, audience, Duration::from_secs(skew))
+        JwtVerifier::new(format!("{SECRET}\n").as_bytes(), issuer, audience, Duration::from_secs(skew))
             .unwrap()
     }
 
@@ -284,11 +289,11 @@ mod tests {
     #[test]
     fn secrets_are_trimmed_and_must_be_long_enough() {
         assert_eq!(
-            JwtVerifier::new(" \n", None, None, Duration::ZERO).err(),
+            JwtVerifier::new(b" \n", None, None, Duration::ZERO).err(),
             Some(SecretError::Empty)
         );
         assert_eq!(
-            JwtVerifier::new("short", None, None, Duration::ZERO).err(),
+            JwtVerifier::new(b"short", None, None, Duration::ZERO).err(),
             Some(SecretError::TooShort)
         );
         let v = verifier(None, None, 0);

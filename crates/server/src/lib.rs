@@ -58,7 +58,15 @@ impl Server {
     /// config says `insecure_no_auth`: whoever reaches an unauthenticated port runs commands.
     pub async fn bind(listen: &ListenAddress, config: ServerConfig) -> std::io::Result<Self> {
         let listener = match listen {
-            ListenAddress::WebSocket(addr) => {
+            ListenAddress::WebSocket { addr, tls } => {
+                if *tls && config.tls.is_none() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!(
+                            "{listen} needs a certificate: give --tls-cert and --tls-key, or --tls-self-signed"
+                        ),
+                    ));
+                }
                 if !addr.ip().is_loopback()
                     && !config.ws_auth.is_enabled()
                     && !config.insecure_no_auth

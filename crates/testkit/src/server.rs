@@ -20,6 +20,8 @@ pub enum Target {
 pub struct ServerProcess {
     pub target: Target,
     pub url: String,
+    /// With `--tls-self-signed`: the certificate's `SHA256:…` fingerprint, as printed.
+    pub fingerprint: Option<String>,
     child: Child,
     scratch: PathBuf,
 }
@@ -83,9 +85,16 @@ impl ServerProcess {
         if !first.starts_with("ws://") && !first.starts_with("wss://") {
             bail!("unexpected first line from {target:?}: {first}");
         }
+        // `--tls-self-signed` prints the certificate's fingerprint on the next line.
+        let mut fingerprint = None;
+        if extra_args.contains(&"--tls-self-signed") {
+            let second = lines.next_line().await?.context("no fingerprint line")?;
+            let pinned = second.strip_prefix("fingerprint ").context("no fingerprint line")?;
+            fingerprint = Some(pinned.to_owned());
+        }
         // Keep draining stdout so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Self { target, url: first.trim().to_owned(), child, scratch })
+        Ok(Self { target, url: first.trim().to_owned(), fingerprint, child, scratch })
     }
 
     /// The command that runs `target` in server mode, without a `--listen`.

@@ -1,5 +1,6 @@
 //! TLS for the WebSocket listener (`wss://`), so a server can be exposed without a proxy in
-//! front: rustls, a certificate chain and key from PEM files.
+//! front: rustls, with a certificate chain and key from PEM files, or a self-signed
+//! certificate made at startup that clients pin by its fingerprint.
 //!
 //! The handshakes themselves run in [`super::accept`], each in its connection's task and
 //! under [`HANDSHAKE_TIMEOUT`].
@@ -30,4 +31,33 @@ pub fn load_server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerC
         .map_err(|e| format!("the TLS certificate and key do not go together: {e}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A server certificate made for this run, and what clients pin it by.
+pub struct SelfSigned {
+    pub config: Arc<rustls::ServerConfig>,
+    /// `SHA256:` and the hex SHA-256 of the certificate's DER bytes, as clients'
+    /// `--tls-fingerprint` takes it.
+    pub fingerprint: String,
+}
+
+/// A fresh self-signed certificate (ECDSA P-256, in memory only: it never touches the disk and
+/// ends with the process) for `names` — host names or IP addresses — and the settings to
+/// serve it. A client trusts it by pinning its fingerprint, as ssh trusts a host key; its names
+/// matter only to clients that check them.
+pub fn self_signed(names: Vec<String>) -> Result<SelfSigned, String> {
+    use sha2::Digest as _;
+    let certified = rcgen::generate_simple_self_signed(names)
+        .map_err(|e| format!("cannot make a self-signed certificate: {e}"))?;
+    let der = certified.cert.der().clone();
+    let digest = sha2::Sha256::digest(der.as_ref());
+    let fingerprint = format!("SHA256:{}", hex::encode(digest));
+    let key = PrivateKeyDer::try_from(certified.signing_key.serialize_der())
+        .map_err(|e| format!("cannot use the self-signed certificate's key: {e}"))?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![der], key)
+        .map_err(|e| format!("cannot use the self-signed certificate: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(SelfSigned { config: Arc::new(config), fingerprint })
 }

@@ -1,0 +1,190 @@
+//! Named executors, as `~/.ssh/config` names hosts and kubeconfig names contexts: a config file
+//! (`$XDG_CONFIG_HOME/tether/config.toml`, else `~/.config/tether/config.toml`) with
+//!
+//! ```toml
+//! [executors.build]
+//! url = "wss://build-box:8443"
+//! token_file = "~/.config/tether/build.token"
+//! tls_fingerprint = "SHA256:…"      # or tls_ca_file = "…"
+//! ```
+//!
+//! so that `--url build` (or `TETHER_URL=build`) means all of that. A flag given on the command
+//! line wins over the file's value.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+use tether_client::TlsFingerprint;
+
+/// Where an executor is and how to trust and reach it.
+#[derive(Debug, Clone, Default)]
+pub struct Executor {
+    pub url: String,
+    pub token_file: Option<PathBuf>,
+    pub tls_ca_file: Option<PathBuf>,
+    pub tls_fingerprint: Option<TlsFingerprint>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    executors: BTreeMap<String, ExecutorEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutorEntry {
+    url: String,
+    token_file: Option<String>,
+    tls_ca_file: Option<String>,
+    tls_fingerprint: Option<String>,
+}
+
+/// The config file's path (whether or not it exists), or `None` without a home to put it in.
+pub fn config_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
+    };
+    Some(base.join("tether/config.toml"))
+}
+
+/// What `--url` names: a URL as it is (anything with `://`), else the executor of that name
+/// in the config file.
+pub fn resolve(url_or_name: &str) -> anyhow::Result<Executor> {
+    if url_or_name.contains("://") {
+        return Ok(Executor { url: url_or_name.to_owned(), ..Executor::default() });
+    }
+    let name = url_or_name;
+    let path = config_path().context("--url {name}: no HOME to find the config file in; give a ws:// or wss:// URL")?;
+    let executors = read(&path).map_err(|error| match error {
+        ReadError::Missing => anyhow::anyhow!(
+            "--url {name} is neither a URL nor a named executor: {} does not exist; give a ws:// or wss:// URL, or add [executors.{name}] with a url there",
+            path.display()
+        ),
+        ReadError::Other(error) => error,
+    })?;
+    match executors.get(name) {
+        Some(executor) => Ok(executor.clone()),
+        None => {
+            let known: Vec<&str> = executors.keys().map(String::as_str).collect();
+            let known = match known.is_empty() {
+                true => "it names none".to_owned(),
+                false => format!("it names {}", known.join(", ")),
+            };
+            bail!(
+                "--url {name} is neither a URL nor an executor in {} ({known}); give a ws:// or wss:// URL, or add [executors.{name}] there",
+                path.display()
+            )
+        }
+    }
+}
+
+/// `tether executors`: the named executors, one per line (`NAME<TAB>URL`).
+pub fn list() -> anyhow::Result<()> {
+    let path = config_path().context("no HOME to find the config file in")?;
+    match read(&path) {
+        Ok(executors) => {
+            for (name, executor) in executors {
+                println!("{name}\t{}", executor.url);
+            }
+            Ok(())
+        }
+        Err(ReadError::Missing) => {
+            eprintln!(
+                "tether: no named executors: {} does not exist; add [executors.NAME] with a url = \"ws://…\" there",
+                path.display()
+            );
+            Ok(())
+        }
+        Err(ReadError::Other(error)) => Err(error),
+    }
+}
+
+enum ReadError {
+    Missing,
+    Other(anyhow::Error),
+}
+
+fn read(path: &Path) -> Result<BTreeMap<String, Executor>, ReadError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::Missing),
+        Err(error) => {
+            return Err(ReadError::Other(
+                anyhow::Error::new(error).context(format!("cannot read {}", path.display())),
+            ));
+        }
+    };
+    parse(&text, path).map_err(ReadError::Other)
+}
+
+/// The executors `text` (the file at `path`) names; relative paths in it are relative to the
+/// file's directory, and `~/` is the home directory.
+fn parse(text: &str, path: &Path) -> anyhow::Result<BTreeMap<String, Executor>> {
+    let file: ConfigFile = toml::from_str(text).map_err(|error| {
+        let message = error.message().to_owned();
+        let line = error.span().map(|span| text[..span.start].matches('\n').count() + 1);
+        match line {
+            Some(line) => anyhow::anyhow!("{}:{line}: {message}", path.display()),
+            None => anyhow::anyhow!("{}: {message}", path.display()),
+        }
+    })?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut executors = BTreeMap::new();
+    for (name, entry) in file.executors {
+        let tls_fingerprint = match &entry.tls_fingerprint {
+            Some(text) => Some(text.parse().with_context(|| {
+                format!("{}: [executors.{name}] tls_fingerprint", path.display())
+            })?),
+            None => None,
+        };
+        let executor = Executor {
+            url: entry.url,
+            token_file: entry.token_file.map(|file| expand(&file, dir)),
+            tls_ca_file: entry.tls_ca_file.map(|file| expand(&file, dir)),
+            tls_fingerprint,
+        };
+        executors.insert(name, executor);
+    }
+    Ok(executors)
+}
+
+fn expand(file: &str, dir: &Path) -> PathBuf {
+    match (file.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => dir.join(file),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_resolve_their_paths_and_fingerprints() {
+        let text = format!(
+            "[executors.build]\nurl = \"wss://build:8443\"\ntoken_file = \"build.token\"\ntls_fingerprint = \"SHA256:{}\"\n\n[executors.local]\nurl = \"ws://127.0.0.1:4500\"\ntls_ca_file = \"/etc/ca.pem\"\n",
+            "ab".repeat(32)
+        );
+        let executors = parse(&text, Path::new("/home/u/.config/tether/config.toml")).unwrap();
+        let build = &executors["build"];
+        assert_eq!(build.url, "wss://build:8443");
+        assert_eq!(build.token_file.as_deref(), Some(Path::new("/home/u/.config/tether/build.token")));
+        assert_eq!(build.tls_fingerprint, Some(TlsFingerprint([0xab; 32])));
+        assert_eq!(executors["local"].tls_ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+    }
+
+    #[test]
+    fn mistakes_name_the_file_and_line() {
+        let path = Path::new("/c/config.toml");
+        let error = parse("[executors.a]\nurl = \"ws://x:1\"\ntoken = \"t\"\n", path).unwrap_err();
+        assert!(error.to_string().starts_with("/c/config.toml:3: unknown field `token`"), "{error}");
+        let error = parse("[executors.a]\nurl = \"ws://x:1\"\ntls_fingerprint = \"nope\"\n", path)
+            .unwrap_err();
+        assert_eq!(format!("{error:#}").split(':').next(), Some("/c/config.toml"));
+    }
+}

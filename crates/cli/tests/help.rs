@@ -1,0 +1,96 @@
+//! What a person reads before running anything: `--help` that the README matches, shell
+//! completion, and named executors from the config file.
+
+use std::process::Stdio;
+
+use tether_testkit::server::{tether_binary, workspace_root};
+use tether_testkit::{ServerProcess, Target};
+
+fn tether(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(tether_binary().unwrap())
+        .args(args)
+        .env_remove("TETHER_URL")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Every long flag `--help` shows is in the README, so the README's account is whole.
+#[test]
+fn every_flag_in_help_is_in_the_readme() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    for command in ["serve", "exec", "mcp"] {
+        let help = tether(&[command, "--help"], &[]);
+        assert_eq!(help.status.code(), Some(0));
+        let help = String::from_utf8(help.stdout).unwrap();
+        let flags: Vec<&str> = help
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|word| word.starts_with("--") && word.len() > 2 && word != &"--help")
+            .collect();
+        assert!(flags.len() > 5, "{help}");
+        for flag in flags {
+            assert!(readme.contains(flag), "`tether {command} --help` shows {flag}; the README does not");
+        }
+    }
+    let exec = String::from_utf8(tether(&["exec", "--help"], &[]).stdout).unwrap();
+    for section in ["Examples:", "Exit codes:", "Ctrl-C:", "Environment:"] {
+        assert!(exec.contains(section), "{exec}");
+    }
+}
+
+#[test]
+fn completion_scripts_for_each_shell() {
+    for (shell, marker) in [("bash", "complete -F"), ("zsh", "#compdef tether"), ("fish", "complete -c tether")] {
+        let output = tether(&["completions", shell], &[]);
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(script.contains("tls-fingerprint"), "{shell} completes flags");
+    }
+    let output = tether(&["completions", "tcsh"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+/// `[executors.NAME]` in `$XDG_CONFIG_HOME/tether/config.toml`: `tether executors` lists it,
+/// `--url NAME` connects with its URL and token, and a name it lacks says which it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_executors_come_from_the_config_file() {
+    let config = std::env::temp_dir().join(format!("tether-config-{}", std::process::id()));
+    std::fs::create_dir_all(config.join("tether")).unwrap();
+    std::fs::write(config.join("tether/box.token"), "named-token\n").unwrap();
+    let token = config.join("tether/box.token");
+    let auth = ["--ws-auth", "capability-token", "--ws-token-file", token.to_str().unwrap()];
+    let server = ServerProcess::start_with(Target::Tether, &auth).await.unwrap();
+    let file = format!(
+        "[executors.box]\nurl = \"{}\"\ntoken_file = \"box.token\"\n\n[executors.other]\nurl = \"ws://127.0.0.1:9\"\n",
+        server.url
+    );
+    std::fs::write(config.join("tether/config.toml"), file).unwrap();
+    let env = [("XDG_CONFIG_HOME", config.to_str().unwrap())];
+
+    let listed = tether(&["executors"], &env);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), format!("box\t{}\nother\tws://127.0.0.1:9\n", server.url));
+
+    let output = tether(&["exec", "--url", "box", "--", "echo", "named"], &env);
+    assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"named\n"[..]));
+    let output = tether(&["exec", "--", "echo", "by-env"], &[env[0], ("TETHER_URL", "box")]);
+    assert_eq!(output.stdout, b"by-env\n");
+
+    let output = tether(&["exec", "--url", "nosuch", "--", "true"], &env);
+    assert_eq!(output.status.code(), Some(255));
+    let path = config.join("tether/config.toml");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim_end(),
+        format!(
+            "tether exec: --url nosuch is neither a URL nor an executor in {} (it names box, other); give a ws:// or wss:// URL, or add [executors.nosuch] there",
+            path.display()
+        )
+    );
+
+    std::fs::write(&path, "[executors.box]\nurl = \"ws://x:1\"\ntoken = \"t\"\n").unwrap();
+    let output = tether(&["exec", "--url", "box", "--", "true"], &env);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with(&format!("tether exec: {}:3: unknown field `token`", path.display())), "{stderr}");
+    let _ = std::fs::remove_dir_all(&config);
+}
