@@ -9,14 +9,13 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_client::{
-    ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl,
-    ProcessUpdate, RemoteProcess,
+    ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl, ProcessUpdate, RemoteProcess,
 };
 use tether_engine::ProcessEvent;
-use tether_engine::fs::{FileSystem as _, FsErrorKind};
 use tether_protocol::PathUri;
-use tether_protocol::error::{INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND, SESSION_ALREADY_ATTACHED};
-use tether_protocol::fs::{FsGetMetadataParams, FsGetMetadataResponse};
+use tether_protocol::error::{INVALID_REQUEST, NOT_FOUND, SESSION_ALREADY_ATTACHED};
+
+use crate::start_failure;
 use tether_protocol::process::{
     EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, ProcessSignal, PtySize,
 };
@@ -25,12 +24,6 @@ use tokio::sync::mpsc;
 
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
 const TETHER_FAILURE: i32 = 255;
-
-/// The exit code for a command that is not there, as a shell (and ssh) uses.
-const COMMAND_NOT_FOUND: i32 = 127;
-
-/// The exit code for a command that is there but cannot be run, as a shell uses.
-const COMMAND_NOT_RUNNABLE: i32 = 126;
 
 /// How long a command whose output nobody reads any more (our stdout closed: `| head`) is
 /// given to end after it is told to, before `tether exec` leaves anyway; the server kills it
@@ -140,7 +133,9 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
         Ok(code) => Ok(code),
         Err(error) => {
             eprintln!("tether exec: {}", crate::report::one_line(&error));
-            Ok(error.downcast_ref::<ExitWith>().map_or(TETHER_FAILURE, |exit| exit.code))
+            Ok(error
+                .downcast_ref::<start_failure::ExitWith>()
+                .map_or(TETHER_FAILURE, |exit| exit.code))
         }
     }
 }
@@ -211,7 +206,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             let params = start_params(&args, &client)?;
             let process = match client.start(params.clone()).await {
                 Ok(process) => process,
-                Err(error) => return Err(explain_start_failure(&client, &params, error).await),
+                Err(error) => return Err(start_failure::explain(&client, &params, error).await),
             };
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
@@ -302,7 +297,11 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
 }
 
 /// Resumes `session`; a refusal says what became of it.
-async fn resume(url: &str, session: &str, options: ClientOptions) -> anyhow::Result<ExecServerClient> {
+async fn resume(
+    url: &str,
+    session: &str,
+    options: ClientOptions,
+) -> anyhow::Result<ExecServerClient> {
     let with_token = options.bearer_token.is_some();
     match ExecServerClient::resume(url, session, options).await {
         Ok(client) => Ok(client),
@@ -317,100 +316,6 @@ async fn resume(url: &str, session: &str, options: ClientOptions) -> anyhow::Res
         }),
     }
 }
-
-/// Why `process/start` failed, in a person's terms: a `--cwd` that is not a directory there,
-/// or a command that is not there (exit code 127, as a shell's) or cannot run there (126).
-/// Decided by asking the executor about the paths, never by the server's words, which differ
-/// between servers and C libraries.
-async fn explain_start_failure(
-    client: &ExecServerClient,
-    params: &ExecParams,
-    error: ClientError,
-) -> anyhow::Error {
-    if error.code() != Some(INTERNAL_ERROR) {
-        return anyhow::Error::new(error).context("the server refused to start the command");
-    }
-    let cwd = params.cwd.to_path().unwrap_or_default().display().to_string();
-    match metadata(client, &params.cwd).await {
-        Some(Err(FsErrorKind::NotFound)) => {
-            return anyhow::anyhow!("--cwd {cwd}: no such directory on the executor");
-        }
-        Some(Ok(found)) if !found.is_directory => {
-            return anyhow::anyhow!("--cwd {cwd}: not a directory on the executor");
-        }
-        _ => {}
-    }
-    let program = params.argv.first().cloned().unwrap_or_default();
-    let path = match program.contains('/') {
-        true => Some(std::path::Path::new(&cwd).join(&program)),
-        false => None,
-    };
-    let exists = match &path {
-        Some(path) => match PathUri::from_path(path) {
-            Some(uri) => metadata(client, &uri).await.map(|found| found.is_ok()),
-            None => None,
-        },
-        None => Some(false),
-    };
-    match (exists, path) {
-        (Some(false), None) => ExitWith::error(
-            COMMAND_NOT_FOUND,
-            format!("{program}: command not found on the executor (not on its PATH)"),
-        ),
-        (Some(false), Some(_)) => ExitWith::error(
-            COMMAND_NOT_FOUND,
-            format!("{program}: no such file on the executor"),
-        ),
-        (Some(true), Some(_)) => ExitWith::error(
-            COMMAND_NOT_RUNNABLE,
-            format!("{program}: cannot be run on the executor ({})", server_words(&error)),
-        ),
-        _ => anyhow::Error::new(error).context("the server could not start the command"),
-    }
-}
-
-/// The server's message for a refusal, without the client's framing.
-fn server_words(error: &ClientError) -> String {
-    match error {
-        ClientError::Server { message, .. } => message.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// What the executor says of `path` (`None`: it could not be asked).
-async fn metadata(
-    client: &ExecServerClient,
-    path: &PathUri,
-) -> Option<Result<FsGetMetadataResponse, FsErrorKind>> {
-    let params = FsGetMetadataParams { path: path.clone(), follow_symlinks: None, sandbox: None };
-    match client.get_metadata(params).await {
-        Ok(found) => Some(Ok(found)),
-        Err(error) if error.kind == FsErrorKind::NotFound => Some(Err(FsErrorKind::NotFound)),
-        Err(error) if error.kind == FsErrorKind::Other => Some(Err(FsErrorKind::Other)),
-        Err(_) => None,
-    }
-}
-
-/// A failure of `tether exec` that exits with a code of its own (127, 126), not 255.
-#[derive(Debug)]
-pub struct ExitWith {
-    pub code: i32,
-    message: String,
-}
-
-impl ExitWith {
-    fn error(code: i32, message: String) -> anyhow::Error {
-        anyhow::Error::new(Self { code, message })
-    }
-}
-
-impl std::fmt::Display for ExitWith {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ExitWith {}
 
 /// Our stdout is closed (`tether exec … | head`): nobody reads the command's output any more.
 /// As ssh does, end the command (terminate it, not leave it burning CPU on the executor), then

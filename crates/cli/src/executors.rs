@@ -59,7 +59,8 @@ pub fn resolve(url_or_name: &str) -> anyhow::Result<Executor> {
         return Ok(Executor { url: url_or_name.to_owned(), ..Executor::default() });
     }
     let name = url_or_name;
-    let path = config_path().context("--url {name}: no HOME to find the config file in; give a ws:// or wss:// URL")?;
+    let path = config_path()
+        .context("--url {name}: no HOME to find the config file in; give a ws:// or wss:// URL")?;
     let executors = read(&path).map_err(|error| match error {
         ReadError::Missing => anyhow::anyhow!(
             "--url {name} is neither a URL nor a named executor: {} does not exist; give a ws:// or wss:// URL, or add [executors.{name}] with a url there",
@@ -112,7 +113,9 @@ enum ReadError {
 fn read(path: &Path) -> Result<BTreeMap<String, Executor>, ReadError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Err(ReadError::Missing),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ReadError::Missing);
+        }
         Err(error) => {
             return Err(ReadError::Other(
                 anyhow::Error::new(error).context(format!("cannot read {}", path.display())),
@@ -173,7 +176,10 @@ mod tests {
         let executors = parse(&text, Path::new("/home/u/.config/tether/config.toml")).unwrap();
         let build = &executors["build"];
         assert_eq!(build.url, "wss://build:8443");
-        assert_eq!(build.token_file.as_deref(), Some(Path::new("/home/u/.config/tether/build.token")));
+        assert_eq!(
+            build.token_file.as_deref(),
+            Some(Path::new("/home/u/.config/tether/build.token"))
+        );
         assert_eq!(build.tls_fingerprint, Some(TlsFingerprint([0xab; 32])));
         assert_eq!(executors["local"].tls_ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
     }
@@ -182,7 +188,10 @@ mod tests {
     fn mistakes_name_the_file_and_line() {
         let path = Path::new("/c/config.toml");
         let error = parse("[executors.a]\nurl = \"ws://x:1\"\ntoken = \"t\"\n", path).unwrap_err();
-        assert!(error.to_string().starts_with("/c/config.toml:3: unknown field `token`"), "{error}");
+        assert!(
+            error.to_string().starts_with("/c/config.toml:3: unknown field `token`"),
+            "{error}"
+        );
         let error = parse("[executors.a]\nurl = \"ws://x:1\"\ntls_fingerprint = \"nope\"\n", path)
             .unwrap_err();
         assert_eq!(format!("{error:#}").split(':').next(), Some("/c/config.toml"));

@@ -8,6 +8,7 @@ mod guardian;
 mod mcp;
 mod report;
 mod serve;
+mod start_failure;
 
 use std::time::Duration;
 

@@ -38,7 +38,13 @@ Tokens: the exec-server's from --token-file or TETHER_TOKEN; an --http MCP serve
 pub struct McpArgs {
     /// The exec-server the MCP server is placed on: `ws://HOST:PORT`, `wss://HOST:PORT`, or a
     /// named executor (`tether executors`).
-    #[arg(long, env = "TETHER_URL", value_name = "URL|NAME", required_unless_present = "local", conflicts_with = "local")]
+    #[arg(
+        long,
+        env = "TETHER_URL",
+        value_name = "URL|NAME",
+        required_unless_present = "local",
+        conflicts_with = "local"
+    )]
     url: Option<String>,
 
     /// Place the MCP server here instead of on an exec-server.
@@ -60,7 +66,12 @@ pub struct McpArgs {
 
     /// Start a stdio MCP server with this command line (words split as a shell would, without
     /// expansions), e.g. `--stdio 'npx -y @modelcontextprotocol/server-everything'`.
-    #[arg(long, value_name = "COMMAND_LINE", required_unless_present = "http", conflicts_with = "http")]
+    #[arg(
+        long,
+        value_name = "COMMAND_LINE",
+        required_unless_present = "http",
+        conflicts_with = "http"
+    )]
     stdio: Option<String>,
 
     /// Reach a Streamable HTTP MCP server at this URL. Its bearer token is read from the
@@ -83,7 +94,13 @@ pub struct McpArgs {
 
     /// Set an environment variable for a stdio server (repeatable); the server gets the
     /// executor's core variables (PATH, HOME, …) and these, nothing else.
-    #[arg(short, long = "env", value_name = "NAME=VALUE", requires = "stdio", conflicts_with = "http")]
+    #[arg(
+        short,
+        long = "env",
+        value_name = "NAME=VALUE",
+        requires = "stdio",
+        conflicts_with = "http"
+    )]
     env: Vec<String>,
 
     /// Print JSON (the tool list, or the whole call result) instead of text.

@@ -63,7 +63,9 @@ fn connect_hint(error: &ConnectError, with_token: bool) -> &'static str {
         ConnectErrorKind::WrongFingerprint => {
             "; a server restarted with --tls-self-signed has a new certificate: pin the fingerprint it printed, if you trust that it is the server"
         }
-        ConnectErrorKind::NotTls => "; the server speaks plain WebSocket: use ws:// instead of wss://",
+        ConnectErrorKind::NotTls => {
+            "; the server speaks plain WebSocket: use ws:// instead of wss://"
+        }
         ConnectErrorKind::NotHttp => {
             "; if the server serves TLS, use wss:// instead of ws://; otherwise check the port"
         }

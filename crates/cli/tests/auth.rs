@@ -302,12 +302,13 @@ async fn a_binary_secret_signs_tokens_byte_for_byte() {
     secret.push(b' ');
     let path = dir.join("secret.bin");
     std::fs::write(&path, &secret).unwrap();
-    let args = ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", path.to_str().unwrap()];
+    let args =
+        ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", path.to_str().unwrap()];
     let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
     let sign = |key: &[u8]| {
         let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-        let claims = URL_SAFE_NO_PAD
-            .encode(serde_json::to_vec(&json!({"exp": now() + 300})).unwrap());
+        let claims =
+            URL_SAFE_NO_PAD.encode(serde_json::to_vec(&json!({"exp": now() + 300})).unwrap());
         let signed = format!("{header}.{claims}");
         let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
         mac.update(signed.as_bytes());

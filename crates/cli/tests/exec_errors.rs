@@ -58,14 +58,18 @@ async fn a_missing_command_exits_127_and_names_it(target: Target) {
     assert_eq!(one_line(&output), "tether exec: ./no-such-script.sh: no such file on the executor");
 
     // There, but not a program: 126, as a shell says "Permission denied".
-    let data = std::env::temp_dir().join(format!("tether-not-a-program-{}-{target:?}", std::process::id()));
+    let data = std::env::temp_dir()
+        .join(format!("tether-not-a-program-{}-{target:?}", std::process::id()));
     std::fs::write(&data, "just data\n").unwrap();
     let data = data.to_str().unwrap().to_owned();
     let output = tether(&["--url", url, "--", &data], &[]).await;
     let _ = std::fs::remove_file(&data);
     assert_eq!(output.status.code(), Some(126));
     let line = one_line(&output);
-    assert!(line.starts_with(&format!("tether exec: {data}: cannot be run on the executor (")), "{line}");
+    assert!(
+        line.starts_with(&format!("tether exec: {data}: cannot be run on the executor (")),
+        "{line}"
+    );
 }
 
 async fn a_missing_or_foreign_cwd_is_named(target: Target) {
@@ -73,18 +77,21 @@ async fn a_missing_or_foreign_cwd_is_named(target: Target) {
     let url = server.url.as_str();
     let output = tether(&["--url", url, "--cwd", "/no/such/dir", "--", "true"], &[]).await;
     assert_eq!(output.status.code(), Some(255));
-    assert_eq!(one_line(&output), "tether exec: --cwd /no/such/dir: no such directory on the executor");
+    assert_eq!(
+        one_line(&output),
+        "tether exec: --cwd /no/such/dir: no such directory on the executor"
+    );
 
     let output = tether(&["--url", url, "-w", "/etc/passwd", "--", "true"], &[]).await;
     assert_eq!(output.status.code(), Some(255));
-    assert_eq!(one_line(&output), "tether exec: --cwd /etc/passwd: not a directory on the executor");
+    assert_eq!(
+        one_line(&output),
+        "tether exec: --cwd /etc/passwd: not a directory on the executor"
+    );
 
     let output = tether(&["--url", url, "-w", "src", "--", "true"], &[]).await;
     assert_eq!(output.status.code(), Some(255));
-    assert_eq!(
-        one_line(&output),
-        "tether exec: --cwd src: give an absolute path on the executor"
-    );
+    assert_eq!(one_line(&output), "tether exec: --cwd src: give an absolute path on the executor");
 }
 
 /// `tether exec -- yes | head -1`: once `head` has its line and goes, `tether exec` stops the
@@ -133,7 +140,9 @@ async fn the_terminal_type_goes_with_a_tty(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
     let url = server.url.as_str();
     let script = ["--", "sh", "-c", "echo \"term=$TERM\""];
-    let output = tether(&[&["--url", url, "-t"][..], &script[..]].concat(), &[("TERM", "xterm-kitty")]).await;
+    let output =
+        tether(&[&["--url", url, "-t"][..], &script[..]].concat(), &[("TERM", "xterm-kitty")])
+            .await;
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "term=xterm-kitty");
     // `-e TERM=…` wins.
@@ -170,13 +179,21 @@ async fn a_url_that_does_not_fit_the_server_says_what_would() {
     let wss = plain.url.replacen("ws://", "wss://", 1);
     let line = one_line(&tether(&["--url", &wss, "--", "true"], &[]).await);
     assert!(line.starts_with(&format!("tether exec: cannot connect to {wss}: ")), "{line}");
-    assert!(line.ends_with("; the server speaks plain WebSocket: use ws:// instead of wss://"), "{line}");
+    assert!(
+        line.ends_with("; the server speaks plain WebSocket: use ws:// instead of wss://"),
+        "{line}"
+    );
 
     let tls = ServerProcess::start_with(Target::Tether, &["--tls-self-signed"]).await.unwrap();
     let ws = tls.url.replacen("wss://", "ws://", 1);
     let line = one_line(&tether(&["--url", &ws, "--", "true"], &[]).await);
     assert!(line.starts_with(&format!("tether exec: cannot connect to {ws}: ")), "{line}");
-    assert!(line.ends_with("; if the server serves TLS, use wss:// instead of ws://; otherwise check the port"), "{line}");
+    assert!(
+        line.ends_with(
+            "; if the server serves TLS, use wss:// instead of ws://; otherwise check the port"
+        ),
+        "{line}"
+    );
 
     // A certificate nobody vouches for: how to trust it.
     let line = one_line(&tether(&["--url", &tls.url, "--", "true"], &[]).await);
@@ -201,13 +218,25 @@ async fn a_missing_or_wrong_token_says_how_to_give_one() {
     let url = server.url.as_str();
 
     let line = one_line(&tether(&["--url", url, "--", "true"], &[]).await);
-    assert!(line.starts_with(&format!("tether exec: cannot connect to {url}: the server refused the connection: HTTP 401")), "{line}");
-    assert!(line.ends_with("; the server wants a token: pass --token-file FILE or set TETHER_TOKEN"), "{line}");
+    assert!(
+        line.starts_with(&format!(
+            "tether exec: cannot connect to {url}: the server refused the connection: HTTP 401"
+        )),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("; the server wants a token: pass --token-file FILE or set TETHER_TOKEN"),
+        "{line}"
+    );
 
     let line = one_line(&tether(&["--url", url, "--", "true"], &[("TETHER_TOKEN", "wrong")]).await);
-    assert!(line.ends_with("; the server did not accept the token: check --token-file or TETHER_TOKEN"), "{line}");
+    assert!(
+        line.ends_with("; the server did not accept the token: check --token-file or TETHER_TOKEN"),
+        "{line}"
+    );
 
-    let output = tether(&["--url", url, "--", "echo", "in"], &[("TETHER_TOKEN", "the-right-token")]).await;
+    let output =
+        tether(&["--url", url, "--", "echo", "in"], &[("TETHER_TOKEN", "the-right-token")]).await;
     assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"in\n"[..]));
     let _ = std::fs::remove_dir_all(&dir);
 }

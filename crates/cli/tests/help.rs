@@ -30,7 +30,10 @@ fn every_flag_in_help_is_in_the_readme() {
             .collect();
         assert!(flags.len() > 5, "{help}");
         for flag in flags {
-            assert!(readme.contains(flag), "`tether {command} --help` shows {flag}; the README does not");
+            assert!(
+                readme.contains(flag),
+                "`tether {command} --help` shows {flag}; the README does not"
+            );
         }
     }
     let exec = String::from_utf8(tether(&["exec", "--help"], &[]).stdout).unwrap();
@@ -41,7 +44,9 @@ fn every_flag_in_help_is_in_the_readme() {
 
 #[test]
 fn completion_scripts_for_each_shell() {
-    for (shell, marker) in [("bash", "complete -F"), ("zsh", "#compdef tether"), ("fish", "complete -c tether")] {
+    for (shell, marker) in
+        [("bash", "complete -F"), ("zsh", "#compdef tether"), ("fish", "complete -c tether")]
+    {
         let output = tether(&["completions", shell], &[]);
         assert_eq!(output.status.code(), Some(0), "{shell}");
         let script = String::from_utf8(output.stdout).unwrap();
@@ -70,7 +75,10 @@ async fn named_executors_come_from_the_config_file() {
     let env = [("XDG_CONFIG_HOME", config.to_str().unwrap())];
 
     let listed = tether(&["executors"], &env);
-    assert_eq!(String::from_utf8_lossy(&listed.stdout), format!("box\t{}\nother\tws://127.0.0.1:9\n", server.url));
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        format!("box\t{}\nother\tws://127.0.0.1:9\n", server.url)
+    );
 
     let output = tether(&["exec", "--url", "box", "--", "echo", "named"], &env);
     assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"named\n"[..]));
@@ -91,6 +99,9 @@ async fn named_executors_come_from_the_config_file() {
     std::fs::write(&path, "[executors.box]\nurl = \"ws://x:1\"\ntoken = \"t\"\n").unwrap();
     let output = tether(&["exec", "--url", "box", "--", "true"], &env);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.starts_with(&format!("tether exec: {}:3: unknown field `token`", path.display())), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("tether exec: {}:3: unknown field `token`", path.display())),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&config);
 }

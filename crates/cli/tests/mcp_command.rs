@@ -66,7 +66,10 @@ async fn stdio_and_http_servers_through_an_exec_server(target: Target) {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.trim_end().ends_with("; set TETHER_MCP_TOKEN, or pass --http-token-file FILE"), "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with("; set TETHER_MCP_TOKEN, or pass --http-token-file FILE"),
+        "{stderr}"
+    );
 }
 
 /// The executor's token is `--token-file`, as for `tether exec` (the MCP server's is
@@ -84,7 +87,8 @@ async fn the_executors_token_and_flags_that_do_not_apply() {
     let stdio = stdio_command();
     let url = server.url.as_str();
 
-    let output = tether_mcp(&["--url", url, "--token-file", token, "--stdio", &stdio, "tools"], None).await;
+    let output =
+        tether_mcp(&["--url", url, "--token-file", token, "--stdio", &stdio, "tools"], None).await;
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stdout).lines().any(|l| l.starts_with("echo\t")));
 
@@ -93,7 +97,9 @@ async fn the_executors_token_and_flags_that_do_not_apply() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.trim_end().ends_with("; the server wants a token: pass --token-file FILE or set TETHER_TOKEN"),
+        stderr
+            .trim_end()
+            .ends_with("; the server wants a token: pass --token-file FILE or set TETHER_TOKEN"),
         "{stderr}"
     );
 
@@ -102,11 +108,15 @@ async fn the_executors_token_and_flags_that_do_not_apply() {
         assert_eq!(output.status.code(), Some(2), "{flag}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.starts_with(&format!("error: the argument '--stdio <COMMAND_LINE>' cannot be used with '{flag} ")),
+            stderr.starts_with(&format!(
+                "error: the argument '--stdio <COMMAND_LINE>' cannot be used with '{flag} "
+            )),
             "{stderr}"
         );
     }
-    let output = tether_mcp(&["--local", "--http", "http://127.0.0.1:9/mcp", "-e", "A=1", "tools"], None).await;
+    let output =
+        tether_mcp(&["--local", "--http", "http://127.0.0.1:9/mcp", "-e", "A=1", "tools"], None)
+            .await;
     assert_eq!(output.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -63,5 +63,5 @@ pub use options::{
     GOING_AWAY_RECOVERY,
 };
 pub use process::{ProcessControl, RemoteProcess};
-pub use tls::TlsFingerprint;
 pub use tether_engine::ProcessUpdate;
+pub use tls::TlsFingerprint;

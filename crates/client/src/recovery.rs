@@ -109,9 +109,8 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
     let mut last_error = reason.clone();
     loop {
         if Instant::now() >= deadline {
-            let message = format!(
-                "{reason}; could not resume the session within {patience:?}: {last_error}"
-            );
+            let message =
+                format!("{reason}; could not resume the session within {patience:?}: {last_error}");
             session.server_went_away.store(going_away, Ordering::Release);
             return give_up(&session, message);
         }

@@ -71,8 +71,10 @@ impl FromStr for TlsFingerprint {
             return Err(InvalidFingerprint(text.to_owned()));
         }
         for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
-            let pair = std::str::from_utf8(pair).map_err(|_| InvalidFingerprint(text.to_owned()))?;
-            *byte = u8::from_str_radix(pair, 16).map_err(|_| InvalidFingerprint(text.to_owned()))?;
+            let pair =
+                std::str::from_utf8(pair).map_err(|_| InvalidFingerprint(text.to_owned()))?;
+            *byte =
+                u8::from_str_radix(pair, 16).map_err(|_| InvalidFingerprint(text.to_owned()))?;
         }
         Ok(Self(bytes))
     }
@@ -96,7 +98,7 @@ pub(crate) fn client_config(
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match (fingerprint, ca_file) {
-        (Some(expected), _) => Arc::new(Pinned { expected, algorithms }),
+        (Some(expected), _) => Arc::new(Verifier { trust: Trust::Pinned(expected), algorithms }),
         (None, Some(file)) => {
             let certificates = read_ca_file(file)?;
             let mut roots = RootCertStore::empty();
@@ -106,7 +108,7 @@ pub(crate) fn client_config(
                 return Err(ConnectError::new(ConnectErrorKind::TlsSetup, message).into());
             }
             let webpki = webpki_verifier(roots, &provider)?;
-            Arc::new(CaFile { webpki, certificates, algorithms })
+            Arc::new(Verifier { trust: Trust::CaFile { webpki, certificates }, algorithms })
         }
         (None, None) => {
             let mut roots = RootCertStore::empty();
@@ -141,23 +143,32 @@ fn webpki_verifier(
     roots: RootCertStore,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<WebPkiServerVerifier>, ClientError> {
-    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| ConnectError::new(ConnectErrorKind::TlsSetup, e.to_string()).caused_by(e).into())
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(
+        |e| ConnectError::new(ConnectErrorKind::TlsSetup, e.to_string()).caused_by(e).into(),
+    )
 }
 
-/// Trusts a CA file as webpki does, and also a server certificate that is itself in the file
-/// although marked as a CA (the self-signed certificate of the common openssl recipe). That
-/// one must still carry the name connected to; it is trusted as the exact bytes the user put
-/// in the file, not as an issuer of anything.
+/// What a [`Verifier`] trusts beyond webpki's own rules.
 #[derive(Debug)]
-struct CaFile {
-    webpki: Arc<WebPkiServerVerifier>,
-    certificates: Vec<CertificateDer<'static>>,
+enum Trust {
+    /// A CA file, as webpki does, and also a server certificate that is itself in the file
+    /// although marked as a CA (the self-signed certificate of the common openssl recipe).
+    /// That one must still carry the name connected to; it is trusted as the exact bytes the
+    /// user put in the file, not as an issuer of anything.
+    CaFile { webpki: Arc<WebPkiServerVerifier>, certificates: Vec<CertificateDer<'static>> },
+    /// One certificate, by its SHA-256, whoever issued it and whatever names it carries.
+    Pinned(TlsFingerprint),
+}
+
+/// Checks the server's certificate by its [`Trust`]; the handshake's signatures are checked
+/// against that certificate either way, so only the holder of its private key passes.
+#[derive(Debug)]
+struct Verifier {
+    trust: Trust,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for CaFile {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -166,72 +177,40 @@ impl ServerCertVerifier for CaFile {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let verified =
-            self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
-        match verified {
-            Err(rustls::Error::InvalidCertificate(CertificateError::Other(other)))
-                if other.0.downcast_ref::<webpki::Error>()
-                    == Some(&webpki::Error::CaUsedAsEndEntity)
-                    && self.certificates.iter().any(|trusted| trusted.as_ref() == end_entity.as_ref()) =>
-            {
-                // webpki checked its validity period before its role; its name is left.
-                let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
-                rustls::client::verify_server_name(&parsed, server_name)?;
+        match &self.trust {
+            Trust::Pinned(expected) => {
+                let presented = TlsFingerprint::of(end_entity);
+                if presented != *expected {
+                    let mismatch = FingerprintMismatch { expected: *expected, presented };
+                    return Err(rustls::Error::InvalidCertificate(CertificateError::Other(
+                        OtherError(Arc::new(mismatch)),
+                    )));
+                }
                 Ok(ServerCertVerified::assertion())
             }
-            other => other,
+            Trust::CaFile { webpki, certificates } => {
+                let verified = webpki.verify_server_cert(
+                    end_entity,
+                    intermediates,
+                    server_name,
+                    ocsp_response,
+                    now,
+                );
+                match verified {
+                    Err(rustls::Error::InvalidCertificate(CertificateError::Other(other)))
+                        if other.0.downcast_ref::<webpki::Error>()
+                            == Some(&webpki::Error::CaUsedAsEndEntity)
+                            && certificates.iter().any(|c| c.as_ref() == end_entity.as_ref()) =>
+                    {
+                        // webpki checked its validity period before its role; its name is left.
+                        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                        rustls::client::verify_server_name(&parsed, server_name)?;
+                        Ok(ServerCertVerified::assertion())
+                    }
+                    other => other,
+                }
+            }
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// Trusts one certificate, by its SHA-256, whoever issued it and whatever names it carries —
-/// the handshake's signatures are still checked against it, so only the holder of its private
-/// key passes.
-#[derive(Debug)]
-struct Pinned {
-    expected: TlsFingerprint,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let presented = TlsFingerprint::of(end_entity);
-        if presented != self.expected {
-            let mismatch = FingerprintMismatch { expected: self.expected, presented };
-            return Err(rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(
-                Arc::new(mismatch),
-            ))));
-        }
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(

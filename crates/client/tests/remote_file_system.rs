@@ -56,15 +56,20 @@ scenarios!(shared, on [tether, reference], |target, scenario| {
 // file copied onto itself intact (the reference truncates it), refuses a write to a FIFO
 // nobody reads instead of hanging, refuses restrictive sandbox intents instead of ignoring or
 // misreporting them.
-scenarios!(shared, on [tether], |target, scenario| {
-    let server = ServerProcess::start(target).await.unwrap();
-    scenario(&connected(&server.url).await).await
-}, [
-    copy_onto_itself_keeps_the_file,
-    read_file_stream_refuses_what_is_not_a_regular_file_promptly,
-    read_only_sandboxes_serve_reads_and_refuse_every_write,
-    write_file_reports_bad_targets_and_bad_base64,
-]);
+scenarios!(
+    shared,
+    on[tether],
+    |target, scenario| {
+        let server = ServerProcess::start(target).await.unwrap();
+        scenario(&connected(&server.url).await).await
+    },
+    [
+        copy_onto_itself_keeps_the_file,
+        read_file_stream_refuses_what_is_not_a_regular_file_promptly,
+        read_only_sandboxes_serve_reads_and_refuse_every_write,
+        write_file_reports_bad_targets_and_bad_base64,
+    ]
+);
 
 /// Remote only: a file too big for a WebSocket library's default message size (64 MiB, a
 /// 48 MiB file as base64) still comes back whole from either server.

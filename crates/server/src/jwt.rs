@@ -206,8 +206,13 @@ mod tests {
     fn verifier(issuer: Option<&str>, audience: Option<&str>, skew: u64) -> JwtVerifier {
         let issuer = issuer.map(str::to_owned);
         let audience = audience.map(str::to_owned);
-        JwtVerifier::new(format!("{SECRET}\n").as_bytes(), issuer, audience, Duration::from_secs(skew))
-            .unwrap()
+        JwtVerifier::new(
+            format!("{SECRET}\n").as_bytes(),
+            issuer,
+            audience,
+            Duration::from_secs(skew),
+        )
+        .unwrap()
     }
 
     #[test]

@@ -11,7 +11,10 @@ pub const DEFAULT_LISTEN: &str = "ws://127.0.0.1:0";
 pub enum ListenAddress {
     /// A WebSocket listener; `tls` when the URL said `wss://` (the TLS settings must then be
     /// given: [`crate::Server::bind`] refuses otherwise).
-    WebSocket { addr: SocketAddr, tls: bool },
+    WebSocket {
+        addr: SocketAddr,
+        tls: bool,
+    },
     Stdio,
 }
 

@@ -6,11 +6,11 @@
 
 use std::time::{Duration, Instant};
 
+pub use crate::shell_params as params;
 use bytes::Bytes;
 use tether_engine::exec::{ExecBackend, ExecErrorKind, ExecProcess};
 use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::process::{ExecOutputStream, ProcessSignal, WriteStatus};
-pub use crate::shell_params as params;
 
 /// A handle that says nothing for this long is broken.
 const QUIET_LIMIT: Duration = Duration::from_secs(20);

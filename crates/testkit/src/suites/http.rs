@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use crate::HttpPeer;
+use crate::http_peer::large_body;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -16,8 +18,6 @@ use tether_engine::http::{
 };
 use tether_protocol::ByteChunk;
 use tether_protocol::http::{HttpRequestParams, HttpRequestResponse};
-use crate::HttpPeer;
-use crate::http_peer::large_body;
 
 /// A request as a harness writes it: JSON with every default left out, `extra` members added.
 fn request(method: &str, url: &str, extra: Value) -> HttpRequestParams {

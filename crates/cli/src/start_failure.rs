@@ -1,0 +1,109 @@
+//! Why `tether exec` could not start its command, in a person's terms and with a shell's exit
+//! codes: a `--cwd` that is not a directory there, a command that is not there (127) or
+//! cannot be run there (126).
+
+use tether_client::{ClientError, ExecServerClient};
+use tether_engine::fs::{FileSystem as _, FsErrorKind};
+use tether_protocol::PathUri;
+use tether_protocol::error::INTERNAL_ERROR;
+use tether_protocol::fs::{FsGetMetadataParams, FsGetMetadataResponse};
+use tether_protocol::process::ExecParams;
+
+/// The exit code for a command that is not there, as a shell (and ssh) uses.
+const COMMAND_NOT_FOUND: i32 = 127;
+
+/// The exit code for a command that is there but cannot be run, as a shell uses.
+const COMMAND_NOT_RUNNABLE: i32 = 126;
+
+/// Why `process/start` failed, in a person's terms: a `--cwd` that is not a directory there,
+/// or a command that is not there (exit code 127, as a shell's) or cannot run there (126).
+/// Decided by asking the executor about the paths, never by the server's words, which differ
+/// between servers and C libraries.
+pub async fn explain(
+    client: &ExecServerClient,
+    params: &ExecParams,
+    error: ClientError,
+) -> anyhow::Error {
+    if error.code() != Some(INTERNAL_ERROR) {
+        return anyhow::Error::new(error).context("the server refused to start the command");
+    }
+    let cwd = params.cwd.to_path().unwrap_or_default().display().to_string();
+    match metadata(client, &params.cwd).await {
+        Some(Err(FsErrorKind::NotFound)) => {
+            return anyhow::anyhow!("--cwd {cwd}: no such directory on the executor");
+        }
+        Some(Ok(found)) if !found.is_directory => {
+            return anyhow::anyhow!("--cwd {cwd}: not a directory on the executor");
+        }
+        _ => {}
+    }
+    let program = params.argv.first().cloned().unwrap_or_default();
+    let path = match program.contains('/') {
+        true => Some(std::path::Path::new(&cwd).join(&program)),
+        false => None,
+    };
+    let exists = match &path {
+        Some(path) => match PathUri::from_path(path) {
+            Some(uri) => metadata(client, &uri).await.map(|found| found.is_ok()),
+            None => None,
+        },
+        None => Some(false),
+    };
+    match (exists, path) {
+        (Some(false), None) => ExitWith::error(
+            COMMAND_NOT_FOUND,
+            format!("{program}: command not found on the executor (not on its PATH)"),
+        ),
+        (Some(false), Some(_)) => {
+            ExitWith::error(COMMAND_NOT_FOUND, format!("{program}: no such file on the executor"))
+        }
+        (Some(true), Some(_)) => ExitWith::error(
+            COMMAND_NOT_RUNNABLE,
+            format!("{program}: cannot be run on the executor ({})", server_words(&error)),
+        ),
+        _ => anyhow::Error::new(error).context("the server could not start the command"),
+    }
+}
+
+/// The server's message for a refusal, without the client's framing.
+fn server_words(error: &ClientError) -> String {
+    match error {
+        ClientError::Server { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What the executor says of `path` (`None`: it could not be asked).
+async fn metadata(
+    client: &ExecServerClient,
+    path: &PathUri,
+) -> Option<Result<FsGetMetadataResponse, FsErrorKind>> {
+    let params = FsGetMetadataParams { path: path.clone(), follow_symlinks: None, sandbox: None };
+    match client.get_metadata(params).await {
+        Ok(found) => Some(Ok(found)),
+        Err(error) if error.kind == FsErrorKind::NotFound => Some(Err(FsErrorKind::NotFound)),
+        Err(error) if error.kind == FsErrorKind::Other => Some(Err(FsErrorKind::Other)),
+        Err(_) => None,
+    }
+}
+
+/// A failure of `tether exec` that exits with a code of its own (127, 126), not 255.
+#[derive(Debug)]
+pub struct ExitWith {
+    pub code: i32,
+    message: String,
+}
+
+impl ExitWith {
+    fn error(code: i32, message: String) -> anyhow::Error {
+        anyhow::Error::new(Self { code, message })
+    }
+}
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitWith {}
