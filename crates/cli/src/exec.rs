@@ -219,7 +219,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let closable = extensions.close_stdin && !args.tty;
 
     // On a PTY the remote terminal echoes and interprets keys; ours must pass them through.
-    let _raw = if args.tty { RawTerminal::enable() } else { None };
+    let mut raw = if args.tty { RawTerminal::enable() } else { None };
     // And it follows our window's size, where the server can.
     let mut window_changes = match args.tty && resizable {
         true => tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok(),
@@ -243,6 +243,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     ProcessEvent::Output { stream, chunk, .. } => match write_out(stream, &chunk) {
                         Ok(()) => {}
                         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                            // Dying of SIGPIPE skips destructors: give the terminal back first.
+                            drop(raw.take());
                             return Ok(abandon(control.clone(), &mut process).await);
                         }
                         Err(error) => {

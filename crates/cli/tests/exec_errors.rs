@@ -258,3 +258,34 @@ async fn logs_on_a_pipe_are_plain_text() {
     assert!(stderr.contains("exec-server session started"), "{stderr}");
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+/// `tether exec -t -- yes | head -1` typed at a terminal: dying of SIGPIPE must not leave the
+/// terminal in raw mode (no echo, no line editing) for the shell that comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_gives_the_terminal_back_as_it_was() {
+    use rustix::termios::{LocalModes, tcgetattr};
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (pty, pts) = pty_process::open().unwrap();
+    let before = tcgetattr(&pty).unwrap().local_modes;
+    assert!(before.contains(LocalModes::ECHO | LocalModes::ICANON), "{before:?}");
+    let mut child = pty_process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "-t", "--", "yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn(pts)
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = stdout.next_line().await.unwrap().unwrap();
+    assert_eq!(first.trim_end_matches('\r'), "y");
+    // Raw while it runs…
+    assert!(!tcgetattr(&pty).unwrap().local_modes.contains(LocalModes::ECHO));
+    drop(stdout);
+    let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("tether exec ended once nobody read its output")
+        .unwrap();
+    assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{:?}", output.status);
+    // …and as it was after.
+    assert_eq!(tcgetattr(&pty).unwrap().local_modes, before);
+}
