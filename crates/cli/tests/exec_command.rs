@@ -137,7 +137,12 @@ async fn exec_gives_up_when_told_and_says_how_to_reattach() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(255), "{stderr}");
-    assert!(stderr.contains("--resume ") && stderr.contains("--process "), "{stderr}");
+    // One line that ends with a command to paste, the URL as given.
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let hint = format!("reattach with: tether exec --url {} --resume ", proxy.url);
+    let (_, ids) = stderr.trim_end().split_once(&hint).expect(&stderr);
+    let ids: Vec<&str> = ids.split(' ').collect();
+    assert!(ids.len() == 3 && ids[1] == "--process", "{stderr}");
 }
 
 /// The server is stopped (SIGTERM) while a command runs: it kills the command and says it is
