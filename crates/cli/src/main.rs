@@ -1,6 +1,7 @@
 //! `tether`: the command-line entry point. It parses flags and wires the libraries together;
 //! no engine or protocol logic lives here.
 
+mod cp;
 mod credentials;
 mod exec;
 mod executors;
@@ -31,6 +32,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Use an MCP server placed on an exec-server (or here): list its tools, call one.
     Mcp(mcp::McpArgs),
+    /// Copy files and directory trees to or from an executor (`:/path`, `NAME:/path`).
+    Cp(cp::CpArgs),
     /// List the named executors of the config file (`--url NAME` uses one).
     Executors,
     /// Print a completion script for a shell, e.g. `tether completions bash > ~/.local/share/bash-completion/completions/tether`.
@@ -72,7 +75,7 @@ fn run() -> anyhow::Result<()> {
                 // a reconnect that works needs no word. `TETHER_LOG=info` shows the client's.
                 Command::Exec(_) => "error",
                 Command::Mcp(_) => "error,rmcp=off",
-                Command::Executors | Command::Completions { .. } => "error",
+                Command::Cp(_) | Command::Executors | Command::Completions { .. } => "error",
             })
         }))
         .with_writer(std::io::stderr)
@@ -103,6 +106,11 @@ fn run() -> anyhow::Result<()> {
         },
         Command::Mcp(args) => {
             let code = runtime.block_on(mcp::mcp(args));
+            runtime.shutdown_timeout(Duration::from_millis(100));
+            std::process::exit(code);
+        }
+        Command::Cp(args) => {
+            let code = runtime.block_on(cp::cp(args));
             runtime.shutdown_timeout(Duration::from_millis(100));
             std::process::exit(code);
         }

@@ -78,7 +78,12 @@ async fn metadata(
     client: &ExecServerClient,
     path: &PathUri,
 ) -> Option<Result<FsGetMetadataResponse, FsErrorKind>> {
-    let params = FsGetMetadataParams { path: path.clone(), follow_symlinks: None, sandbox: None };
+    let params = FsGetMetadataParams {
+        path: path.clone(),
+        follow_symlinks: None,
+        include_mode: None,
+        sandbox: None,
+    };
     match client.get_metadata(params).await {
         Ok(found) => Some(Ok(found)),
         Err(error) if error.kind == FsErrorKind::NotFound => Some(Err(FsErrorKind::NotFound)),

@@ -25,6 +25,7 @@
 //! - `remote_exec`, `remote_fs`, `remote_http`: the engine's three surfaces over a session —
 //!   [`ExecServerClient`] is an `ExecBackend`, a `FileSystem` and an `HttpClient`, and
 //!   [`RemoteProcess`] an `ExecProcess` — so one test suite runs on the engine and on a server.
+//!   `remote_write_stream` is a streamed file write's blocks, a few in flight.
 //! - `environment`: [`Environment`], the three surfaces as one value, local or remote.
 //!
 //! `reorder` and `reconcile` are pure (no I/O, no clocks), so every reorder, duplicate and gap
@@ -47,6 +48,7 @@ mod registration;
 mod remote_exec;
 mod remote_fs;
 mod remote_http;
+mod remote_write_stream;
 mod router;
 mod session;
 mod starts;

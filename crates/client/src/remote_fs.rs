@@ -10,7 +10,14 @@
 //! A streamed read (`read_file_stream`) opens a handle with `fs/open`, reads it with
 //! `fs/readBlock` at increasing offsets and ends with `fs/close`. Handles belong to one
 //! connection, so the stream does too: it fails when that connection drops, rather than
-//! asking the next connection for a handle it never had.
+//! asking the next connection for a handle it never had. A streamed write
+//! (`write_file_stream`) is the same with `fs/open {mode: "replace"}` and `fs/writeBlock`
+//! (`crate::remote_write_stream`), for servers that advertise `fileWriteStreaming`.
+//!
+//! `rename`, `set_metadata`, `create_symlink`, `read_link` and `get_metadata {includeMode}`
+//! are Tether's `fsMetadata` extension: sent only to a server that advertises it, and
+//! otherwise refused at once, before anything is sent, as
+//! [`FsErrorKind::Unsupported`](tether_engine::fs::FsErrorKind::Unsupported).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,21 +26,24 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream;
 use serde::Serialize;
-use tether_engine::fs::{FileReadStream, FileSystem, FsError};
+use tether_engine::fs::{FileReadStream, FileSystem, FileWriteStream, FsError};
 use tether_protocol::PathUri;
-use tether_protocol::error::{INVALID_REQUEST, NOT_FOUND};
+use tether_protocol::error::{INVALID_REQUEST, METHOD_NOT_FOUND, NOT_FOUND};
 use tether_protocol::fs::{
     FS_BLOCK_MAX_BYTES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCloseParams, FsCopyParams,
-    FsCreateDirectoryParams, FsEmptyResponse, FsGetMetadataParams, FsGetMetadataResponse,
-    FsOpenParams, FsOpenResponse, FsReadBlockParams, FsReadBlockResponse, FsReadDirectoryParams,
-    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsRemoveParams, FsWalkParams,
-    FsWalkResponse, FsWriteFileParams,
+    FsCreateDirectoryParams, FsCreateSymlinkParams, FsEmptyResponse, FsGetMetadataParams,
+    FsGetMetadataResponse, FsOpenMode, FsOpenParams, FsOpenResponse, FsReadBlockParams,
+    FsReadBlockResponse, FsReadDirectoryParams, FsReadDirectoryResponse, FsReadFileParams,
+    FsReadFileResponse, FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams,
+    FsSetMetadataParams, FsWalkParams, FsWalkResponse, FsWriteFileParams,
 };
 use tether_protocol::method::Method;
+use tether_protocol::sandbox::SandboxContext;
 
 use crate::client::ExecServerClient;
 use crate::connection::Connection;
 use crate::error::ClientError;
+use crate::remote_write_stream::RemoteBlockWriter;
 use crate::session::Retry;
 
 #[async_trait]
@@ -53,10 +63,15 @@ impl FileSystem for ExecServerClient {
         Ok(())
     }
 
+    /// `includeMode: true` needs the `fsMetadata` extension: the reference would ignore it
+    /// and answer without a mode.
     async fn get_metadata(
         &self,
         params: FsGetMetadataParams,
     ) -> Result<FsGetMetadataResponse, FsError> {
+        if params.includes_mode() {
+            self.require_fs_metadata("fs/getMetadata {includeMode: true}")?;
+        }
         self.fs_call(Method::FsGetMetadata, &params, Retry::Safe).await
     }
 
@@ -91,17 +106,70 @@ impl FileSystem for ExecServerClient {
     async fn read_file_stream(
         &self,
         path: PathUri,
-        sandbox: Option<tether_protocol::sandbox::SandboxContext>,
+        sandbox: Option<SandboxContext>,
     ) -> Result<FileReadStream, FsError> {
         let connection = self.connected().await.map_err(fs_error)?;
-        let handle_id = next_handle_id();
+        let handle_id = next_handle_id("read");
         let open = FsOpenParams { handle_id: handle_id.clone(), path, mode: None, sandbox };
-        let FsOpenResponse { .. } =
-            connection.call(Method::FsOpen.name(), &open).await.map_err(stream_error)?;
+        let opened = connection.call(Method::FsOpen.name(), &open).await;
+        let FsOpenResponse { .. } = opened.map_err(|e| stream_error(e, StreamOf::Read))?;
         let blocks = RemoteBlocks { connection, handle_id, offset: 0, open: true };
         Ok(FileReadStream::new(stream::unfold(blocks, |mut blocks| async move {
             blocks.next().await.map(|block| (block, blocks))
         })))
+    }
+
+    /// Not resent after a drop: a rename that took effect would fail the second time.
+    async fn rename(&self, params: FsRenameParams) -> Result<(), FsError> {
+        self.require_fs_metadata(Method::FsRename.name())?;
+        let FsEmptyResponse {} = self.fs_call(Method::FsRename, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    /// Resent after a drop: setting the same mode and time twice is setting them once.
+    async fn set_metadata(&self, params: FsSetMetadataParams) -> Result<(), FsError> {
+        self.require_fs_metadata(Method::FsSetMetadata.name())?;
+        let FsEmptyResponse {} = self.fs_call(Method::FsSetMetadata, &params, Retry::Safe).await?;
+        Ok(())
+    }
+
+    /// Not resent after a drop: a link made the first time would be `File exists` the second.
+    async fn create_symlink(&self, params: FsCreateSymlinkParams) -> Result<(), FsError> {
+        self.require_fs_metadata(Method::FsCreateSymlink.name())?;
+        let FsEmptyResponse {} =
+            self.fs_call(Method::FsCreateSymlink, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    async fn read_link(&self, params: FsReadLinkParams) -> Result<FsReadLinkResponse, FsError> {
+        self.require_fs_metadata(Method::FsReadLink.name())?;
+        self.fs_call(Method::FsReadLink, &params, Retry::Safe).await
+    }
+
+    /// Refused before anything is sent when the server does not advertise
+    /// `fileWriteStreaming`: it would not know `mode: "replace"` or `fs/writeBlock`.
+    async fn write_file_stream(
+        &self,
+        path: PathUri,
+        sandbox: Option<SandboxContext>,
+    ) -> Result<FileWriteStream, FsError> {
+        let streams_writes = self
+            .environment_info()
+            .and_then(|info| info.capabilities.as_ref())
+            .is_some_and(|capabilities| capabilities.file_write_streaming);
+        if !streams_writes {
+            return Err(FsError::unsupported(
+                "the exec-server does not serve streamed file writes (it does not advertise \
+                 `fileWriteStreaming`); write the file whole with fs/writeFile instead",
+            ));
+        }
+        let connection = self.connected().await.map_err(fs_error)?;
+        let handle_id = next_handle_id("write");
+        let mode = Some(FsOpenMode::Replace);
+        let open = FsOpenParams { handle_id: handle_id.clone(), path, mode, sandbox };
+        let opened = connection.call(Method::FsOpen.name(), &open).await;
+        let FsOpenResponse { .. } = opened.map_err(|e| stream_error(e, StreamOf::Write))?;
+        Ok(FileWriteStream::new(RemoteBlockWriter::new(connection, handle_id)))
     }
 }
 
@@ -114,38 +182,64 @@ impl ExecServerClient {
     ) -> Result<R, FsError> {
         self.call(method.name(), params, retry).await.map_err(fs_error)
     }
+
+    /// Refuses `what` unless the server advertises Tether's `fsMetadata` extension.
+    fn require_fs_metadata(&self, what: &str) -> Result<(), FsError> {
+        if self.tether_extensions().fs_metadata {
+            return Ok(());
+        }
+        Err(FsError::unsupported(format!(
+            "the exec-server does not serve `{what}`: it is Tether's `fsMetadata` extension, \
+             which this server does not advertise"
+        )))
+    }
 }
 
 /// The server's message with the kind its code stands for (`-32004` not found, `-32600`
-/// invalid input — which is also what a permission refusal comes back as — anything else
-/// other); what the client itself reports (a drop, a lost session) is other, in its words.
+/// invalid input — which is also what a permission refusal comes back as — `-32601`
+/// unsupported, anything else other); what the client itself reports (a drop, a lost
+/// session) is other, in its words.
 pub(crate) fn fs_error(error: ClientError) -> FsError {
     match error {
         ClientError::Server { code: NOT_FOUND, message, .. } => FsError::not_found(message),
         ClientError::Server { code: INVALID_REQUEST, message, .. } => {
             FsError::invalid_input(message)
         }
+        ClientError::Server { code: METHOD_NOT_FOUND, message, .. } => {
+            FsError::unsupported(message)
+        }
         ClientError::Server { message, .. } => FsError::other(message),
         error => FsError::other(error.to_string()),
     }
 }
 
+/// Which way a stream goes, for its errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StreamOf {
+    Read,
+    Write,
+}
+
 /// As [`fs_error`], saying why a dropped connection ends the stream for good.
-fn stream_error(error: ClientError) -> FsError {
+pub(crate) fn stream_error(error: ClientError, of: StreamOf) -> FsError {
+    let what = match of {
+        StreamOf::Read => "read",
+        StreamOf::Write => "write",
+    };
     match error {
         ClientError::Disconnected(reason) => FsError::other(format!(
-            "exec-server connection dropped during a streamed file read ({reason}); its file handle went with the connection, so the read cannot be resumed"
+            "exec-server connection dropped during a streamed file {what} ({reason}); its file handle went with the connection, so the {what} cannot be resumed"
         )),
         error => fs_error(error),
     }
 }
 
 /// A handle id no other stream of this process uses: ids are per connection, and every stream
-/// of every client of this process drawing from one counter keeps them apart. `read-<n>` stays
-/// within the 32-byte limit for any `u64`.
-fn next_handle_id() -> String {
+/// of every client of this process drawing from one counter keeps them apart. `write-<n>`
+/// stays within the 32-byte limit for any `u64`.
+fn next_handle_id(kind: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!("read-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    format!("{kind}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The blocks of one open handle, on the connection that opened it.
@@ -176,7 +270,7 @@ impl RemoteBlocks {
             Ok(block) => block,
             Err(error) => {
                 self.close_in_background();
-                return Some(Err(stream_error(error)));
+                return Some(Err(stream_error(error, StreamOf::Read)));
             }
         };
         let len = block.chunk.len();

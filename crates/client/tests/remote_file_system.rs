@@ -5,11 +5,14 @@
 //! The handle scenarios take a connection's `FileHandles`, which only the engine has; over the
 //! wire they are the conformance suite's (`crates/cli/tests/fs.rs`).
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::StreamExt;
+use serde_json::json;
 use tether_client::{ClientOptions, ExecServerClient};
-use tether_engine::fs::{FileSystem, FsErrorKind};
+use tether_engine::fs::{FileSystem, FsError, FsErrorKind};
 use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
 use tether_testkit::scratch::Scratch;
 use tether_testkit::suites::fs as shared;
@@ -50,12 +53,15 @@ scenarios!(shared, on [tether, reference], |target, scenario| {
     read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
     read_file_stream_keeps_reading_the_file_it_opened,
     finished_streams_give_their_handles_back,
+    write_file_stream_writes_blocks_in_order,
+    write_file_stream_reports_a_missing_directory_as_not_found,
 ]);
 
 // Tether only: scenarios where Tether deliberately differs from the reference — it leaves a
 // file copied onto itself intact (the reference truncates it), refuses a write to a FIFO
 // nobody reads instead of hanging, refuses restrictive sandbox intents instead of ignoring or
-// misreporting them.
+// misreporting them — and Tether's `fsMetadata` extension, which the reference does not serve
+// (`fs_metadata_is_refused_unsent_by_the_reference` below).
 scenarios!(
     shared,
     on[tether],
@@ -68,6 +74,12 @@ scenarios!(
         read_file_stream_refuses_what_is_not_a_regular_file_promptly,
         read_only_sandboxes_serve_reads_and_refuse_every_write,
         write_file_reports_bad_targets_and_bad_base64,
+        rename_replaces_files_and_moves_trees,
+        set_metadata_sets_the_mode_and_time_of_the_path_itself,
+        create_symlink_and_read_link_round_trip,
+        get_metadata_gives_the_mode_only_when_asked,
+        read_only_sandboxes_refuse_the_new_writes,
+        sandboxed_new_writes_are_confined_to_the_writable_root,
     ]
 );
 
@@ -165,4 +177,88 @@ async fn a_streamed_read_fails_when_its_connection_drops() {
     let blocks: Vec<_> = stream.collect().await;
     assert_eq!(blocks.len(), 3);
     assert!(blocks.iter().all(|block| block.as_ref().is_ok_and(|b| b.len() == FS_BLOCK_MAX_BYTES)));
+}
+
+/// Remote only: the reference does not serve Tether's `fsMetadata` extension, so the client
+/// refuses each of its calls itself, before sending anything — the message is the client's,
+/// not a server's `-32601`, and nothing is touched. (`includeMode` the reference would
+/// silently ignore, answering without a mode.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_metadata_is_refused_unsent_by_the_reference() {
+    let server = ServerProcess::start(Target::Reference).await.unwrap();
+    let client = connected(&server.url).await;
+    assert!(!client.tether_extensions().fs_metadata);
+    let scratch = Scratch::new("remote-no-fs-metadata");
+    let file = scratch.file("file.txt", b"x");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    scratch.symlink("file.txt", "link");
+    let unsupported = |result: Result<(), FsError>, what: &str| {
+        let error = result.unwrap_err();
+        let message = format!(
+            "the exec-server does not serve `{what}`: it is Tether's `fsMetadata` extension, \
+             which this server does not advertise"
+        );
+        assert_eq!((error.kind, error.message), (FsErrorKind::Unsupported, message));
+    };
+    fn params<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+        serde_json::from_value(value).unwrap()
+    }
+
+    let rename = params(json!({"sourcePath": scratch.uri("file.txt"),
+        "destinationPath": scratch.uri("moved")}));
+    unsupported(client.rename(rename).await, "fs/rename");
+    let set = params(json!({"path": scratch.uri("file.txt"), "mode": 0o600}));
+    unsupported(client.set_metadata(set).await, "fs/setMetadata");
+    let link = params(json!({"path": scratch.uri("new-link"), "target": "file.txt"}));
+    unsupported(client.create_symlink(link).await, "fs/createSymlink");
+    let read = client.read_link(params(json!({"path": scratch.uri("link")}))).await;
+    unsupported(read.map(|_| ()), "fs/readLink");
+    let with_mode = params(json!({"path": scratch.uri("file.txt"), "includeMode": true}));
+    unsupported(
+        client.get_metadata(with_mode).await.map(|_| ()),
+        "fs/getMetadata {includeMode: true}",
+    );
+
+    assert!(!scratch.exists("moved") && !scratch.exists("new-link"));
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777, 0o644);
+    // The reference's own metadata is still there, without a mode.
+    let plain = client.get_metadata(params(json!({"path": scratch.uri("file.txt")}))).await;
+    assert_eq!(plain.unwrap().mode, None);
+}
+
+/// Remote only: a streamed write's handle belongs to its connection, so a drop fails the
+/// stream — `finish` never says a file was written whole when blocks were lost — and the
+/// session recovers for the next stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_write_fails_when_its_connection_drops() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = connected(&proxy.url).await;
+    let scratch = Scratch::new("remote-write-stream-cut");
+    let block = Bytes::from(vec![7u8; FS_BLOCK_MAX_BYTES]);
+    let mut stream = client.write_file_stream(scratch.uri("big.bin"), None).await.unwrap();
+    stream.write(block.clone()).await.unwrap();
+
+    proxy.cut();
+    // Writes may be accepted while the cut goes unnoticed (they are in flight); finish waits
+    // for them all.
+    let mut failed = None;
+    for _ in 0..8 {
+        if let Err(error) = stream.write(block.clone()).await {
+            failed = Some(error);
+            break;
+        }
+    }
+    let error = stream.finish().await.unwrap_err();
+    assert_eq!(error.kind, FsErrorKind::Other);
+    assert!(error.message.contains("the write cannot be resumed"), "{}", error.message);
+    if let Some(failed) = failed {
+        assert_eq!(failed, error, "finish reports the first failure again");
+    }
+    // The session itself recovers: a new stream writes the whole file.
+    client.wait_connected().await.unwrap();
+    let mut stream = client.write_file_stream(scratch.uri("big.bin"), None).await.unwrap();
+    stream.write(Bytes::from(vec![9u8; 3 * FS_BLOCK_MAX_BYTES])).await.unwrap();
+    stream.finish().await.unwrap();
+    assert_eq!(scratch.read("big.bin"), vec![9u8; 3 * FS_BLOCK_MAX_BYTES]);
 }

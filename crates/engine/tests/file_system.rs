@@ -39,6 +39,13 @@ scenarios!(shared, on local, |scenario| {
     read_file_stream_refuses_what_is_not_a_regular_file_promptly,
     read_file_stream_keeps_reading_the_file_it_opened,
     finished_streams_give_their_handles_back,
+    write_file_stream_writes_blocks_in_order,
+    write_file_stream_reports_a_missing_directory_as_not_found,
+    rename_replaces_files_and_moves_trees,
+    set_metadata_sets_the_mode_and_time_of_the_path_itself,
+    create_symlink_and_read_link_round_trip,
+    get_metadata_gives_the_mode_only_when_asked,
+    read_only_sandboxes_refuse_the_new_writes,
 ]);
 
 scenarios!(shared, on local, |scenario| {

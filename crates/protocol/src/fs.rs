@@ -10,6 +10,13 @@
 //! File handles (`fs/open`, `fs/readBlock`, `fs/writeBlock`, `fs/close`) belong to the
 //! connection, not the session: they are all closed when the connection ends, so a client that
 //! reconnects finds its handles gone (`-32004`).
+//!
+//! Tether's `fsMetadata` extension ([`TetherExtensions::fs_metadata`]) adds what a copy that
+//! keeps a tree as it was needs: `fs/rename`, `fs/setMetadata` (mode and mtime),
+//! `fs/createSymlink`, `fs/readLink`, and the mode in `fs/getMetadata` when asked for
+//! (`includeMode`). The reference answers the methods with `-32601` and ignores `includeMode`.
+//!
+//! [`TetherExtensions::fs_metadata`]: crate::session::TetherExtensions::fs_metadata
 
 use serde::{Deserialize, Serialize};
 
@@ -173,11 +180,20 @@ pub struct FsGetMetadataParams {
     pub follow_symlinks: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxContext>,
+    /// Tether extension (`fsMetadata`): with true, the answer carries the permission bits
+    /// ([`FsGetMetadataResponse::mode`]). Absent means false, and the answer has exactly the
+    /// reference's members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_mode: Option<bool>,
 }
 
 impl FsGetMetadataParams {
     pub fn follows_symlinks(&self) -> bool {
         self.follow_symlinks.unwrap_or(true)
+    }
+
+    pub fn includes_mode(&self) -> bool {
+        self.include_mode.unwrap_or(false)
     }
 }
 
@@ -196,6 +212,10 @@ pub struct FsGetMetadataResponse {
     /// Unix milliseconds. Following links, times before 1970 are 0; with `followSymlinks:
     /// false` they are negative.
     pub modified_at_ms: i64,
+    /// Tether extension (`fsMetadata`): the permission bits (`st_mode & 0o7777`, the target's
+    /// when following links), only when the request said `includeMode: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 /// `fs/canonicalize` params.
@@ -350,6 +370,65 @@ pub struct FsCopyParams {
 }
 
 pub type FsCopyResponse = FsEmptyResponse;
+
+/// `fs/rename` params (Tether extension, `fsMetadata`): `rename(2)`. An existing destination
+/// file is replaced atomically; a directory moves with everything in it. Both paths must be on
+/// one filesystem (`Invalid cross-device link` otherwise). The answer is `{}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsRenameParams {
+    pub source_path: PathUri,
+    pub destination_path: PathUri,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxContext>,
+}
+
+/// `fs/setMetadata` params (Tether extension, `fsMetadata`): what a copy keeps of its source.
+/// Each member that is absent is left as it is; the answer is `{}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsSetMetadataParams {
+    pub path: PathUri,
+    /// Permission bits, `chmod`'s (`& 0o7777`; other bits are ignored). A symbolic link has no
+    /// mode of its own: asking for one on a link is invalid input, never a change to its target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    /// The modification time in Unix milliseconds (negative before 1970). Set on the path
+    /// itself, a link's own time for a link; the access time is left as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxContext>,
+}
+
+/// `fs/createSymlink` params (Tether extension, `fsMetadata`): a symbolic link at `path`
+/// holding `target`, as given (relative targets are relative to the link's directory, and
+/// need not exist). An existing `path` is `File exists`. The answer is `{}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsCreateSymlinkParams {
+    pub path: PathUri,
+    pub target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxContext>,
+}
+
+/// `fs/readLink` params (Tether extension, `fsMetadata`). A path that is not a link is the
+/// OS's `Invalid argument`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsReadLinkParams {
+    pub path: PathUri,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxContext>,
+}
+
+/// `fs/readLink` result: the link's target, unresolved, as `readlink(2)` gives it. A target
+/// that is not UTF-8 cannot be said in JSON text and is refused as invalid input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsReadLinkResponse {
+    pub target: String,
+}
 
 /// `fs/open` params: open a regular file and name the handle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -590,11 +669,52 @@ mod tests {
             path: PathUri::parse("file:///tmp/l").unwrap(),
             follow_symlinks: Some(false),
             sandbox: None,
+            include_mode: None,
         };
         assert_eq!(
             serde_json::to_value(&params).unwrap(),
             json!({"path": "file:///tmp/l", "followSymlinks": false})
         );
+    }
+
+    #[test]
+    fn the_mode_is_asked_for_and_answered_only_as_an_extension() {
+        let params = round_trip::<FsGetMetadataParams>(
+            &json!({"path": "file:///tmp/f", "includeMode": true}),
+        );
+        assert!(params.includes_mode());
+        let params = round_trip::<FsGetMetadataParams>(&json!({"path": "file:///tmp/f"}));
+        assert!(!params.includes_mode());
+        let answer = json!({"isDirectory": false, "isFile": true, "isSymlink": false, "size": 1,
+            "createdAtMs": 0, "modifiedAtMs": 5});
+        assert_eq!(round_trip::<FsGetMetadataResponse>(&answer).mode, None);
+        let mut with_mode = answer.clone();
+        with_mode["mode"] = json!(0o755);
+        assert_eq!(round_trip::<FsGetMetadataResponse>(&with_mode).mode, Some(0o755));
+    }
+
+    #[test]
+    fn fs_metadata_extension_params_round_trip_without_absent_members() {
+        let rename = round_trip::<FsRenameParams>(
+            &json!({"sourcePath": "file:///tmp/a", "destinationPath": "file:///tmp/b"}),
+        );
+        assert_eq!(rename.destination_path.as_str(), "file:///tmp/b");
+        let set = round_trip::<FsSetMetadataParams>(
+            &json!({"path": "file:///tmp/a", "mode": 0o644, "modifiedAtMs": -1_234}),
+        );
+        assert_eq!((set.mode, set.modified_at_ms), (Some(0o644), Some(-1_234)));
+        let nothing = round_trip::<FsSetMetadataParams>(&json!({"path": "file:///tmp/a"}));
+        assert_eq!((nothing.mode, nothing.modified_at_ms, nothing.sandbox), (None, None, None));
+        let link = round_trip::<FsCreateSymlinkParams>(
+            &json!({"path": "file:///tmp/l", "target": "../a b"}),
+        );
+        assert_eq!(link.target, "../a b");
+        round_trip::<FsReadLinkParams>(&json!({"path": "file:///tmp/l"}));
+        let read = round_trip::<FsReadLinkResponse>(&json!({"target": "a"}));
+        assert_eq!(read.target, "a");
+        let err = serde_json::from_value::<FsCreateSymlinkParams>(json!({"path": "file:///l"}))
+            .unwrap_err();
+        assert_eq!(err.to_string(), "missing field `target`");
     }
 
     #[test]

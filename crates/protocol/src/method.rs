@@ -39,6 +39,14 @@ pub enum Method {
     ProcessCloseStdin,
     /// Tether extension: the session's processes.
     ProcessList,
+    /// Tether extension (`fsMetadata`): `rename(2)`.
+    FsRename,
+    /// Tether extension (`fsMetadata`): a path's mode and modification time.
+    FsSetMetadata,
+    /// Tether extension (`fsMetadata`): a new symbolic link.
+    FsCreateSymlink,
+    /// Tether extension (`fsMetadata`): a symbolic link's target.
+    FsReadLink,
 }
 
 /// The one client→server notification: the handshake's second step.
@@ -55,7 +63,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 29] = [
+    pub const ALL: [Method; 33] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -85,6 +93,10 @@ impl Method {
         Method::ProcessResize,
         Method::ProcessCloseStdin,
         Method::ProcessList,
+        Method::FsRename,
+        Method::FsSetMetadata,
+        Method::FsCreateSymlink,
+        Method::FsReadLink,
     ];
 
     pub fn name(self) -> &'static str {
@@ -118,6 +130,10 @@ impl Method {
             Method::ProcessResize => "process/resize",
             Method::ProcessCloseStdin => "process/closeStdin",
             Method::ProcessList => "process/list",
+            Method::FsRename => "fs/rename",
+            Method::FsSetMetadata => "fs/setMetadata",
+            Method::FsCreateSymlink => "fs/createSymlink",
+            Method::FsReadLink => "fs/readLink",
         }
     }
 

@@ -108,6 +108,9 @@ pub struct TetherExtensions {
     pub oldest_retained_seq: bool,
     /// Every signal `process/signal` delivers (the reference delivers only `interrupt`).
     pub signals: Vec<ProcessSignal>,
+    /// `fs/rename`, `fs/setMetadata`, `fs/createSymlink`, `fs/readLink`, and
+    /// `fs/getMetadata {includeMode}`.
+    pub fs_metadata: bool,
 }
 
 /// `environment/status` result.

@@ -64,6 +64,7 @@ fn capabilities() -> Capabilities {
             process_list: true,
             oldest_retained_seq: true,
             signals: ProcessSignal::ALL.to_vec(),
+            fs_metadata: true,
         }),
         ..Capabilities::default()
     }

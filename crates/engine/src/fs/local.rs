@@ -4,7 +4,8 @@
 //! the path, then the path) and runs the filesystem work on the blocking pool, or in a helper
 //! inside the sandbox when the intent confines it ([`sandboxed`]). The work itself lives in one
 //! module per concern: [`regular_file`], [`directory`](super::directory),
-//! [`metadata`](super::metadata), [`walk`], [`remove`](super::remove), [`copy`](super::copy).
+//! [`metadata`](super::metadata), [`walk`], [`remove`](super::remove), [`copy`](super::copy),
+//! [`set_metadata`](super::set_metadata); streams in [`stream`] and [`write_stream`].
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -12,9 +13,10 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use tether_protocol::fs::{
     FS_READ_DIRECTORY_MAX_ENTRIES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams,
-    FsCreateDirectoryParams, FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams,
-    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsRemoveParams, FsWalkParams,
-    FsWalkResponse, FsWriteFileParams,
+    FsCreateDirectoryParams, FsCreateSymlinkParams, FsGetMetadataParams, FsGetMetadataResponse,
+    FsReadDirectoryParams, FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse,
+    FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
+    FsWalkParams, FsWalkResponse, FsWriteFileParams,
 };
 use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
@@ -23,7 +25,9 @@ use super::directory::Listing;
 use super::request::{Admission, Work, admit, native_path};
 use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
 use super::whole_read::{ReadGrant, WholeReadBudget};
-use super::{FileReadStream, FileSystem, FsError, regular_file, stream, walk};
+use super::{
+    FileReadStream, FileSystem, FileWriteStream, FsError, regular_file, stream, walk, write_stream,
+};
 
 /// File bytes that whole-file reads (`fs/readFile`) may hold at once, server-wide, by
 /// default: read, and then answered until the answer is written. A read peaks at about 2.4
@@ -115,9 +119,15 @@ impl FileSystem for LocalFileSystem {
         &self,
         params: FsGetMetadataParams,
     ) -> Result<FsGetMetadataResponse, FsError> {
-        let follow = params.follows_symlinks();
+        let (follow, include_mode) = (params.follows_symlinks(), params.includes_mode());
         let path = native_path(&params.path)?;
-        perform(params.sandbox.as_ref(), Work::Read, FileOp::Metadata { path, follow }).await
+        let op = FileOp::Metadata { path, follow };
+        let mut metadata: FsGetMetadataResponse =
+            perform(params.sandbox.as_ref(), Work::Read, op).await?;
+        if !include_mode {
+            metadata.mode = None;
+        }
+        Ok(metadata)
     }
 
     async fn canonicalize(
@@ -183,5 +193,51 @@ impl FileSystem for LocalFileSystem {
         let how = OpenHow::Read { follow: true };
         let file: File = perform(sandbox.as_ref(), Work::Read, FileOp::Open { path, how }).await?;
         Ok(stream::blocks_of(file))
+    }
+
+    async fn rename(&self, params: FsRenameParams) -> Result<(), FsError> {
+        let source = native_path(&params.source_path)?;
+        let destination = native_path(&params.destination_path)?;
+        let op = FileOp::Rename { source, destination };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
+    }
+
+    async fn set_metadata(&self, params: FsSetMetadataParams) -> Result<(), FsError> {
+        let path = native_path(&params.path)?;
+        let op =
+            FileOp::SetMetadata { path, mode: params.mode, modified_at_ms: params.modified_at_ms };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
+    }
+
+    async fn create_symlink(&self, params: FsCreateSymlinkParams) -> Result<(), FsError> {
+        let path = native_path(&params.path)?;
+        let op = FileOp::CreateSymlink { path, target: params.target };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
+    }
+
+    async fn read_link(&self, params: FsReadLinkParams) -> Result<FsReadLinkResponse, FsError> {
+        let path = native_path(&params.path)?;
+        let op = FileOp::ReadLink { path: path.clone() };
+        let target: PathBuf = perform(params.sandbox.as_ref(), Work::Read, op).await?;
+        let target = target.into_os_string().into_string().map_err(|_| {
+            FsError::invalid_input(format!(
+                "the target of symbolic link `{}` is not UTF-8, which JSON text cannot carry",
+                path.display()
+            ))
+        })?;
+        Ok(FsReadLinkResponse { target })
+    }
+
+    /// The file is opened as `fs/open` in `replace` mode opens it — inside the sandbox when the
+    /// intent confines writes, which hands the open file back — and then written here.
+    async fn write_file_stream(
+        &self,
+        path: PathUri,
+        sandbox: Option<SandboxContext>,
+    ) -> Result<FileWriteStream, FsError> {
+        let path = native_path(&path)?;
+        let op = FileOp::Open { path, how: OpenHow::Replace };
+        let file: File = perform(sandbox.as_ref(), Work::Write, op).await?;
+        Ok(write_stream::blocks_into(file))
     }
 }

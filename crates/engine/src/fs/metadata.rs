@@ -5,8 +5,12 @@
 //! 0; not following them, it reports the birth time where the filesystem keeps one and signed
 //! times before 1970. Clients compare these values between calls, so they must not change
 //! meaning between the reference and Tether.
+//!
+//! The permission bits are always read (they come with the same `stat`); the caller keeps
+//! them only for a request that asked for them (`includeMode`).
 
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,6 +21,10 @@ use super::no_follow;
 
 /// The refusal when `followSymlinks: false` meets a link as the path's last component.
 pub(crate) const CONTAINS_SYMLINK: &str = "path contains a symbolic link";
+
+/// What `includeMode` reports of `st_mode`, and what `fs/setMetadata` sets: the permission
+/// bits (with setuid, setgid and sticky), not the file type.
+pub(crate) const PERMISSION_BITS: u32 = 0o7777;
 
 pub(crate) fn metadata(path: &Path, follow_symlinks: bool) -> io::Result<FsGetMetadataResponse> {
     if follow_symlinks { followed(path) } else { not_followed(path) }
@@ -35,6 +43,7 @@ pub(crate) fn followed(path: &Path) -> io::Result<FsGetMetadataResponse> {
         size: target.len(),
         created_at_ms: 0,
         modified_at_ms: target.modified().map_or(0, unix_ms_from_1970),
+        mode: Some(target.mode() & PERMISSION_BITS),
     })
 }
 
@@ -54,6 +63,7 @@ fn not_followed(path: &Path) -> io::Result<FsGetMetadataResponse> {
         size: stat.stx_size,
         created_at_ms: if has_birth_time { unix_ms(&stat.stx_btime) } else { 0 },
         modified_at_ms: unix_ms(&stat.stx_mtime),
+        mode: Some(u32::from(stat.stx_mode) & PERMISSION_BITS),
     })
 }
 

@@ -6,7 +6,12 @@
 //! params and results: the trait *is* the protocol's filesystem, minus the envelope.
 //!
 //! A file too big to hold at once is read with [`FileSystem::read_file_stream`], block by
-//! block ([`FileReadStream`]).
+//! block ([`FileReadStream`]), and written with [`FileSystem::write_file_stream`]
+//! ([`FileWriteStream`]).
+//!
+//! `rename`, `set_metadata`, `create_symlink`, `read_link` and the mode in `get_metadata` are
+//! Tether's `fsMetadata` extension: what a copy needs to keep modes, times and links. A remote
+//! server without it refuses them at once ([`FsErrorKind::Unsupported`]).
 //!
 //! Connection-scoped state — open file handles ([`FileHandles`]) and the missing-path watch
 //! ([`MissingWatch`]) — is not part of the trait: it lives as long as one connection.
@@ -22,25 +27,30 @@ pub(crate) mod regular_file;
 mod remove;
 pub(crate) mod request;
 pub(crate) mod sandboxed;
+mod set_metadata;
 mod stream;
 pub(crate) mod walk;
 mod watch_missing;
 mod whole_read;
+mod write_stream;
 
 use async_trait::async_trait;
 use tether_protocol::PathUri;
 use tether_protocol::fs::{
     FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams, FsCreateDirectoryParams,
-    FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams, FsReadDirectoryResponse,
-    FsReadFileParams, FsReadFileResponse, FsRemoveParams, FsWalkParams, FsWalkResponse,
-    FsWriteFileParams,
+    FsCreateSymlinkParams, FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams,
+    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsReadLinkParams,
+    FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams, FsWalkParams,
+    FsWalkResponse, FsWriteFileParams,
 };
+use tether_protocol::sandbox::SandboxContext;
 
 pub use handles::FileHandles;
 pub use local::{DEFAULT_WHOLE_READ_BUDGET_BYTES, LocalFileSystem};
 pub use stream::FileReadStream;
 pub use watch_missing::MissingWatch;
 pub use whole_read::ReadGrant;
+pub use write_stream::{BlockWriter, FileWriteStream};
 
 /// Filesystem operations on the executor. Paths are `file:` URIs naming executor paths.
 #[async_trait]
@@ -71,8 +81,38 @@ pub trait FileSystem: Send + Sync {
     async fn read_file_stream(
         &self,
         path: PathUri,
-        sandbox: Option<tether_protocol::sandbox::SandboxContext>,
+        sandbox: Option<SandboxContext>,
     ) -> Result<FileReadStream, FsError>;
+
+    /// `rename(2)`: an existing destination file is replaced atomically, a directory moves
+    /// whole.
+    async fn rename(&self, params: FsRenameParams) -> Result<(), FsError>;
+
+    /// Sets the permission bits (`& 0o7777`) and the modification time (Unix ms; the access
+    /// time is kept) of the path itself: a link's own time for a link, and a mode for a link is
+    /// invalid input.
+    async fn set_metadata(&self, params: FsSetMetadataParams) -> Result<(), FsError>;
+
+    /// A symbolic link at `path` holding `target`; an existing path is `File exists`.
+    async fn create_symlink(&self, params: FsCreateSymlinkParams) -> Result<(), FsError>;
+
+    /// A link's target, unresolved. Not a link: the OS's `Invalid argument`; a target that is
+    /// not UTF-8: invalid input.
+    async fn read_link(&self, params: FsReadLinkParams) -> Result<FsReadLinkResponse, FsError>;
+
+    /// Creates or truncates a regular file and writes it in order, block by block.
+    ///
+    /// The file is created or truncated here, following links, as `fs/open` in `replace` mode
+    /// does (a missing directory is not found); what the stream writes goes after what it
+    /// wrote before, in blocks of at most
+    /// [`FS_BLOCK_MAX_BYTES`](tether_protocol::fs::FS_BLOCK_MAX_BYTES), and
+    /// [`FileWriteStream::finish`] says whether all of it was written. `sandbox` is the intent:
+    /// a confining one opens the file inside the sandbox.
+    async fn write_file_stream(
+        &self,
+        path: PathUri,
+        sandbox: Option<SandboxContext>,
+    ) -> Result<FileWriteStream, FsError>;
 }
 
 /// Why a filesystem operation failed: a kind that decides the JSON-RPC code, and a message that
@@ -96,6 +136,10 @@ pub enum FsErrorKind {
     PermissionDenied,
     /// Anything else the OS reported: `-32603`.
     Other,
+    /// The server does not serve this: it lacks the Tether extension (`fsMetadata`) or the
+    /// capability (`fileWriteStreaming`) the call needs. A client refuses such a call before
+    /// sending anything, so nothing was touched; a server answers `-32601`.
+    Unsupported,
 }
 
 impl FsError {
@@ -113,6 +157,10 @@ impl FsError {
 
     pub fn other(message: impl Into<String>) -> Self {
         Self::new(FsErrorKind::Other, message)
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(FsErrorKind::Unsupported, message)
     }
 }
 

@@ -6,7 +6,7 @@ use tether_engine::fs::{
     FileHandles, FileSystem, FsError, FsErrorKind, LocalFileSystem, MissingWatch, ReadGrant,
 };
 use tether_protocol::envelope::{encode_notification, encode_response};
-use tether_protocol::error::{INTERNAL_ERROR, INVALID_REQUEST, NOT_FOUND};
+use tether_protocol::error::{INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, NOT_FOUND};
 use tether_protocol::fs::*;
 use tether_protocol::method::FS_MISSING_CHANGED;
 use tether_protocol::{JsonRpcError, Method, RequestId};
@@ -29,6 +29,10 @@ pub(crate) enum FsCall {
     WriteBlock(FsWriteBlockParams),
     Close(FsCloseParams),
     WatchMissing(FsWatchMissingParams),
+    Rename(FsRenameParams),
+    SetMetadata(FsSetMetadataParams),
+    CreateSymlink(FsCreateSymlinkParams),
+    ReadLink(FsReadLinkParams),
 }
 
 impl FsCall {
@@ -48,6 +52,10 @@ impl FsCall {
             Method::FsWriteBlock => FsCall::WriteBlock(params_of(params)?),
             Method::FsClose => FsCall::Close(params_of(params)?),
             Method::FsWatchMissing => FsCall::WatchMissing(params_of(params)?),
+            Method::FsRename => FsCall::Rename(params_of(params)?),
+            Method::FsSetMetadata => FsCall::SetMetadata(params_of(params)?),
+            Method::FsCreateSymlink => FsCall::CreateSymlink(params_of(params)?),
+            Method::FsReadLink => FsCall::ReadLink(params_of(params)?),
             other => unreachable!("{} is not a filesystem method", other.name()),
         })
     }
@@ -105,6 +113,16 @@ pub(crate) async fn run(
         FsCall::Copy(p) => {
             fs.copy(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
+        FsCall::Rename(p) => {
+            fs.rename(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::SetMetadata(p) => {
+            fs.set_metadata(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::CreateSymlink(p) => {
+            fs.create_symlink(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
+        FsCall::ReadLink(p) => encode_response(id, &fs.read_link(p).await.map_err(to_rpc)?),
         FsCall::Open(p) => encode_response(id, &connection.handles.open(p).await.map_err(to_rpc)?),
         FsCall::ReadBlock(p) => {
             connection.handles.read_block(p).await.map_err(to_rpc)?.to_response_text(id)
@@ -141,11 +159,13 @@ pub(crate) async fn run(
     Ok(Reply { text, hold: None })
 }
 
-/// Not found is `-32004`; invalid input and permission problems `-32600`; the rest `-32603`.
+/// Not found is `-32004`; invalid input and permission problems `-32600`; what is not served
+/// `-32601`; the rest `-32603`.
 pub(crate) fn to_rpc(error: FsError) -> JsonRpcError {
     let code = match error.kind {
         FsErrorKind::NotFound => NOT_FOUND,
         FsErrorKind::InvalidInput | FsErrorKind::PermissionDenied => INVALID_REQUEST,
+        FsErrorKind::Unsupported => METHOD_NOT_FOUND,
         FsErrorKind::Other => INTERNAL_ERROR,
     };
     JsonRpcError::new(code, error.message)

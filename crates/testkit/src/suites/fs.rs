@@ -8,6 +8,7 @@
 
 use std::fmt::Debug;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -25,9 +26,11 @@ const ENOENT: i32 = 2;
 const ENXIO: i32 = 6;
 const EBADF: i32 = 9;
 const EEXIST: i32 = 17;
+const EXDEV: i32 = 18;
 const ENOTDIR: i32 = 20;
 const EISDIR: i32 = 21;
 const EINVAL: i32 = 22;
+const EROFS: i32 = 30;
 const ENOTEMPTY: i32 = 39;
 const ELOOP: i32 = 40;
 
@@ -364,6 +367,7 @@ pub async fn get_metadata_follows_links_but_says_it_was_one(fs: &dyn FileSystem)
             size: 9,
             created_at_ms: 0,
             modified_at_ms: mtime_ms,
+            mode: None,
         }
     );
     // `(is_directory, is_file, is_symlink)`: the target's kind, and whether it was a link.
@@ -958,6 +962,319 @@ pub async fn finished_streams_give_their_handles_back(fs: &dyn FileSystem) {
         let read = blocks(fs.read_file_stream(scratch.uri("small.txt"), None).await.unwrap());
         assert_eq!(read.await.unwrap(), [b"small".to_vec()]);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streamed writes (remotely: fs/open in replace mode, fs/writeBlock, fs/close)
+
+/// Bytes that differ from block to block and within each, so a block written at the wrong
+/// offset, twice or not at all cannot go unnoticed.
+fn varied_bytes(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_right(13) as u8).collect()
+}
+
+pub async fn write_file_stream_writes_blocks_in_order(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("write-stream");
+    let bytes = varied_bytes(3 * FS_BLOCK_MAX_BYTES + FS_BLOCK_MAX_BYTES / 2);
+    let existing = scratch.file("existing.bin", &varied_bytes(2 * FS_BLOCK_MAX_BYTES));
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let inode = std::fs::metadata(&existing).unwrap().ino();
+
+    // Chunks of every shape: a byte, less than a block, more than two blocks (split by the
+    // stream), nothing, and the rest.
+    let mut stream = fs.write_file_stream(scratch.uri("big.bin"), None).await.unwrap();
+    let mut rest = bytes::Bytes::from(bytes.clone());
+    for len in [1, 700_000, 2 * FS_BLOCK_MAX_BYTES + 3, 0] {
+        stream.write(rest.split_to(len)).await.unwrap();
+    }
+    stream.write(rest).await.unwrap();
+    stream.finish().await.unwrap();
+    assert!(scratch.read("big.bin") == bytes, "the file is byte for byte what was written");
+
+    // An existing file is truncated in place: same inode, same mode, only the new bytes.
+    let mut stream = fs.write_file_stream(scratch.uri("existing.bin"), None).await.unwrap();
+    stream.write(bytes::Bytes::from_static(b"short")).await.unwrap();
+    stream.finish().await.unwrap();
+    assert_eq!(scratch.read("existing.bin"), b"short");
+    let metadata = std::fs::metadata(&existing).unwrap();
+    assert_eq!((metadata.ino(), metadata.mode() & 0o777), (inode, 0o751));
+
+    // Nothing written is an empty file, created when the stream opened.
+    let stream = fs.write_file_stream(scratch.uri("empty.bin"), None).await.unwrap();
+    assert_eq!(scratch.read("empty.bin"), b"");
+    stream.finish().await.unwrap();
+    assert_eq!(scratch.read("empty.bin"), b"");
+}
+
+pub async fn write_file_stream_reports_a_missing_directory_as_not_found(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("write-stream-errors");
+    scratch.dir("dir");
+
+    let missing = fs.write_file_stream(scratch.uri("missing/file.bin"), None).await;
+    assert_fails(missing, NotFound, &os(ENOENT));
+    assert_fails(fs.write_file_stream(scratch.uri("dir"), None).await, Other, &os(EISDIR));
+    assert!(!scratch.exists("missing"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tether's fsMetadata extension: fs/rename, fs/setMetadata, fs/createSymlink, fs/readLink,
+// fs/getMetadata {includeMode}
+
+fn rename_params(scratch: &Scratch, from: &str, to: &str) -> FsRenameParams {
+    params!(json!({"sourcePath": scratch.uri(from), "destinationPath": scratch.uri(to)}))
+}
+
+pub async fn rename_replaces_files_and_moves_trees(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("rename");
+    let new = scratch.file("new.txt", b"new");
+    let inode = std::fs::metadata(&new).unwrap().ino();
+    scratch.file("old.txt", b"old");
+    scratch.file("tree/sub/deep.txt", b"deep");
+    scratch.symlink("sub/deep.txt", "tree/link");
+    scratch.file("full/x", b"x");
+    let rename = |from: &str, to: &str| fs.rename(rename_params(&scratch, from, to));
+
+    // A file replaces another: the destination is the source's inode, the source is gone.
+    rename("new.txt", "old.txt").await.unwrap();
+    assert_eq!(scratch.read("old.txt"), b"new");
+    assert_eq!(std::fs::metadata(scratch.path("old.txt")).unwrap().ino(), inode);
+    assert!(!scratch.exists("new.txt"));
+    // A tree moves whole, links as links.
+    rename("tree", "moved").await.unwrap();
+    assert_eq!(scratch.read("moved/sub/deep.txt"), b"deep");
+    assert_eq!(
+        std::fs::read_link(scratch.path("moved/link")).unwrap().to_str(),
+        Some("sub/deep.txt")
+    );
+    assert!(!scratch.exists("tree"));
+
+    assert_fails(rename("missing", "elsewhere").await, NotFound, &os(ENOENT));
+    assert_fails(rename("old.txt", "missing/x").await, NotFound, &os(ENOENT));
+    assert_fails(rename("moved", "full").await, Other, &os(ENOTEMPTY));
+    assert_fails(rename("old.txt", "moved").await, Other, &os(EISDIR));
+    assert_fails(rename("moved", "moved/sub/inside").await, InvalidInput, &os(EINVAL));
+    assert_eq!(scratch.read("old.txt"), b"new", "a refused rename moves nothing");
+}
+
+fn mtime_ms(metadata: &std::fs::Metadata) -> i64 {
+    metadata.mtime() * 1000 + metadata.mtime_nsec() / 1_000_000
+}
+
+pub async fn set_metadata_sets_the_mode_and_time_of_the_path_itself(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("set-metadata");
+    let file = scratch.file("file.txt", b"x");
+    let target = scratch.file("target.txt", b"t");
+    let link = scratch.symlink("target.txt", "link");
+    let dir = scratch.dir("dir");
+    let accessed = UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let times = std::fs::FileTimes::new().set_accessed(accessed);
+    std::fs::File::open(&file).unwrap().set_times(times).unwrap();
+    let set = |name: &str, extra: Value| {
+        let mut params = json!({"path": scratch.uri(name)});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        fs.set_metadata(params!(params))
+    };
+
+    set("file.txt", json!({"mode": 0o640, "modifiedAtMs": 1_234_567_890_123i64})).await.unwrap();
+    let metadata = std::fs::metadata(&file).unwrap();
+    assert_eq!(metadata.mode() & 0o7777, 0o640);
+    assert_eq!(mtime_ms(&metadata), 1_234_567_890_123);
+    assert_eq!(metadata.atime(), 1_000_000, "the access time is left as it was");
+    // Only the permission bits are taken (the file stays a file); each member alone changes
+    // only itself.
+    set("file.txt", json!({"mode": 0o100755})).await.unwrap();
+    let metadata = std::fs::metadata(&file).unwrap();
+    assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o755, 1_234_567_890_123));
+    assert!(metadata.is_file());
+    set("file.txt", json!({"modifiedAtMs": -1_234})).await.unwrap();
+    let metadata = std::fs::metadata(&file).unwrap();
+    assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o755, -1_234));
+    set("dir", json!({"mode": 0o1750})).await.unwrap();
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o1750);
+    set("file.txt", json!({})).await.unwrap();
+
+    // A link: its own time is set, its target untouched; a mode is refused, not passed on.
+    let target_before = std::fs::metadata(&target).unwrap();
+    set("link", json!({"modifiedAtMs": 5_000})).await.unwrap();
+    assert_eq!(mtime_ms(&std::fs::symlink_metadata(&link).unwrap()), 5_000);
+    let no_mode = format!(
+        "`{}` is a symbolic link, which has no mode of its own: set the mode of its target instead",
+        link.display()
+    );
+    let refused = set("link", json!({"mode": 0o600, "modifiedAtMs": 6_000})).await;
+    assert_fails(refused, InvalidInput, &no_mode);
+    assert_eq!(mtime_ms(&std::fs::symlink_metadata(&link).unwrap()), 5_000, "nothing was set");
+    let target_after = std::fs::metadata(&target).unwrap();
+    assert_eq!(target_after.mode(), target_before.mode());
+    assert_eq!(mtime_ms(&target_after), mtime_ms(&target_before));
+
+    assert_fails(set("missing", json!({"mode": 0o600})).await, NotFound, &os(ENOENT));
+    assert_fails(set("missing", json!({})).await, NotFound, &os(ENOENT));
+}
+
+pub async fn create_symlink_and_read_link_round_trip(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("symlinks");
+    scratch.file("file.txt", b"x");
+    scratch.dir("dir");
+    let create = |name: &str, target: &str| {
+        fs.create_symlink(params!(json!({"path": scratch.uri(name), "target": target})))
+    };
+    let read = |name: &str| fs.read_link(params!(json!({"path": scratch.uri(name)})));
+
+    // Targets are kept as given: relative, absolute, dangling, odd.
+    let absolute = scratch.path("file.txt").display().to_string();
+    for (name, target) in [
+        ("relative", "file.txt"),
+        ("upward", "dir/../file.txt"),
+        ("absolute", absolute.as_str()),
+        ("dangling", "nowhere/at all"),
+        ("unicode", "ünïcødé ✓"),
+    ] {
+        create(name, target).await.unwrap();
+        assert_eq!(std::fs::read_link(scratch.path(name)).unwrap().to_str(), Some(target));
+        assert_eq!(read(name).await.unwrap().target, target, "{name}");
+    }
+    assert_eq!(scratch.read("upward"), b"x");
+
+    assert_fails(create("file.txt", "elsewhere").await, Other, &os(EEXIST));
+    assert_fails(create("relative", "elsewhere").await, Other, &os(EEXIST));
+    assert_fails(create("dir", "elsewhere").await, Other, &os(EEXIST));
+    assert_eq!(std::fs::read_link(scratch.path("relative")).unwrap().to_str(), Some("file.txt"));
+    assert_fails(create("missing/link", "x").await, NotFound, &os(ENOENT));
+
+    assert_fails(read("file.txt").await, InvalidInput, &os(EINVAL));
+    assert_fails(read("dir").await, InvalidInput, &os(EINVAL));
+    assert_fails(read("missing").await, NotFound, &os(ENOENT));
+    // A target that is not UTF-8 cannot travel as JSON text.
+    let bad = std::ffi::OsStr::from_bytes(b"bad-\xff");
+    std::os::unix::fs::symlink(bad, scratch.path("not-utf8")).unwrap();
+    let not_utf8 = format!(
+        "the target of symbolic link `{}` is not UTF-8, which JSON text cannot carry",
+        scratch.path("not-utf8").display()
+    );
+    assert_fails(read("not-utf8").await, InvalidInput, &not_utf8);
+}
+
+pub async fn get_metadata_gives_the_mode_only_when_asked(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("metadata-mode");
+    let file = scratch.file("file.txt", b"x");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let dir = scratch.dir("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1700)).unwrap();
+    scratch.symlink("file.txt", "link");
+    let mode = |name: &str, extra: Value| {
+        let mut params = json!({"path": scratch.uri(name)});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        async move { fs.get_metadata(params!(params)).await.unwrap().mode }
+    };
+
+    assert_eq!(mode("file.txt", json!({"includeMode": true})).await, Some(0o751));
+    assert_eq!(mode("dir", json!({"includeMode": true})).await, Some(0o1700));
+    assert_eq!(mode("link", json!({"includeMode": true})).await, Some(0o751), "the target's");
+    let own = json!({"includeMode": true, "followSymlinks": false});
+    assert_eq!(mode("file.txt", own).await, Some(0o751));
+    assert_eq!(mode("file.txt", json!({})).await, None);
+    assert_eq!(mode("file.txt", json!({"includeMode": false})).await, None);
+}
+
+/// Under the read-only intent the extension's reads are served and its writes refused with
+/// nothing touched, as every other write is
+/// ([`read_only_sandboxes_serve_reads_and_refuse_every_write`]).
+pub async fn read_only_sandboxes_refuse_the_new_writes(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("sandbox-metadata");
+    let file = scratch.file("file.txt", b"x");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    scratch.symlink("file.txt", "link");
+    let sandbox = read_only_sandbox();
+    let with_sandbox = |mut value: Value| {
+        value["sandbox"] = sandbox.clone();
+        value
+    };
+    // By the sandbox's kernel, or before anything runs where no sandbox can be built.
+    let refused = |error: FsError| {
+        let by_kernel = error.message == os(EROFS);
+        let unbuilt = error.message.starts_with("fs sandbox helper failed to start: ");
+        assert!(error.kind == Other && (by_kernel || unbuilt), "{error:?}");
+    };
+    let mtime_before = mtime_ms(&std::fs::metadata(&file).unwrap());
+
+    let read = fs.read_link(params!(with_sandbox(json!({"path": scratch.uri("link")}))));
+    assert_eq!(read.await.unwrap().target, "file.txt");
+    let metadata = json!({"path": scratch.uri("file.txt"), "includeMode": true});
+    let metadata = fs.get_metadata(params!(with_sandbox(metadata))).await.unwrap();
+    assert_eq!(metadata.mode, Some(0o644));
+
+    let rename =
+        json!({"sourcePath": scratch.uri("file.txt"), "destinationPath": scratch.uri("moved")});
+    refused(fs.rename(params!(with_sandbox(rename))).await.unwrap_err());
+    let set = json!({"path": scratch.uri("file.txt"), "mode": 0o600, "modifiedAtMs": 0});
+    refused(fs.set_metadata(params!(with_sandbox(set))).await.unwrap_err());
+    let link = json!({"path": scratch.uri("new-link"), "target": "file.txt"});
+    refused(fs.create_symlink(params!(with_sandbox(link))).await.unwrap_err());
+    for name in ["streamed", "file.txt"] {
+        let intent = serde_json::from_value(read_only_sandbox()).unwrap();
+        refused(fs.write_file_stream(scratch.uri(name), Some(intent)).await.unwrap_err());
+    }
+
+    assert_eq!(scratch.read("file.txt"), b"x", "not truncated");
+    let metadata = std::fs::metadata(&file).unwrap();
+    assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o644, mtime_before));
+    for name in ["moved", "new-link", "streamed"] {
+        assert!(!scratch.exists(name), "{name}");
+    }
+}
+
+/// A sandbox that lets one directory be written: the new writes and a streamed write work
+/// there — performed inside the sandbox, by the helper — and are refused by its kernel
+/// everywhere else. Remote Tether only: the engine in-process has no helper to confine them.
+pub async fn sandboxed_new_writes_are_confined_to_the_writable_root(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("sandbox-writable");
+    scratch.file("inside/file.txt", b"x");
+    scratch.file("outside.txt", b"o");
+    let mut sandbox = read_only_sandbox();
+    let writable = json!({"path": {"type": "path", "path": scratch.uri("inside")},
+        "access": "write"});
+    sandbox["permissions"]["file_system"]["entries"].as_array_mut().unwrap().push(writable);
+    let with_sandbox = |mut value: Value| {
+        value["sandbox"] = sandbox.clone();
+        value
+    };
+    let intent = || serde_json::from_value(sandbox.clone()).unwrap();
+    let by_kernel = |error: FsError| assert_eq!((error.kind, error.message), (Other, os(EROFS)));
+
+    let streamed = varied_bytes(FS_BLOCK_MAX_BYTES + 7);
+    let opened = fs.write_file_stream(scratch.uri("inside/streamed"), Some(intent()));
+    let mut stream = opened.await.unwrap();
+    stream.write(bytes::Bytes::from(streamed.clone())).await.unwrap();
+    stream.finish().await.unwrap();
+    assert!(scratch.read("inside/streamed") == streamed);
+    let set = json!({"path": scratch.uri("inside/file.txt"), "mode": 0o600, "modifiedAtMs": 7_000});
+    fs.set_metadata(params!(with_sandbox(set))).await.unwrap();
+    let metadata = std::fs::metadata(scratch.path("inside/file.txt")).unwrap();
+    assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o600, 7_000));
+    let link = json!({"path": scratch.uri("inside/link"), "target": "file.txt"});
+    fs.create_symlink(params!(with_sandbox(link))).await.unwrap();
+    let rename = json!({"sourcePath": scratch.uri("inside/link"),
+        "destinationPath": scratch.uri("inside/renamed-link")});
+    fs.rename(params!(with_sandbox(rename))).await.unwrap();
+    let read =
+        fs.read_link(params!(with_sandbox(json!({"path": scratch.uri("inside/renamed-link")}))));
+    assert_eq!(read.await.unwrap().target, "file.txt");
+
+    by_kernel(fs.write_file_stream(scratch.uri("escaped"), Some(intent())).await.unwrap_err());
+    let set = json!({"path": scratch.uri("outside.txt"), "mode": 0o600});
+    by_kernel(fs.set_metadata(params!(with_sandbox(set))).await.unwrap_err());
+    let link = json!({"path": scratch.uri("escaped-link"), "target": "inside"});
+    by_kernel(fs.create_symlink(params!(with_sandbox(link))).await.unwrap_err());
+    let out = json!({"sourcePath": scratch.uri("inside/file.txt"),
+        "destinationPath": scratch.uri("escaped-file")});
+    // The writable root is a mount of its own in the sandbox: leaving it is a move between
+    // mounts, which `rename(2)` refuses before the read-only question arises.
+    let moved_out = fs.rename(params!(with_sandbox(out))).await;
+    assert_fails(moved_out, Other, &os(EXDEV));
+    assert!(!scratch.exists("escaped") && !scratch.exists("escaped-link"));
+    assert!(!scratch.exists("escaped-file") && scratch.exists("inside/file.txt"));
+    assert_eq!(std::fs::metadata(scratch.path("outside.txt")).unwrap().mode() & 0o7777, 0o644);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ use tether_protocol::fs::{FsGetMetadataResponse, FsWalkOptions, FsWalkResponse};
 use tether_protocol::{ByteChunk, PathUri};
 
 use super::super::directory::{self, Listing};
-use super::super::{FsError, copy, metadata, regular_file, remove, walk};
+use super::super::{FsError, copy, metadata, regular_file, remove, set_metadata, walk};
 use crate::capabilities::{self, Locations};
 
 /// One operation, as the helper receives it. Paths travel as their bytes: a path need not be
@@ -47,6 +47,29 @@ pub(crate) enum FileOp {
         #[serde(with = "path_bytes")]
         destination: PathBuf,
         recursive: bool,
+    },
+    Rename {
+        #[serde(with = "path_bytes")]
+        source: PathBuf,
+        #[serde(with = "path_bytes")]
+        destination: PathBuf,
+    },
+    /// The permission bits and the modification time (Unix ms) of the path itself.
+    SetMetadata {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        mode: Option<u32>,
+        modified_at_ms: Option<i64>,
+    },
+    CreateSymlink {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        target: String,
+    },
+    /// A link's target, as bytes (it need not be UTF-8).
+    ReadLink {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
     },
     Metadata {
         #[serde(with = "path_bytes")]
@@ -121,6 +144,14 @@ impl FileOp {
             FileOp::Copy { source, destination, recursive } => {
                 done(copy::copy(&source, &destination, recursive))
             }
+            FileOp::Rename { source, destination } => done(std::fs::rename(source, destination)),
+            FileOp::SetMetadata { path, mode, modified_at_ms } => {
+                done(set_metadata::set(&path, mode, modified_at_ms))
+            }
+            FileOp::CreateSymlink { path, target } => {
+                done(std::os::unix::fs::symlink(target, path))
+            }
+            FileOp::ReadLink { path } => std::fs::read_link(path).map(Outcome::Path),
             FileOp::Metadata { path, follow } => {
                 metadata::metadata(&path, follow).map(Outcome::Metadata)
             }

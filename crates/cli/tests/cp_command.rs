@@ -1,0 +1,302 @@
+//! `tether cp` as a person uses it: files and trees up to an executor and down again, modes,
+//! times and links kept, nothing half-written under a final name, and refusals that say what
+//! is wrong. Both sides are this machine, so each test makes two scratch directories: one
+//! "here", one "on the executor".
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tether_testkit::server::tether_binary;
+use tether_testkit::{ServerProcess, Target};
+
+struct Sides {
+    root: PathBuf,
+}
+
+impl Sides {
+    fn new(name: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("tether-cp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("here")).unwrap();
+        std::fs::create_dir_all(root.join("there")).unwrap();
+        Self { root }
+    }
+
+    fn here(&self, relative: &str) -> PathBuf {
+        self.root.join("here").join(relative)
+    }
+
+    fn there(&self, relative: &str) -> PathBuf {
+        self.root.join("there").join(relative)
+    }
+
+    /// `:/abs/path` of `relative` on the executor.
+    fn remote(&self, relative: &str) -> String {
+        format!(":{}", self.there(relative).display())
+    }
+}
+
+impl Drop for Sides {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+async fn tether_cp(url: &str, args: &[&str]) -> std::process::Output {
+    let command = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["cp", "--url", url])
+        .args(args)
+        .env_remove("TETHER_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(120), command).await.expect("finished").unwrap()
+}
+
+fn write(path: &Path, bytes: &[u8], mode: u32, mtime: i64) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    set_mtime(path, mtime);
+}
+
+fn set_mtime(path: &Path, seconds: i64) {
+    use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, utimensat};
+    let time = Timespec { tv_sec: seconds, tv_nsec: 250_000_000 };
+    let times = Timestamps { last_access: time, last_modification: time };
+    utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+}
+
+/// A tree with what a copy must keep: bytes bigger than one block, modes, times, a link, an
+/// empty directory, a nested one.
+fn make_tree(root: &Path) {
+    let big: Vec<u8> = (0..3_500_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    write(&root.join("big.bin"), &big, 0o640, 1_600_000_000);
+    write(&root.join("bin/run.sh"), b"#!/bin/sh\necho run\n", 0o755, 1_600_000_100);
+    write(&root.join("empty"), b"", 0o600, 1_600_000_200);
+    std::fs::create_dir_all(root.join("nothing-here")).unwrap();
+    std::os::unix::fs::symlink("bin/run.sh", root.join("link")).unwrap();
+    set_mtime(&root.join("link"), 1_600_000_300);
+    set_mtime(&root.join("bin"), 1_600_000_400);
+    std::fs::set_permissions(root.join("bin"), std::fs::Permissions::from_mode(0o750)).unwrap();
+}
+
+/// Each entry under `root`: (relative path, kind, mode, mtime in ms, length and a digest of the
+/// contents or the link target).
+fn describe(root: &Path) -> Vec<(String, &'static str, u32, i64, (usize, u64))> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let relative = path.strip_prefix(root).unwrap().display().to_string();
+            let mtime = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
+            let (kind, mode, body) = if meta.file_type().is_symlink() {
+                (
+                    "link",
+                    0,
+                    std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes(),
+                )
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                ("dir", meta.mode() & 0o7777, Vec::new())
+            } else {
+                ("file", meta.mode() & 0o7777, std::fs::read(&path).unwrap())
+            };
+            let digest = body.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+                (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+            });
+            out.push((relative, kind, mode, mtime, (body.len(), digest)));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Up and back down through Tether: the tree comes back as it was — bytes, modes, times to
+/// the millisecond, the link as a link — and nothing is said on a pipe (no progress bar).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_goes_up_and_down_whole_with_modes_times_and_links() {
+    let sides = Sides::new("tree");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    make_tree(&sides.here("project"));
+    let expected = describe(&sides.here("project"));
+
+    let source = sides.here("project");
+    let up = tether_cp(&server.url, &["-r", source.to_str().unwrap(), &sides.remote("")]).await;
+    assert_eq!((up.status.code(), String::from_utf8_lossy(&up.stderr).as_ref()), (Some(0), ""));
+    assert_eq!(describe(&sides.there("project")), expected);
+
+    let back = sides.here("back");
+    let down =
+        tether_cp(&server.url, &["-r", &sides.remote("project"), back.to_str().unwrap()]).await;
+    assert_eq!((down.status.code(), String::from_utf8_lossy(&down.stderr).as_ref()), (Some(0), ""));
+    // Coming down, a link's own time is not to be had (the wire reports its target's).
+    let without_link_times = |mut entries: Vec<(String, &'static str, u32, i64, (usize, u64))>| {
+        entries.iter_mut().filter(|e| e.1 == "link").for_each(|e| e.3 = 0);
+        entries
+    };
+    assert_eq!(without_link_times(describe(&back)), without_link_times(expected));
+}
+
+/// One file up under a new name, and into an existing directory down; an existing file is
+/// replaced whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_files_take_a_new_name_or_go_into_a_directory() {
+    let sides = Sides::new("file");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    write(&sides.here("notes.txt"), b"new notes\n", 0o644, 1_700_000_000);
+    write(&sides.there("renamed.txt"), b"an older, longer text that must go\n", 0o600, 1);
+    let here = sides.here("notes.txt");
+    let output =
+        tether_cp(&server.url, &[here.to_str().unwrap(), &sides.remote("renamed.txt")]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read(sides.there("renamed.txt")).unwrap(), b"new notes\n");
+    let mode = std::fs::metadata(sides.there("renamed.txt")).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o644);
+
+    std::fs::create_dir_all(sides.here("inbox")).unwrap();
+    let inbox = sides.here("inbox");
+    let output =
+        tether_cp(&server.url, &[&sides.remote("renamed.txt"), inbox.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read(sides.here("inbox/renamed.txt")).unwrap(), b"new notes\n");
+    // No temporary file is left anywhere.
+    let names: Vec<_> =
+        std::fs::read_dir(sides.there("")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["renamed.txt"]);
+}
+
+/// The reference has no way to set a mode, a time or a link: the bytes are copied, links
+/// skipped, and the command says so in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_the_reference_the_bytes_go_and_the_rest_is_named() {
+    let sides = Sides::new("reference");
+    let server = ServerProcess::start(Target::Reference).await.unwrap();
+    make_tree(&sides.here("project"));
+    let source = sides.here("project");
+    let up = tether_cp(&server.url, &["-r", source.to_str().unwrap(), &sides.remote("")]).await;
+    let stderr = String::from_utf8_lossy(&up.stderr);
+    assert_eq!(up.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("tether cp: the server cannot set modes, times or links"),
+        "{stderr}"
+    );
+    assert!(stderr.trim_end().ends_with("1 symbolic links were skipped"), "{stderr}");
+    for file in ["big.bin", "bin/run.sh", "empty"] {
+        assert_eq!(
+            std::fs::read(sides.there(&format!("project/{file}"))).unwrap(),
+            std::fs::read(sides.here(&format!("project/{file}"))).unwrap(),
+            "{file}"
+        );
+    }
+    assert!(!sides.there("project/link").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(sides.there("project"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Killed in the middle of a big upload: the final name never holds a partial file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_copy_leaves_no_partial_file_under_the_final_name() {
+    let sides = Sides::new("interrupted");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let big = sides.here("big.bin");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(2_000_000_000).unwrap();
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["cp", "--url", &server.url, big.to_str().unwrap(), &sides.remote("big.bin")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Wait for the staged file to hold some bytes, then kill the copy.
+    let staged = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let found = std::fs::read_dir(sides.there("")).unwrap().find_map(|e| {
+                let entry = e.unwrap();
+                let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                (len > 0).then(|| entry.file_name().into_string().unwrap())
+            });
+            if let Some(name) = found {
+                break name;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the upload began");
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    assert!(staged.starts_with(".big.bin.tether-"), "{staged}");
+    assert!(!sides.there("big.bin").exists(), "a partial file under the final name");
+}
+
+/// Mistakes are refused before anything is copied, each in one line that says what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistakes_are_refused_with_what_is_wrong() {
+    let sides = Sides::new("mistakes");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let url = server.url.as_str();
+    std::fs::create_dir_all(sides.here("dir")).unwrap();
+    write(&sides.there("file"), b"x", 0o644, 1);
+    write(&sides.here("local-file"), b"x", 0o644, 1);
+    let here = |relative: &str| sides.here(relative).display().to_string();
+    let there = |relative: &str| sides.there(relative).display().to_string();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![here("missing"), sides.remote("")],
+            format!("{}: no such file or directory", here("missing")),
+        ),
+        (
+            vec![sides.remote("missing"), here("")],
+            format!("{} on the executor: no such file or directory", there("missing")),
+        ),
+        (
+            vec![here("dir"), sides.remote("")],
+            format!("{} is a directory; copy it with -r", here("dir")),
+        ),
+        (
+            vec!["-r".into(), here("dir"), sides.remote("file")],
+            format!(
+                "cannot copy the directory {} onto the file {} on the executor",
+                here("dir"),
+                there("file")
+            ),
+        ),
+        (
+            vec![here("local-file"), ":relative/path".into()],
+            ":relative/path: a path on the executor must be absolute; write :/abs/path".into(),
+        ),
+        (
+            vec![here("local-file"), here("dir")],
+            format!(
+                "{}: both sides are here; copy with cp, or write the executor's side as :/path",
+                here("local-file")
+            ),
+        ),
+        (
+            vec![here("local-file"), here("dir"), sides.remote("file")],
+            format!("{} on the executor: not a directory (several sources)", there("file")),
+        ),
+    ];
+    for (args, message) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = tether_cp(url, &args).await;
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr).trim_end(),
+            format!("tether cp: {message}"),
+            "{args:?}"
+        );
+    }
+    assert_eq!(std::fs::read(sides.there("file")).unwrap(), b"x", "nothing was changed");
+}
