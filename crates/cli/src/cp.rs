@@ -535,13 +535,7 @@ impl Copy<'_> {
         }
         let mut entries = vec![first];
         let mut next = 0;
-        while next < entries.len() {
-            if !matches!(entries[next].kind, Kind::Directory) {
-                next += 1;
-                continue;
-            }
-            let relative = entries[next].relative.clone();
-            next += 1;
+        while let Some(relative) = next_directory(&entries, &mut next) {
             let directory = under(root, &relative);
             let params = FsReadDirectoryParams { path: uri(&directory)?, sandbox: None };
             let listing =
@@ -649,6 +643,18 @@ fn safe_name(directory: &Path, name: &str) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// The next directory of `entries` from `*next` on, whose listing is still to be read: a tree
+/// is listed breadth first by appending each listing to the entries it walks.
+fn next_directory(entries: &[Entry], next: &mut usize) -> Option<PathBuf> {
+    while let Some(entry) = entries.get(*next) {
+        *next += 1;
+        if matches!(entry.kind, Kind::Directory) {
+            return Some(entry.relative.clone());
+        }
+    }
+    None
+}
+
 /// The tree at `root` here, the root first and each directory before what it holds; links
 /// are not followed.
 fn local_tree(root: &Path, recursive: bool) -> anyhow::Result<Vec<Entry>> {
@@ -657,13 +663,7 @@ fn local_tree(root: &Path, recursive: bool) -> anyhow::Result<Vec<Entry>> {
         bail!("{} is a directory; copy it with -r", root.display());
     }
     let mut next = 0;
-    while next < entries.len() {
-        if !matches!(entries[next].kind, Kind::Directory) {
-            next += 1;
-            continue;
-        }
-        let relative = entries[next].relative.clone();
-        next += 1;
+    while let Some(relative) = next_directory(&entries, &mut next) {
         let directory = under(root, &relative);
         let mut names = std::fs::read_dir(&directory)
             .with_context(|| format!("cannot list {}", directory.display()))?
