@@ -20,7 +20,7 @@ use bytes::Bytes;
 use clap::Args;
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use indicatif::{ProgressBar, ProgressStyle};
-use tether_client::{ClientOptions, ExecServerClient};
+use tether_client::ExecServerClient;
 use tether_engine::fs::{FileSystem as _, FsError, FsErrorKind};
 use tether_protocol::PathUri;
 use tether_protocol::fs::{
@@ -205,15 +205,12 @@ async fn connect(args: &CpArgs, named: Option<&str>) -> anyhow::Result<ExecServe
     let Some(url) = named.or(args.url.as_deref()) else {
         bail!("which executor? give --url (or TETHER_URL), or write the remote path as NAME:/path");
     };
-    let executor = crate::executors::resolve(url)?;
-    let token_file = args.token_file.clone().or(executor.token_file);
-    let options = ClientOptions {
-        client_name: "tether-cp".into(),
-        bearer_token: crate::credentials::exec_server_token(token_file.as_deref())?,
-        tls_ca_file: args.tls_ca_file.clone().or(executor.tls_ca_file),
-        tls_fingerprint: args.tls_fingerprint.or(executor.tls_fingerprint),
-        ..ClientOptions::default()
-    };
+    let executor = crate::executors::resolve(url)?.with_flags(
+        args.token_file.clone(),
+        args.tls_ca_file.clone(),
+        args.tls_fingerprint,
+    );
+    let options = executor.client_options("tether-cp")?;
     crate::report::connect(&executor.url, options).await
 }
 

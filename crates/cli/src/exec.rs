@@ -146,14 +146,13 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             "--resume needs --process ID to reattach to, or --list to see the session's processes"
         );
     }
-    let executor = crate::executors::resolve(&args.url)?;
+    let executor = crate::executors::resolve(&args.url)?.with_flags(
+        args.token_file.clone(),
+        args.tls_ca_file.clone(),
+        args.tls_fingerprint,
+    );
     let url = executor.url.as_str();
-    let token_file = args.token_file.clone().or(executor.token_file.clone());
     let options = ClientOptions {
-        client_name: "tether-exec".into(),
-        bearer_token: crate::credentials::exec_server_token(token_file.as_deref())?,
-        tls_ca_file: args.tls_ca_file.clone().or(executor.tls_ca_file.clone()),
-        tls_fingerprint: args.tls_fingerprint.or(executor.tls_fingerprint),
         keepalive_interval: (args.keepalive_timeout_secs > 0)
             .then(|| Duration::from_secs(args.keepalive_timeout_secs) / 3),
         keepalive_timeout: Duration::from_secs(args.keepalive_timeout_secs.max(1)),
@@ -161,7 +160,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         // One stream into whatever reads our stdout: when that stops, the command is held back
         // on the server (as under ssh) for as long as it takes, never buffered here.
         full_handle_pause: None,
-        ..ClientOptions::default()
+        ..executor.client_options("tether-exec")?
     };
     if let (Some(session), true) = (&args.resume, args.list) {
         let client = resume(url, session, options).await?;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
-use tether_client::TlsFingerprint;
+use tether_client::{ClientOptions, TlsFingerprint};
 
 /// Where an executor is and how to trust and reach it.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +25,35 @@ pub struct Executor {
     pub token_file: Option<PathBuf>,
     pub tls_ca_file: Option<PathBuf>,
     pub tls_fingerprint: Option<TlsFingerprint>,
+}
+
+impl Executor {
+    /// The same executor, with what the command line gives winning over the config file.
+    pub fn with_flags(
+        self,
+        token_file: Option<PathBuf>,
+        tls_ca_file: Option<PathBuf>,
+        tls_fingerprint: Option<TlsFingerprint>,
+    ) -> Self {
+        Self {
+            url: self.url,
+            token_file: token_file.or(self.token_file),
+            tls_ca_file: tls_ca_file.or(self.tls_ca_file),
+            tls_fingerprint: tls_fingerprint.or(self.tls_fingerprint),
+        }
+    }
+
+    /// Client options that reach and trust it (the token read now: from its file, else from
+    /// `TETHER_TOKEN`), the rest left at their defaults.
+    pub fn client_options(&self, client_name: &str) -> anyhow::Result<ClientOptions> {
+        Ok(ClientOptions {
+            client_name: client_name.into(),
+            bearer_token: crate::credentials::exec_server_token(self.token_file.as_deref())?,
+            tls_ca_file: self.tls_ca_file.clone(),
+            tls_fingerprint: self.tls_fingerprint,
+            ..ClientOptions::default()
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
-use tether_client::{ClientOptions, Environment};
+use tether_client::Environment;
 use tether_mcp::rmcp::model::{CallToolResult, JsonObject};
 use tether_mcp::{
     HttpServerConfig, McpClient, McpClientOptions, McpNotification, McpServerConfig,
@@ -145,15 +145,12 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
     let server = server_config(&args)?;
     let environment = match &args.url {
         Some(url) => {
-            let executor = crate::executors::resolve(url)?;
-            let token_file = args.token_file.clone().or(executor.token_file);
-            let options = ClientOptions {
-                client_name: "tether-mcp".into(),
-                bearer_token: crate::credentials::exec_server_token(token_file.as_deref())?,
-                tls_ca_file: args.tls_ca_file.clone().or(executor.tls_ca_file),
-                tls_fingerprint: args.tls_fingerprint.or(executor.tls_fingerprint),
-                ..ClientOptions::default()
-            };
+            let executor = crate::executors::resolve(url)?.with_flags(
+                args.token_file.clone(),
+                args.tls_ca_file.clone(),
+                args.tls_fingerprint,
+            );
+            let options = executor.client_options("tether-mcp")?;
             Environment::remote(crate::report::connect(&executor.url, options).await?)
         }
         None => Environment::local(),
