@@ -13,7 +13,7 @@ use tether_protocol::PathUri;
 use tether_protocol::fs::FsReadFileParams;
 use tether_protocol::http::HttpRequestParams;
 
-/// The files the filesystem workloads read, made once per run and removed after.
+/// The files the filesystem workloads read, made once per run; [`Files::remove`] removes them.
 pub struct Files {
     dir: PathBuf,
     pub small: Vec<PathBuf>,
@@ -43,10 +43,10 @@ impl Files {
         std::fs::write(&large, contents)?;
         Ok(Self { dir, small, large, large_bytes })
     }
-}
 
-impl Drop for Files {
-    fn drop(&mut self) {
+    /// Removes the files (the benchmark keeps them for the whole run, so they are not
+    /// dropped).
+    pub fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -9,6 +9,7 @@
 
 mod ceilings;
 mod config_workloads;
+mod copy_workloads;
 mod discovery_workloads;
 mod io_workloads;
 mod report;
@@ -34,15 +35,16 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// stalled, recovery, files, bigfile, http, sandbox, sandboxfs, config, discovery.
+    /// stalled, recovery, files, bigfile, http, sandbox, sandboxfs, config, discovery, cp
+    /// (`tether cp` against `scp` to a local sshd, in a table of their own).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "latency,pipe,pty,cpu,many,sessions,memory,stalled,recovery,files,bigfile,\
-                         http,sandbox,sandboxfs,config,discovery"
+                         http,sandbox,sandboxfs,config,discovery,cp"
     )]
     only: Vec<String>,
-    /// Skip the reference (for profiling Tether alone).
+    /// Skip the reference, and scp (for profiling Tether alone).
     #[arg(long)]
     tether_only: bool,
     /// Concurrent processes in the "many" workload.
@@ -51,6 +53,12 @@ struct Args {
     /// Seconds one run of a workload may take before it counts as failed.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
+    /// Bytes of the one big file in the cp workloads.
+    #[arg(long, default_value_t = 1_000_000_000)]
+    cp_bytes: u64,
+    /// Files of 1 KiB in the tree of the cp workloads.
+    #[arg(long, default_value_t = 20_000)]
+    cp_files: usize,
 }
 
 #[tokio::main]
@@ -62,6 +70,13 @@ async fn main() -> anyhow::Result<()> {
         if args.tether_only { vec![Kind::Tether] } else { vec![Kind::Tether, Kind::Reference] };
     let wants = |name: &str| args.only.iter().any(|w| w == name);
     let mut table = Table::default();
+    // Started before any workload, so a missing sshd fails the benchmark at once, not after
+    // the other rows have run; idle until the cp rows, it costs them nothing.
+    let sshd = if wants("cp") && kinds.contains(&Kind::Reference) {
+        Some(copy_workloads::Sshd::start()?)
+    } else {
+        None
+    };
 
     if wants("latency") {
         let ceiling = ceilings::fork_exec_wait(args.latency_runs)?;
@@ -178,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             table.push(row);
         }
+        files.remove();
     }
     if wants("http") {
         let peer = tether_testkit::HttpPeer::start().await?;
@@ -200,7 +216,7 @@ async fn main() -> anyhow::Result<()> {
             "environmentConfig/read, user + 3 project layers (median ms)",
             report::Better::Lower,
         );
-        row.target = Some(Target { of_reference: 1.0, at_most: None });
+        row.target = Some(Target::AtMost { of_reference: 1.0, at_most: None });
         for_each_round(&args, &kinds, &mut row, |server| async move {
             config_workloads::read(server, repository, config_workloads::READ_RUNS).await
         })
@@ -213,7 +229,7 @@ async fn main() -> anyhow::Result<()> {
             "capabilities/discoverV2, 50 skills + 5 plugins (median ms)",
             report::Better::Lower,
         );
-        row.target = Some(Target { of_reference: 1.0, at_most: None });
+        row.target = Some(Target::AtMost { of_reference: 1.0, at_most: None });
         for_each_round(&args, &kinds, &mut row, |server| async move {
             discovery_workloads::installed(server, discovery_workloads::DISCOVERY_RUNS).await
         })
@@ -223,7 +239,7 @@ async fn main() -> anyhow::Result<()> {
             "capabilityRoots/discoverV1, 6 roots, 65 skills (median ms)",
             report::Better::Lower,
         );
-        row.target = Some(Target { of_reference: 1.0, at_most: None });
+        row.target = Some(Target::AtMost { of_reference: 1.0, at_most: None });
         for_each_round(&args, &kinds, &mut row, |server| async move {
             discovery_workloads::roots(server, discovery_workloads::DISCOVERY_RUNS).await
         })
@@ -236,7 +252,7 @@ async fn main() -> anyhow::Result<()> {
             let label =
                 format!("sandboxed start → closed, /bin/true, {} (median ms)", intent.name());
             let mut row = Row::new(&label, report::Better::Lower);
-            row.target = Some(Target { of_reference: 0.25, at_most: Some((20.0, "ms")) });
+            row.target = Some(Target::AtMost { of_reference: 0.25, at_most: Some((20.0, "ms")) });
             for_each_round_in(Scratch::VarTmp, &args, &kinds, &mut row, |server| async move {
                 sandbox_workloads::start(&server.url, intent, sandbox_workloads::START_RUNS).await
             })
@@ -249,14 +265,49 @@ async fn main() -> anyhow::Result<()> {
             "sandboxed fs/writeFile of 1 KiB, workspace-write (median ms)",
             report::Better::Lower,
         );
-        row.target = Some(Target { of_reference: 0.2, at_most: None });
+        row.target = Some(Target::AtMost { of_reference: 0.2, at_most: None });
         for_each_round_in(Scratch::VarTmp, &args, &kinds, &mut row, |server| async move {
             sandbox_workloads::write_file(&server.url, sandbox_workloads::WRITE_RUNS).await
         })
         .await?;
         table.push(row);
     }
+    let mut cp_table = Table::versus(
+        copy_workloads::tool_name(Kind::Tether),
+        copy_workloads::tool_name(Kind::Reference),
+    );
+    if wants("cp") {
+        cp_rows(&args, &kinds, sshd.as_ref(), &mut cp_table).await?;
+    }
+    drop(sshd);
     table.print(&kinds);
+    cp_table.print(&kinds);
+    Ok(())
+}
+
+/// The `tether cp` rows: each copy workload by `tether cp` over `wss://` and by `scp` to
+/// `sshd` (in the reference's place), alternating as [`for_each_round`] alternates servers.
+async fn cp_rows(
+    args: &Args,
+    kinds: &[Kind],
+    sshd: Option<&copy_workloads::Sshd>,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let sources = copy_workloads::Sources::prepare(args.cp_bytes, args.cp_files)?;
+    for workload in copy_workloads::Workload::ALL {
+        let mut row = Row::new(&workload.label(&sources), workload.better());
+        row.target = Some(Target::TimesBetter(workload.target()));
+        for round in 0..args.rounds {
+            for kind in round_order(kinds, round) {
+                let copied = copy_workloads::copy(workload, kind, &sources, sshd, round);
+                let value = within(args, copied).await;
+                record(&mut row, copy_workloads::tool_name(kind), kind, round, value);
+            }
+        }
+        sources.remove_copies();
+        table.push(row);
+    }
+    sources.remove();
     Ok(())
 }
 
@@ -287,34 +338,46 @@ where
     Fut: std::future::Future<Output = anyhow::Result<f64>>,
 {
     for round in 0..args.rounds {
-        // Alternate which server goes first, so neither always runs on a warmer machine.
-        let order: Vec<Kind> =
-            if round % 2 == 0 { kinds.to_vec() } else { kinds.iter().rev().copied().collect() };
-        for kind in order {
+        for kind in round_order(kinds, round) {
             let server: &'static Server = Box::leak(Box::new(Server::start(kind, scratch).await?));
-            let limit = std::time::Duration::from_secs(args.timeout_secs);
-            let value = match tokio::time::timeout(limit, workload(server)).await {
-                Ok(value) => value,
-                Err(_) => Err(anyhow::anyhow!("did not finish within {limit:?}")),
-            };
+            let value = within(args, workload(server)).await;
             server.stop();
-            let name = format!("{kind:?}");
-            match value {
-                Ok(value) => {
-                    eprintln!("  {:<58} {name:<9} round {} → {value:.3}", row.label, round + 1);
-                    row.values.entry(kind).or_default().push(value);
-                }
-                // A server that fails a workload is reported; the run goes on.
-                Err(error) => {
-                    eprintln!(
-                        "  {:<58} {name:<9} round {} → FAILED: {error:#}",
-                        row.label,
-                        round + 1
-                    );
-                    row.failures.entry(kind).or_default().push(format!("{error:#}"));
-                }
-            }
+            record(row, &format!("{kind:?}"), kind, round, value);
         }
     }
     Ok(())
+}
+
+/// `kinds` in the order they run in `round`: which goes first alternates, so neither always
+/// runs on a warmer machine.
+fn round_order(kinds: &[Kind], round: usize) -> Vec<Kind> {
+    if round.is_multiple_of(2) { kinds.to_vec() } else { kinds.iter().rev().copied().collect() }
+}
+
+/// `run`'s figure, or a failure if it takes longer than `--timeout-secs` (it is then dropped,
+/// with whatever it started).
+async fn within<Fut>(args: &Args, run: Fut) -> anyhow::Result<f64>
+where
+    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+{
+    let limit = std::time::Duration::from_secs(args.timeout_secs);
+    match tokio::time::timeout(limit, run).await {
+        Ok(value) => value,
+        Err(_) => Err(anyhow::anyhow!("did not finish within {limit:?}")),
+    }
+}
+
+/// Logs one run's figure, as `name` made it in `round`, and adds it to `row` under `kind`.
+fn record(row: &mut Row, name: &str, kind: Kind, round: usize, value: anyhow::Result<f64>) {
+    match value {
+        Ok(value) => {
+            eprintln!("  {:<58} {name:<9} round {} → {value:.3}", row.label, round + 1);
+            row.values.entry(kind).or_default().push(value);
+        }
+        // A run that fails is reported; the benchmark goes on.
+        Err(error) => {
+            eprintln!("  {:<58} {name:<9} round {} → FAILED: {error:#}", row.label, round + 1);
+            row.failures.entry(kind).or_default().push(format!("{error:#}"));
+        }
+    }
 }

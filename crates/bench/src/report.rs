@@ -20,32 +20,45 @@ pub struct Row {
     pub ceiling: Option<f64>,
     /// Runs that failed, per server, with why.
     pub failures: BTreeMap<Kind, Vec<String>>,
-    /// What Tether should reach here, printed beside the ratio.
+    /// What Tether should reach here, printed beside the ratio (or in a column of its own).
     pub target: Option<Target>,
 }
 
-/// The target for Tether on a row where lower is better, judged on the medians.
+/// What Tether should reach on a row, judged on the medians.
 #[derive(Clone, Copy)]
-pub struct Target {
-    /// At most this fraction of the reference's figure.
-    pub of_reference: f64,
-    /// At most this figure, in the unit given.
-    pub at_most: Option<(f64, &'static str)>,
+pub enum Target {
+    /// Where lower is better: at most this fraction of the reference's figure, and at most
+    /// this figure, in the unit given.
+    AtMost { of_reference: f64, at_most: Option<(f64, &'static str)> },
+    /// At least this many times better than the figure Tether is compared with: that many
+    /// times more where higher is better, that many times less where lower is.
+    TimesBetter(f64),
 }
 
 impl Target {
-    /// `target ≤ 0.25× the reference and ≤ 20 ms`, then `: met` or `: missed` when both medians
-    /// are known (only the absolute bound without the reference's).
-    fn describe(&self, tether: Option<f64>, reference: Option<f64>) -> String {
-        let mut text = format!("target ≤ {}× the reference", self.of_reference);
-        let mut met = match (tether, reference) {
-            (Some(t), Some(r)) => Some(t <= self.of_reference * r),
-            _ => None,
+    /// `target ≤ 0.25× the reference and ≤ 20 ms` or `target ≥ 1.5× scp` (`other` names what
+    /// Tether is compared with), then `: met` or `: missed` when the medians it needs are known
+    /// (only the absolute bound without the reference's).
+    fn describe(&self, row: &Row, other: &str) -> String {
+        let (text, met) = match *self {
+            Target::AtMost { of_reference, at_most } => {
+                let (tether, reference) =
+                    (row.median_of(Kind::Tether), row.median_of(Kind::Reference));
+                let mut text = format!("target ≤ {of_reference}× the reference");
+                let mut met = match (tether, reference) {
+                    (Some(t), Some(r)) => Some(t <= of_reference * r),
+                    _ => None,
+                };
+                if let Some((bound, unit)) = at_most {
+                    text.push_str(&format!(" and ≤ {bound} {unit}"));
+                    met = tether.map(|t| t <= bound && met != Some(false));
+                }
+                (text, met)
+            }
+            Target::TimesBetter(times) => {
+                (format!("target ≥ {times}× {other}"), row.times_better().map(|t| t >= times))
+            }
         };
-        if let Some((bound, unit)) = self.at_most {
-            text.push_str(&format!(" and ≤ {bound} {unit}"));
-            met = tether.map(|t| t <= bound && met != Some(false));
-        }
         match met {
             Some(true) => format!("{text}: met"),
             Some(false) => format!("{text}: missed"),
@@ -76,23 +89,69 @@ impl Row {
         let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         Some((min, max))
     }
+
+    /// How many times better Tether's median is than the other's: more where higher is
+    /// better, less where lower is.
+    fn times_better(&self) -> Option<f64> {
+        match (self.median_of(Kind::Tether), self.median_of(Kind::Reference)) {
+            (Some(t), Some(r)) if t > 0.0 && r > 0.0 => Some(match self.better {
+                Better::Lower => r / t,
+                Better::Higher => t / r,
+            }),
+            _ => None,
+        }
+    }
 }
 
-#[derive(Default)]
+/// Rows side by side: Tether's figures (`Kind::Tether`) and those it is compared with
+/// (`Kind::Reference`: the reference, or another tool doing the same work).
 pub struct Table {
     rows: Vec<Row>,
+    /// The names of the two figures' columns.
+    names: [&'static str; 2],
+    last: LastColumn,
+}
+
+/// What a table's last column holds.
+enum LastColumn {
+    /// The machine's ceiling; a row's target then follows its ratio.
+    Ceiling,
+    /// The row's target: a table whose rows have no ceiling.
+    Target,
+}
+
+/// Tether against the reference, with the machine's ceiling.
+impl Default for Table {
+    fn default() -> Self {
+        Self { rows: Vec::new(), names: ["Tether", "reference"], last: LastColumn::Ceiling }
+    }
 }
 
 impl Table {
+    /// Tether, as `tether` names it, against `other` (its figures under `Kind::Reference`),
+    /// with each row's target in the last column.
+    pub fn versus(tether: &'static str, other: &'static str) -> Self {
+        Self { rows: Vec::new(), names: [tether, other], last: LastColumn::Target }
+    }
+
     pub fn push(&mut self, row: Row) {
         self.rows.push(row);
     }
 
-    /// A Markdown table: each server's median (min–max over rounds), how much better Tether is
-    /// (with the target, where there is one), and the machine's ceiling.
+    /// A Markdown table: each side's median (min–max over rounds), how much better Tether is,
+    /// and the machine's ceiling with the target after the ratio, or the target alone. Nothing
+    /// for a table with no rows.
     pub fn print(&self, kinds: &[Kind]) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let [tether, other] = self.names;
+        let last = match self.last {
+            LastColumn::Ceiling => "ceiling (no server)",
+            LastColumn::Target => "target",
+        };
         println!();
-        println!("| workload | Tether | reference | Tether vs reference | ceiling (no server) |");
+        println!("| workload | {tether} | {other} | {tether} vs {other} | {last} |");
         println!("|---|---|---|---|---|");
         for row in &self.rows {
             let cell = |kind: Kind| {
@@ -105,31 +164,33 @@ impl Table {
                 };
                 if failed > 0 { format!("{figure}; {failed} run(s) failed") } else { figure }
             };
-            let ratio = match (row.median_of(Kind::Tether), row.median_of(Kind::Reference)) {
-                (Some(t), Some(r)) if t > 0.0 && r > 0.0 => match row.better {
-                    Better::Lower => format!("{:.1}× less", r / t),
-                    Better::Higher => format!("{:.1}× more", t / r),
+            let ratio = match row.times_better() {
+                Some(times) => match row.better {
+                    Better::Lower => format!("{times:.1}× less"),
+                    Better::Higher => format!("{times:.1}× more"),
                 },
-                _ => "–".to_owned(),
+                None => "–".to_owned(),
             };
-            let ratio = match &row.target {
-                Some(target) => {
-                    let (tether, reference) =
-                        (row.median_of(Kind::Tether), row.median_of(Kind::Reference));
-                    format!("{ratio}; {}", target.describe(tether, reference))
+            let target = row.target.map(|target| target.describe(row, other));
+            let (ratio, last) = match self.last {
+                LastColumn::Ceiling => {
+                    let ratio = match target {
+                        Some(target) => format!("{ratio}; {target}"),
+                        None => ratio,
+                    };
+                    (ratio, row.ceiling.map_or("–".to_owned(), fmt))
                 }
-                None => ratio,
+                LastColumn::Target => (ratio, target.unwrap_or_else(|| "–".to_owned())),
             };
-            let reference =
+            let compared =
                 if kinds.contains(&Kind::Reference) { cell(Kind::Reference) } else { "–".into() };
-            let ceiling = row.ceiling.map_or("–".to_owned(), fmt);
             println!(
                 "| {} | {} | {} | {} | {} |",
                 row.label,
                 cell(Kind::Tether),
-                reference,
+                compared,
                 ratio,
-                ceiling
+                last
             );
         }
     }

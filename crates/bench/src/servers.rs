@@ -103,20 +103,24 @@ impl Server {
         Ok(ticks as f64 / clock_ticks_per_second())
     }
 
-    /// SIGTERM (the server ends its processes), then SIGKILL if it lingers.
+    /// Stops the server ([`terminate`]) and removes its scratch directory.
     pub fn stop(&self) {
-        let mut child = self.child.lock().unwrap();
-        let _ = Command::new("kill").arg(self.pid.to_string()).status();
-        for _ in 0..100 {
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        terminate(&mut self.child.lock().unwrap());
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
+}
+
+/// SIGTERM (a server ends its processes), then SIGKILL if it lingers.
+pub(crate) fn terminate(child: &mut Child) {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    for _ in 0..100 {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The release `tether` next to this benchmark binary.

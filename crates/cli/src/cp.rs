@@ -2,9 +2,13 @@
 //! `scp -r` and `kubectl cp` copy them. A remote path is written `:/abs/path` (the executor of
 //! `--url`) or `NAME:/abs/path` (a named executor), as scp writes `host:path`.
 //!
-//! The bytes go through the executor's `fs/*` calls, streamed in blocks (never one whole-file
-//! message). Every file is written under a temporary name in its directory and renamed into
-//! place once whole, so an interrupted copy leaves no half-written file under the final name.
+//! The bytes go through the executor's `fs/*` calls: a file bigger than one block streamed
+//! in blocks of 1 MiB (never one whole-file message), a smaller one in a single call each way
+//! (`fs/putFile` up, `fs/readFile` down), since a tree of small files is otherwise mostly
+//! round trips. Every file is written under a temporary name in its directory and renamed into
+//! place once whole — by the server itself within `fs/putFile` — so an interrupted copy leaves
+//! no half-written file under the final name. A remote tree is listed one directory per call,
+//! each entry with its own mode and time (`fs/readDirectory {includeMetadata}`).
 //! Modes, modification times and symbolic links are kept where the server can set them (the
 //! `fsMetadata` extension); against a server without it, the bytes are copied and the command
 //! says what was not kept.
@@ -22,12 +26,12 @@ use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use indicatif::{ProgressBar, ProgressStyle};
 use tether_client::ExecServerClient;
 use tether_engine::fs::{FileSystem as _, FsError, FsErrorKind};
-use tether_protocol::PathUri;
 use tether_protocol::fs::{
     FsCopyParams, FsCreateDirectoryParams, FsCreateSymlinkParams, FsGetMetadataParams,
-    FsReadDirectoryParams, FsReadLinkParams, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
+    FsPutFileParams, FsReadDirectoryEntry, FsReadDirectoryParams, FsReadFileParams,
+    FsReadLinkParams, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
 };
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tether_protocol::{ByteChunk, PathUri};
 
 /// Files copied at once: enough to hide each file's few round trips (open, blocks, close,
 /// metadata, rename) behind the others' for a tree of small files, few enough that a tree of
@@ -39,6 +43,11 @@ const LOOKUPS_IN_FLIGHT: usize = 32;
 
 /// How much of a local file is read at once for an upload: one `fs/writeBlock`'s worth.
 const UPLOAD_CHUNK_BYTES: usize = tether_protocol::fs::FS_BLOCK_MAX_BYTES;
+
+/// Files up to this size go in one call each way (`fs/putFile` up, `fs/readFile` down)
+/// instead of a handle's open, blocks and close: a tree of small files is mostly round trips
+/// otherwise. One block's worth, so a file in flight costs what a block of a big one does.
+const WHOLE_FILE_MAX_BYTES: u64 = tether_protocol::fs::FS_BLOCK_MAX_BYTES as u64;
 
 const CP_HELP: &str = "\
 Examples:
@@ -330,7 +339,13 @@ impl Copy<'_> {
 
     async fn upload_one(&self, from: &Path, target: &Path, entry: &Entry) -> anyhow::Result<()> {
         let source = under(from, &entry.relative);
-        let destination = under(&target, &entry.relative);
+        let destination = under(target, &entry.relative);
+        if let Kind::File { size } = entry.kind
+            && size <= WHOLE_FILE_MAX_BYTES
+            && self.keeps_metadata
+        {
+            return self.put_small(&source, &destination, entry).await;
+        }
         let staged = temporary(&destination);
         let written = match &entry.kind {
             Kind::File { .. } => self.upload_bytes(&source, &staged).await,
@@ -361,29 +376,49 @@ impl Copy<'_> {
         placed
     }
 
-    async fn upload_bytes(&self, source: &Path, staged: &Path) -> anyhow::Result<()> {
-        let mut file = tokio::fs::File::open(source)
-            .await
+    /// A small file in one call: read whole here, and put in place there with its mode and
+    /// time (`fs/putFile`, which stages and renames on the server's side).
+    async fn put_small(
+        &self,
+        source: &Path,
+        destination: &Path,
+        entry: &Entry,
+    ) -> anyhow::Result<()> {
+        let path = source.to_owned();
+        let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+            .await?
             .with_context(|| format!("cannot read {}", source.display()))?;
+        let len = bytes.len() as u64;
+        let params = FsPutFileParams {
+            path: uri(destination)?,
+            data_base64: ByteChunk::from(bytes),
+            mode: entry.mode,
+            modified_at_ms: entry.modified_ms,
+            sandbox: None,
+        };
+        self.client.put_file(params).await.map_err(|e| remote(destination, e))?;
+        self.progress.inc(len);
+        Ok(())
+    }
+
+    async fn upload_bytes(&self, source: &Path, staged: &Path) -> anyhow::Result<()> {
+        let cannot_read = || format!("cannot read {}", source.display());
+        let file = std::sync::Arc::new(std::fs::File::open(source).with_context(cannot_read)?);
         let mut writer = self
             .client
             .write_file_stream(uri(staged)?, None)
             .await
             .map_err(|e| remote(staged, e))?;
-        let mut buffer = vec![0u8; UPLOAD_CHUNK_BYTES];
         loop {
-            let n = file
-                .read(&mut buffer)
-                .await
-                .with_context(|| format!("cannot read {}", source.display()))?;
-            if n == 0 {
+            let file = file.clone();
+            let block = tokio::task::spawn_blocking(move || read_block(&file)).await?;
+            let block = block.with_context(cannot_read)?;
+            if block.is_empty() {
                 break;
             }
-            writer
-                .write(Bytes::copy_from_slice(&buffer[..n]))
-                .await
-                .map_err(|e| remote(staged, e))?;
-            self.progress.inc(n as u64);
+            let n = block.len() as u64;
+            writer.write(block).await.map_err(|e| remote(staged, e))?;
+            self.progress.inc(n);
         }
         writer.finish().await.map_err(|e| remote(staged, e))
     }
@@ -480,8 +515,22 @@ impl Copy<'_> {
 
     async fn download_one(&self, from: &Path, target: &Path, entry: &Entry) -> anyhow::Result<()> {
         let source = under(from, &entry.relative);
-        let destination = under(&target, &entry.relative);
+        let destination = under(target, &entry.relative);
         let staged = temporary(&destination);
+        if let Kind::File { size } = entry.kind
+            && size <= WHOLE_FILE_MAX_BYTES
+        {
+            let params =
+                FsReadFileParams { path: uri(&source)?, follow_symlinks: None, sandbox: None };
+            let read = self.client.read_file(params).await.map_err(|e| remote(&source, e))?;
+            let bytes = read.data_base64.into_bytes();
+            let len = bytes.len() as u64;
+            let entry = entry.clone();
+            tokio::task::spawn_blocking(move || place_local(&staged, &destination, &bytes, &entry))
+                .await??;
+            self.progress.inc(len);
+            return Ok(());
+        }
         let written = match &entry.kind {
             Kind::File { .. } => self.download_bytes(&source, &staged).await,
             Kind::Link { target: link } => std::os::unix::fs::symlink(link, &staged)
@@ -504,20 +553,25 @@ impl Copy<'_> {
             .read_file_stream(uri(source)?, None)
             .await
             .map_err(|e| remote(source, e))?;
-        let mut file = tokio::fs::OpenOptions::new()
+        let cannot_write = || format!("cannot write {}", staged.display());
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(staged)
-            .await
-            .with_context(|| format!("cannot write {}", staged.display()))?;
+            .with_context(cannot_write)?;
+        let file = std::sync::Arc::new(file);
         while let Some(block) = blocks.next().await {
             let block = block.map_err(|e| remote(source, e))?;
-            file.write_all(&block)
-                .await
-                .with_context(|| format!("cannot write {}", staged.display()))?;
-            self.progress.inc(block.len() as u64);
+            let n = block.len() as u64;
+            let file = file.clone();
+            tokio::task::spawn_blocking(move || {
+                use std::io::Write as _;
+                (&*file).write_all(&block)
+            })
+            .await?
+            .with_context(cannot_write)?;
+            self.progress.inc(n);
         }
-        file.flush().await?;
         Ok(())
     }
 
@@ -534,9 +588,18 @@ impl Copy<'_> {
         let mut next = 0;
         while let Some(relative) = next_directory(&entries, &mut next) {
             let directory = under(root, &relative);
-            let params = FsReadDirectoryParams { path: uri(&directory)?, sandbox: None };
+            let params = FsReadDirectoryParams {
+                path: uri(&directory)?,
+                include_metadata: self.keeps_metadata.then_some(true),
+                sandbox: None,
+            };
             let listing =
                 self.client.read_directory(params).await.map_err(|e| remote(&directory, e))?;
+            if self.keeps_metadata {
+                let found = self.listed_entries(&directory, &relative, listing.entries).await?;
+                entries.extend(found);
+                continue;
+            }
             let mut names = Vec::new();
             for entry in listing.entries {
                 names.push(safe_name(&directory, &entry.file_name)?);
@@ -555,6 +618,56 @@ impl Copy<'_> {
             entries.extend(found.into_iter().flatten());
         }
         Ok(entries)
+    }
+
+    /// The entries of a listing that carried each one's own metadata, sorted by name; a link's
+    /// target is asked for (a few at a time), as the listing does not hold it.
+    async fn listed_entries(
+        &self,
+        directory: &Path,
+        relative: &Path,
+        listed: Vec<FsReadDirectoryEntry>,
+    ) -> anyhow::Result<Vec<Entry>> {
+        let mut listed = listed
+            .into_iter()
+            .map(|entry| Ok((safe_name(directory, &entry.file_name)?, entry)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        let entries = listed.into_iter().map(|(name, entry)| async move {
+            let path = directory.join(&name);
+            let Some(own) = entry.metadata else {
+                bail!("{} on the executor was listed without its metadata", path.display());
+            };
+            let kind = if own.is_symlink {
+                let params = FsReadLinkParams { path: uri(&path)?, sandbox: None };
+                match self.client.read_link(params).await {
+                    Ok(link) => Kind::Link { target: link.target },
+                    // Removed since the listing: not copied.
+                    Err(error) if error.kind == FsErrorKind::NotFound => return Ok(None),
+                    Err(error) => return Err(remote(&path, error)),
+                }
+            } else if entry.is_directory {
+                Kind::Directory
+            } else if entry.is_file {
+                Kind::File { size: own.size }
+            } else {
+                bail!(
+                    "{} on the executor is neither a file, a directory nor a link",
+                    path.display()
+                );
+            };
+            // A link's mode is not its own to keep; its time is.
+            let mode = (!own.is_symlink).then_some(own.mode);
+            Ok(Some(Entry {
+                relative: relative.join(&name),
+                kind,
+                mode,
+                modified_ms: Some(own.modified_at_ms),
+            }))
+        });
+        let found: Vec<Option<Entry>> =
+            stream::iter(entries).buffered(LOOKUPS_IN_FLIGHT).try_collect().await?;
+        Ok(found.into_iter().flatten().collect())
     }
 
     /// What `path` on the executor is (`None`: gone). Asked following links — `fs/getMetadata`
@@ -729,6 +842,41 @@ fn set_modified(path: &Path, when: SystemTime) -> std::io::Result<()> {
         },
     };
     utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from)
+}
+
+/// The next block of `file` from where it stands, up to [`UPLOAD_CHUNK_BYTES`]; empty at the
+/// end. Read straight into the block's own buffer, never through a copy.
+fn read_block(file: &std::fs::File) -> std::io::Result<Bytes> {
+    use std::io::Read as _;
+    let mut block = Vec::with_capacity(UPLOAD_CHUNK_BYTES);
+    file.take(UPLOAD_CHUNK_BYTES as u64).read_to_end(&mut block)?;
+    Ok(Bytes::from(block))
+}
+
+/// A small file downloaded whole: written under its temporary name, given its mode and time,
+/// renamed into place; the temporary file removed if any of it fails.
+fn place_local(
+    staged: &Path,
+    destination: &Path,
+    bytes: &[u8],
+    entry: &Entry,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let placed = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(staged)
+        .and_then(|mut file| file.write_all(bytes))
+        .with_context(|| format!("cannot write {}", staged.display()))
+        .and_then(|()| set_local_metadata(staged, entry))
+        .and_then(|()| {
+            std::fs::rename(staged, destination)
+                .with_context(|| format!("cannot write {}", destination.display()))
+        });
+    if placed.is_err() {
+        let _ = std::fs::remove_file(staged);
+    }
+    placed
 }
 
 #[cfg(test)]

@@ -412,3 +412,114 @@ async fn tether_exec_lists_a_sessions_processes() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Tether only (`binaryBlocks`): a block's bytes travel raw beside their JSON in a binary
+/// message, both ways — NULs and all, byte for byte — a binary message of JSON alone is still
+/// a request as the reference reads it, and attached bytes anywhere but on `fs/writeBlock`
+/// are refused.
+#[tokio::test]
+async fn file_blocks_travel_as_raw_bytes_in_binary_messages() {
+    use tether_protocol::attached::{join, split};
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let info = client.ok("environment/info", json!({})).await.unwrap();
+    assert_eq!(info["capabilities"]["tetherExtensions"]["binaryBlocks"], true);
+    let dir = tempfile_dir("binary-blocks");
+    let path = format!("file://{}/blocks.bin", dir.display());
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).chain([0, 0, b'{']).collect();
+
+    client.ok("fs/open", json!({"handleId": "w", "path": path, "mode": "replace"})).await.unwrap();
+    let header = json!({"id": 900, "method": "fs/writeBlock",
+        "params": {"handleId": "w", "offset": 3}});
+    client.send_binary(join(&header.to_string(), &bytes)).await.unwrap();
+    assert_eq!(client.response(900).await.unwrap().unwrap(), json!({}));
+    client.ok("fs/close", json!({"handleId": "w"})).await.unwrap();
+    let on_disk = std::fs::read(dir.join("blocks.bin")).unwrap();
+    assert_eq!((&on_disk[..3], &on_disk[3..]), (&[0u8, 0, 0][..], &bytes[..]), "gap zero-filled");
+
+    client.ok("fs/open", json!({"handleId": "r", "path": path})).await.unwrap();
+    for (offset, len, eof) in [(0u64, 70_003u64, false), (70_000, 10, true)] {
+        let read = json!({"handleId": "r", "offset": offset, "len": len, "attachChunk": true});
+        let id = client.send_request("fs/readBlock", read).await.unwrap();
+        let message = client.next_binary().await.unwrap();
+        let (json, attached) = split(&message).unwrap();
+        let answer: Value = serde_json::from_slice(json).unwrap();
+        assert_eq!(answer, json!({"id": id, "result": {"eof": eof}}));
+        let end = (offset + len).min(on_disk.len() as u64) as usize;
+        assert!(attached == &on_disk[offset as usize..end], "the bytes at {offset}");
+    }
+    // Without `attachChunk`, the reference's answer.
+    let plain = client.ok("fs/readBlock", json!({"handleId": "r", "offset": 0, "len": 2})).await;
+    assert_eq!(plain.unwrap(), json!({"chunk": "AAA=", "eof": false}));
+    // A binary message with no NUL is JSON, as the reference reads it.
+    let status = json!({"id": 901, "method": "environment/status", "params": {}});
+    client.send_binary(status.to_string().into_bytes()).await.unwrap();
+    assert_eq!(client.response(901).await.unwrap().unwrap(), json!({"status": "ready"}));
+
+    let refused = json!({"id": 902, "method": "fs/readFile", "params": {"path": path}});
+    client.send_binary(join(&refused.to_string(), b"x")).await.unwrap();
+    let error = client.response(902).await.unwrap().unwrap_err();
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (
+            -32600,
+            "fs/readFile takes no attached bytes: only fs/writeBlock does (Tether's binaryBlocks extension); send the request as JSON alone"
+        )
+    );
+    let headless = json!({"id": 903, "method": "fs/writeBlock", "params": {"offset": 0}});
+    client.send_binary(join(&headless.to_string(), b"x")).await.unwrap();
+    let error = client.response(903).await.unwrap().unwrap_err();
+    assert_eq!((error.code, error.message.as_str()), (-32602, "missing field `handleId`"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Tether only: stdio carries lines of text, so there `binaryBlocks` is not advertised and a
+/// read that asks for attached bytes is refused, saying why.
+#[tokio::test]
+async fn over_stdio_blocks_stay_in_the_json() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let dir = tempfile_dir("binary-blocks-stdio");
+    std::fs::write(dir.join("f"), b"abc").unwrap();
+    let mut child = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["serve", "--listen", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let path = format!("file://{}/f", dir.display());
+    let lines = [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "stdio"}}),
+        json!({"method": "initialized", "params": {}}),
+        json!({"id": 2, "method": "environment/info", "params": {}}),
+        json!({"id": 3, "method": "fs/open", "params": {"handleId": "r", "path": path}}),
+        json!({"id": 4, "method": "fs/readBlock",
+            "params": {"handleId": "r", "offset": 0, "len": 3, "attachChunk": true}}),
+    ];
+    let mut stdin = child.stdin.take().unwrap();
+    for line in lines {
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answers = Vec::new();
+    while answers.len() < 4 {
+        let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await;
+        answers.push(serde_json::from_str::<Value>(&line.unwrap().unwrap().unwrap()).unwrap());
+    }
+    assert_eq!(answers[1]["result"]["capabilities"]["tetherExtensions"]["binaryBlocks"], false);
+    assert_eq!(
+        answers[3],
+        json!({"error": {"code": -32600, "message": "attachChunk needs binary messages, which stdio does not carry: read the block without it"}, "id": 4})
+    );
+    drop(stdin);
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A new directory for one test, under the temp dir.
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tether-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -42,7 +43,14 @@ pub(crate) enum ConnectionEvent {
     },
 }
 
-type Reply = oneshot::Sender<Result<Value, ClientError>>;
+type Reply = oneshot::Sender<Result<Answer, ClientError>>;
+
+/// A call's result, and the bytes attached to it (Tether's `binaryBlocks`: an answer in a
+/// binary message, its JSON and a block's bytes after a NUL).
+struct Answer {
+    result: Value,
+    attached: Option<Bytes>,
+}
 
 struct Calls {
     waiting: HashMap<i64, Reply>,
@@ -241,9 +249,16 @@ impl Connection {
                     continue;
                 }
                 // Decoded where the frame lies: an answer can be hundreds of MB.
+                let mut attached = None;
                 let decoded = match &frame {
                     Frame::Text(text) => Message::decode(text.as_bytes()),
-                    Frame::Binary(bytes) => Message::decode(bytes),
+                    Frame::Binary(bytes) => match tether_protocol::attached::split(bytes) {
+                        Some((json, _)) => {
+                            attached = Some(bytes.slice(json.len() + 1..));
+                            Message::decode(json)
+                        }
+                        None => Message::decode(bytes),
+                    },
                     Frame::Close(Some(close)) if close.code == CloseCode::Away => {
                         let message = format!("the exec-server is going away: {}", close.reason);
                         break End::Dropped(Disconnect::new(DisconnectKind::GoingAway, message));
@@ -264,7 +279,8 @@ impl Connection {
                 };
                 match decoded {
                     Ok(Message::Response(response)) => {
-                        complete(&reader_calls, &response.id, Ok(response.result));
+                        let answer = Answer { result: response.result, attached };
+                        complete(&reader_calls, &response.id, Ok(answer));
                     }
                     Ok(Message::Error(error)) => {
                         complete(&reader_calls, &error.id, Err(ClientError::from_rpc(error.error)));
@@ -326,6 +342,53 @@ impl Connection {
         method: &str,
         params: &P,
     ) -> Result<R, ClientError> {
+        self.call_encoded(method, |id| encode_request(id, method, params)).await
+    }
+
+    /// [`Connection::call`] with the request's text written by `encode`, given the id it is to
+    /// carry: for requests whose text is cheaper to write by hand than through serde (a
+    /// block's megabyte of base64 needs no escape check).
+    pub(crate) async fn call_encoded<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        encode: impl FnOnce(&RequestId) -> String,
+    ) -> Result<R, ClientError> {
+        let answer = self.exchange(|id| Frame::text(encode(id))).await?;
+        decode_result(method, answer.result)
+    }
+
+    /// Sends the binary message `encode` makes (Tether's `binaryBlocks`: a request with a
+    /// block's bytes attached) and waits for its answer.
+    pub(crate) async fn call_binary<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        encode: impl FnOnce(&RequestId) -> Vec<u8>,
+    ) -> Result<R, ClientError> {
+        let answer = self.exchange(|id| Frame::binary(encode(id))).await?;
+        decode_result(method, answer.result)
+    }
+
+    /// Sends a request whose answer comes with attached bytes (`binaryBlocks`), and returns
+    /// both. An answer without them breaks the extension's promise.
+    pub(crate) async fn call_for_attached<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<(R, Bytes), ClientError> {
+        let answer = self.exchange(|id| Frame::text(encode_request(id, method, params))).await?;
+        let Some(attached) = answer.attached else {
+            return Err(ClientError::Protocol(format!(
+                "exec-server protocol error: `{method}` was answered without the attached bytes it asked for"
+            )));
+        };
+        Ok((decode_result(method, answer.result)?, attached))
+    }
+
+    /// Sends the frame `encode` makes for a fresh request id and waits for the answer.
+    async fn exchange(
+        &self,
+        encode: impl FnOnce(&RequestId) -> Frame,
+    ) -> Result<Answer, ClientError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         {
@@ -335,8 +398,8 @@ impl Connection {
             }
             calls.waiting.insert(id, reply);
         }
-        let text = encode_request(&RequestId::Integer(id), method, params);
-        if self.writer.send(Frame::text(text)).is_err() {
+        let frame = encode(&RequestId::Integer(id));
+        if self.writer.send(frame).is_err() {
             // The writer is gone: the connection is over, whether or not the reader has seen
             // it yet. Marked so, a caller that retries waits for the next connection instead of
             // coming straight back here.
@@ -345,9 +408,7 @@ impl Connection {
             calls.closed.get_or_insert_with(Disconnect::closed);
             return Err(Disconnect::closed().into());
         }
-        let value = answer.await.map_err(|_| ClientError::from(Disconnect::closed()))??;
-        serde_json::from_value(value)
-            .map_err(|e| ClientError::Protocol(format!("unexpected `{method}` result: {e}")))
+        answer.await.map_err(|_| ClientError::from(Disconnect::closed()))?
     }
 
     /// Sends a notification.
@@ -374,6 +435,12 @@ impl Drop for Connection {
     }
 }
 
+/// A call's result as the type the caller expects.
+fn decode_result<R: DeserializeOwned>(method: &str, result: Value) -> Result<R, ClientError> {
+    serde_json::from_value(result)
+        .map_err(|e| ClientError::Protocol(format!("unexpected `{method}` result: {e}")))
+}
+
 /// Sleeps until `deadline`, or forever without one.
 async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -382,7 +449,7 @@ async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn complete(calls: &Mutex<Calls>, id: &RequestId, result: Result<Value, ClientError>) {
+fn complete(calls: &Mutex<Calls>, id: &RequestId, result: Result<Answer, ClientError>) {
     let RequestId::Integer(id) = id else { return };
     if let Some(reply) = calls.lock().unwrap().waiting.remove(id) {
         let _ = reply.send(result);

@@ -65,5 +65,7 @@ pub use options::{
     GOING_AWAY_RECOVERY,
 };
 pub use process::{ProcessControl, RemoteProcess};
+pub use remote_fs::READ_BLOCKS_AHEAD;
+pub use remote_write_stream::WRITE_BLOCKS_IN_FLIGHT;
 pub use tether_engine::ProcessUpdate;
 pub use tls::TlsFingerprint;

@@ -14,11 +14,12 @@
 //! (`write_file_stream`) is the same with `fs/open {mode: "replace"}` and `fs/writeBlock`
 //! (`crate::remote_write_stream`), for servers that advertise `fileWriteStreaming`.
 //!
-//! `rename`, `set_metadata`, `create_symlink`, `read_link` and `get_metadata {includeMode}`
-//! are Tether's `fsMetadata` extension: sent only to a server that advertises it, and
+//! `rename`, `set_metadata`, `create_symlink`, `read_link`, `put_file`, `get_metadata
+//! {includeMode}` and `read_directory {includeMetadata}` are Tether's `fsMetadata` extension: sent only to a server that advertises it, and
 //! otherwise refused at once, before anything is sent, as
 //! [`FsErrorKind::Unsupported`](tether_engine::fs::FsErrorKind::Unsupported).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,18 +28,20 @@ use bytes::Bytes;
 use futures_util::stream;
 use serde::Serialize;
 use tether_engine::fs::{FileReadStream, FileSystem, FileWriteStream, FsError};
-use tether_protocol::PathUri;
 use tether_protocol::error::{INVALID_REQUEST, METHOD_NOT_FOUND, NOT_FOUND};
 use tether_protocol::fs::{
     FS_BLOCK_MAX_BYTES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCloseParams, FsCopyParams,
     FsCreateDirectoryParams, FsCreateSymlinkParams, FsEmptyResponse, FsGetMetadataParams,
-    FsGetMetadataResponse, FsOpenMode, FsOpenParams, FsOpenResponse, FsReadBlockParams,
-    FsReadBlockResponse, FsReadDirectoryParams, FsReadDirectoryResponse, FsReadFileParams,
-    FsReadFileResponse, FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams,
-    FsSetMetadataParams, FsWalkParams, FsWalkResponse, FsWriteFileParams,
+    FsGetMetadataResponse, FsOpenMode, FsOpenParams, FsOpenResponse, FsPutFileParams,
+    FsReadBlockAttachedResponse, FsReadBlockParams, FsReadBlockResponse, FsReadDirectoryParams,
+    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsReadLinkParams,
+    FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams, FsWalkParams,
+    FsWalkResponse, FsWriteFileParams,
 };
 use tether_protocol::method::Method;
 use tether_protocol::sandbox::SandboxContext;
+use tether_protocol::{ByteChunk, PathUri};
+use tokio::task::JoinHandle;
 
 use crate::client::ExecServerClient;
 use crate::connection::Connection;
@@ -82,10 +85,15 @@ impl FileSystem for ExecServerClient {
         self.fs_call(Method::FsCanonicalize, &params, Retry::Safe).await
     }
 
+    /// `includeMetadata: true` needs the `fsMetadata` extension: the reference would ignore it
+    /// and answer without metadata.
     async fn read_directory(
         &self,
         params: FsReadDirectoryParams,
     ) -> Result<FsReadDirectoryResponse, FsError> {
+        if params.includes_metadata() {
+            self.require_fs_metadata("fs/readDirectory {includeMetadata: true}")?;
+        }
         self.fs_call(Method::FsReadDirectory, &params, Retry::Safe).await
     }
 
@@ -113,7 +121,8 @@ impl FileSystem for ExecServerClient {
         let open = FsOpenParams { handle_id: handle_id.clone(), path, mode: None, sandbox };
         let opened = connection.call(Method::FsOpen.name(), &open).await;
         let FsOpenResponse { .. } = opened.map_err(|e| stream_error(e, StreamOf::Read))?;
-        let blocks = RemoteBlocks { connection, handle_id, offset: 0, open: true };
+        let binary = self.tether_extensions().binary_blocks;
+        let blocks = RemoteBlocks::new(connection, handle_id, binary);
         Ok(FileReadStream::new(stream::unfold(blocks, |mut blocks| async move {
             blocks.next().await.map(|block| (block, blocks))
         })))
@@ -138,6 +147,14 @@ impl FileSystem for ExecServerClient {
         self.require_fs_metadata(Method::FsCreateSymlink.name())?;
         let FsEmptyResponse {} =
             self.fs_call(Method::FsCreateSymlink, &params, Retry::Never).await?;
+        Ok(())
+    }
+
+    /// Resent after a drop: putting the same bytes, mode and time in place twice leaves what
+    /// putting them once does.
+    async fn put_file(&self, params: FsPutFileParams) -> Result<(), FsError> {
+        self.require_fs_metadata(Method::FsPutFile.name())?;
+        let FsEmptyResponse {} = self.fs_call(Method::FsPutFile, &params, Retry::Safe).await?;
         Ok(())
     }
 
@@ -169,7 +186,8 @@ impl FileSystem for ExecServerClient {
         let open = FsOpenParams { handle_id: handle_id.clone(), path, mode, sandbox };
         let opened = connection.call(Method::FsOpen.name(), &open).await;
         let FsOpenResponse { .. } = opened.map_err(|e| stream_error(e, StreamOf::Write))?;
-        Ok(FileWriteStream::new(RemoteBlockWriter::new(connection, handle_id)))
+        let binary = self.tether_extensions().binary_blocks;
+        Ok(FileWriteStream::new(RemoteBlockWriter::new(connection, handle_id, binary)))
     }
 }
 
@@ -242,31 +260,72 @@ fn next_handle_id(kind: &str) -> String {
     format!("{kind}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// How many `fs/readBlock` calls a streamed read keeps in flight: 4 (4 MiB of blocks). With
+/// one, every block waits a whole round trip and the server's read before the next is asked
+/// for, so the link's latency sets the pace; a few keep the link, the server's disk and this
+/// side's decoding busy at once. More would only add to what the client holds (each block also
+/// as its 1.4 MB of base64) and to what is read past the end of a short file.
+pub const READ_BLOCKS_AHEAD: usize = 4;
+
 /// The blocks of one open handle, on the connection that opened it.
 struct RemoteBlocks {
     connection: Arc<Connection>,
     handle_id: String,
-    /// Where the next block starts.
-    offset: u64,
+    /// Where the next block to ask for starts.
+    ask_at: u64,
+    /// The reads asked for and not yet handed over, in file order, each with its offset.
+    ahead: VecDeque<(u64, JoinHandle<Result<FsReadBlockResponse, ClientError>>)>,
     /// Until the end of the file, an error, or the close: dropping the reader while open
     /// closes the handle in the background.
     open: bool,
+    /// Blocks come as raw bytes beside their JSON (`binaryBlocks`), not as base64 in it.
+    binary: bool,
 }
 
 impl RemoteBlocks {
+    fn new(connection: Arc<Connection>, handle_id: String, binary: bool) -> Self {
+        let ahead = VecDeque::new();
+        Self { connection, handle_id, ask_at: 0, ahead, open: true, binary }
+    }
+
+    /// Asks for blocks until [`READ_BLOCKS_AHEAD`] are on their way.
+    fn read_ahead(&mut self) {
+        while self.ahead.len() < READ_BLOCKS_AHEAD {
+            let params = FsReadBlockParams {
+                handle_id: self.handle_id.clone(),
+                offset: self.ask_at,
+                len: FS_BLOCK_MAX_BYTES,
+                attach_chunk: self.binary.then_some(true),
+                sandbox: None,
+            };
+            let connection = self.connection.clone();
+            let method = Method::FsReadBlock.name();
+            let read = tokio::spawn(async move {
+                if !params.attaches_chunk() {
+                    return connection.call::<_, FsReadBlockResponse>(method, &params).await;
+                }
+                let read = connection.call_for_attached(method, &params).await;
+                let (FsReadBlockAttachedResponse { eof }, bytes) = read?;
+                Ok(FsReadBlockResponse { chunk: ByteChunk(bytes), eof })
+            });
+            self.ahead.push_back((self.ask_at, read));
+            self.ask_at += FS_BLOCK_MAX_BYTES as u64;
+        }
+    }
+
     async fn next(&mut self) -> Option<Result<Bytes, FsError>> {
         if !self.open {
             return None;
         }
-        let params = FsReadBlockParams {
-            handle_id: self.handle_id.clone(),
-            offset: self.offset,
-            len: FS_BLOCK_MAX_BYTES,
-            sandbox: None,
+        self.read_ahead();
+        let (offset, read) = self.ahead.pop_front().expect("reads were just asked for");
+        let read = match read.await {
+            Ok(read) => read,
+            Err(failed) => {
+                Err(ClientError::Protocol(format!("a streamed file read failed: {failed}")))
+            }
         };
-        let read =
-            self.connection.call::<_, FsReadBlockResponse>(Method::FsReadBlock.name(), &params);
-        let block = match read.await {
+        let block = match read {
             Ok(block) => block,
             Err(error) => {
                 self.close_in_background();
@@ -281,14 +340,21 @@ impl RemoteBlocks {
                 block.eof
             ))));
         }
-        self.offset += len as u64;
         if block.eof {
             // Closed before the last block is handed over, so a caller that read a stream to
-            // its end has its handle back (a connection may hold only so many).
+            // its end has its handle back (a connection may hold only so many). The reads
+            // asked for past the end are answered first (the server answers in order) and
+            // their answers dropped.
             self.open = false;
+            self.ahead.clear();
             let close = FsCloseParams { handle_id: self.handle_id.clone(), sandbox: None };
             let _ =
                 self.connection.call::<_, FsEmptyResponse>(Method::FsClose.name(), &close).await;
+        } else if len < FS_BLOCK_MAX_BYTES {
+            // A short block that is not the end: the reads asked for after it start in the
+            // wrong place. Asked again from where this one ended.
+            self.ahead.clear();
+            self.ask_at = offset + len as u64;
         }
         (len > 0).then(|| Ok(block.chunk.into_bytes()))
     }

@@ -23,7 +23,7 @@ use crate::remote_fs::{StreamOf, stream_error};
 /// leaves, so the link's latency sets the pace; a few keep both the link and the disk busy.
 /// More would only add to what the client holds (each block also as its 1.4 MB of base64)
 /// and to what a failure leaves written past the first failed block.
-pub(crate) const WRITE_BLOCKS_IN_FLIGHT: usize = 4;
+pub const WRITE_BLOCKS_IN_FLIGHT: usize = 4;
 
 /// One open handle's writes, on the connection that opened it.
 pub(crate) struct RemoteBlockWriter {
@@ -35,11 +35,14 @@ pub(crate) struct RemoteBlockWriter {
     /// Until `finish` closes the handle: dropping the writer while open closes it in the
     /// background, after the writes in flight.
     open: bool,
+    /// Blocks go as raw bytes beside their JSON (`binaryBlocks`), not as base64 in it.
+    binary: bool,
 }
 
 impl RemoteBlockWriter {
-    pub(crate) fn new(connection: Arc<Connection>, handle_id: String) -> Self {
-        Self { connection, handle_id, in_flight: VecDeque::new(), open: true }
+    pub(crate) fn new(connection: Arc<Connection>, handle_id: String, binary: bool) -> Self {
+        let in_flight = VecDeque::new();
+        Self { connection, handle_id, in_flight, open: true, binary }
     }
 
     /// Takes the answers of the writes that have finished, oldest first, stopping at the
@@ -67,9 +70,19 @@ impl BlockWriter for RemoteBlockWriter {
             chunk: ByteChunk(block),
             sandbox: None,
         };
-        let connection = self.connection.clone();
+        let (connection, binary) = (self.connection.clone(), self.binary);
         self.in_flight.push_back(tokio::spawn(async move {
-            let written = connection.call(Method::FsWriteBlock.name(), &params).await;
+            let method = Method::FsWriteBlock.name();
+            let written = match binary {
+                true => {
+                    let encode = |id: &_| params.to_attached_message(id, method);
+                    connection.call_binary(method, encode).await
+                }
+                false => {
+                    let encode = |id: &_| params.to_request_text(id, method);
+                    connection.call_encoded(method, encode).await
+                }
+            };
             written.map(|FsEmptyResponse {}| ()).map_err(|e| stream_error(e, StreamOf::Write))
         }));
         Ok(())

@@ -95,7 +95,13 @@ pub(crate) fn client_config(
     ca_file: Option<&Path>,
     fingerprint: Option<TlsFingerprint>,
 ) -> Result<Arc<rustls::ClientConfig>, ClientError> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    // AES-128-GCM before aws-lc-rs's default AES-256-GCM: both are TLS 1.3's own suites, and
+    // with AES instructions the shorter key's fewer rounds are a third less cipher work per
+    // byte, the largest single cost of moving files over `wss://`.
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    let preferred = rustls::CipherSuite::TLS13_AES_128_GCM_SHA256;
+    provider.cipher_suites.sort_by_key(|suite| suite.suite() != preferred);
+    let provider = Arc::new(provider);
     let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match (fingerprint, ca_file) {
         (Some(expected), _) => Arc::new(Verifier { trust: Trust::Pinned(expected), algorithms }),

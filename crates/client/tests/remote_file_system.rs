@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::json;
-use tether_client::{ClientOptions, ExecServerClient};
+use tether_client::{ClientOptions, ExecServerClient, READ_BLOCKS_AHEAD};
 use tether_engine::fs::{FileSystem, FsError, FsErrorKind};
 use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
 use tether_testkit::scratch::Scratch;
@@ -80,6 +80,8 @@ scenarios!(
         get_metadata_gives_the_mode_only_when_asked,
         read_only_sandboxes_refuse_the_new_writes,
         sandboxed_new_writes_are_confined_to_the_writable_root,
+        put_file_puts_a_whole_file_in_place_with_its_mode_and_time,
+        read_directory_with_metadata_gives_each_entrys_own,
     ]
 );
 
@@ -162,21 +164,32 @@ async fn a_streamed_read_fails_when_its_connection_drops() {
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let client = connected(&proxy.url).await;
     let scratch = Scratch::new("remote-stream-cut");
-    scratch.file("big.bin", &vec![7u8; 3 * FS_BLOCK_MAX_BYTES]);
+    // Twice the blocks a stream asks for ahead: most of the file is asked for after the cut.
+    let blocks = 2 * READ_BLOCKS_AHEAD;
+    scratch.file("big.bin", &vec![7u8; blocks * FS_BLOCK_MAX_BYTES]);
     let mut stream = client.read_file_stream(scratch.uri("big.bin"), None).await.unwrap();
     assert_eq!(stream.next().await.unwrap().unwrap().len(), FS_BLOCK_MAX_BYTES);
 
     proxy.cut();
-    let error = stream.next().await.unwrap().unwrap_err();
+    // The blocks answered before the cut are whole; then the stream fails, short of the end.
+    let mut read = 1;
+    let error = loop {
+        match stream.next().await.unwrap() {
+            Ok(block) => assert_eq!(block.len(), FS_BLOCK_MAX_BYTES),
+            Err(error) => break error,
+        }
+        read += 1;
+    };
+    assert!(read <= READ_BLOCKS_AHEAD, "{read} blocks came through a cut connection");
     assert_eq!(error.kind, FsErrorKind::Other);
     assert!(error.message.contains("cannot be resumed"), "{}", error.message);
     assert!(stream.next().await.is_none());
     // The session itself recovers: a new stream reads the whole file.
     client.wait_connected().await.unwrap();
     let stream = client.read_file_stream(scratch.uri("big.bin"), None).await.unwrap();
-    let blocks: Vec<_> = stream.collect().await;
-    assert_eq!(blocks.len(), 3);
-    assert!(blocks.iter().all(|block| block.as_ref().is_ok_and(|b| b.len() == FS_BLOCK_MAX_BYTES)));
+    let read: Vec<_> = stream.collect().await;
+    assert_eq!(read.len(), blocks);
+    assert!(read.iter().all(|block| block.as_ref().is_ok_and(|b| b.len() == FS_BLOCK_MAX_BYTES)));
 }
 
 /// Remote only: the reference does not serve Tether's `fsMetadata` extension, so the client
@@ -213,13 +226,20 @@ async fn fs_metadata_is_refused_unsent_by_the_reference() {
     unsupported(client.create_symlink(link).await, "fs/createSymlink");
     let read = client.read_link(params(json!({"path": scratch.uri("link")}))).await;
     unsupported(read.map(|_| ()), "fs/readLink");
+    let put = params(json!({"path": scratch.uri("put"), "dataBase64": "cHV0"}));
+    unsupported(client.put_file(put).await, "fs/putFile");
+    let listed = params(json!({"path": scratch.uri(""), "includeMetadata": true}));
+    unsupported(
+        client.read_directory(listed).await.map(|_| ()),
+        "fs/readDirectory {includeMetadata: true}",
+    );
     let with_mode = params(json!({"path": scratch.uri("file.txt"), "includeMode": true}));
     unsupported(
         client.get_metadata(with_mode).await.map(|_| ()),
         "fs/getMetadata {includeMode: true}",
     );
 
-    assert!(!scratch.exists("moved") && !scratch.exists("new-link"));
+    assert!(!scratch.exists("moved") && !scratch.exists("new-link") && !scratch.exists("put"));
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777, 0o644);
     // The reference's own metadata is still there, without a mode.
     let plain = client.get_metadata(params(json!({"path": scratch.uri("file.txt")}))).await;

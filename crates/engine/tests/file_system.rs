@@ -46,6 +46,8 @@ scenarios!(shared, on local, |scenario| {
     create_symlink_and_read_link_round_trip,
     get_metadata_gives_the_mode_only_when_asked,
     read_only_sandboxes_refuse_the_new_writes,
+    put_file_puts_a_whole_file_in_place_with_its_mode_and_time,
+    read_directory_with_metadata_gives_each_entrys_own,
 ]);
 
 scenarios!(shared, on local, |scenario| {

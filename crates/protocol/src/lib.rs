@@ -19,7 +19,10 @@
 //! - [`sandbox`]: the confinement a `process/start` or `fs/*` call asks for.
 //! - [`bytes`] and [`path_uri`]: the two value encodings every family shares — base64 byte
 //!   chunks and `file:` URIs.
+//! - [`attached`]: Tether's `binaryBlocks` extension, file blocks as raw bytes beside their
+//!   JSON in binary WebSocket messages.
 
+pub mod attached;
 pub mod bytes;
 pub mod capabilities;
 pub mod decode;

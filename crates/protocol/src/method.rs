@@ -47,6 +47,8 @@ pub enum Method {
     FsCreateSymlink,
     /// Tether extension (`fsMetadata`): a symbolic link's target.
     FsReadLink,
+    /// Tether extension (`fsMetadata`): a small file written whole and renamed into place.
+    FsPutFile,
 }
 
 /// The one client→server notification: the handshake's second step.
@@ -63,7 +65,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 33] = [
+    pub const ALL: [Method; 34] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -97,6 +99,7 @@ impl Method {
         Method::FsSetMetadata,
         Method::FsCreateSymlink,
         Method::FsReadLink,
+        Method::FsPutFile,
     ];
 
     pub fn name(self) -> &'static str {
@@ -134,6 +137,7 @@ impl Method {
             Method::FsSetMetadata => "fs/setMetadata",
             Method::FsCreateSymlink => "fs/createSymlink",
             Method::FsReadLink => "fs/readLink",
+            Method::FsPutFile => "fs/putFile",
         }
     }
 

@@ -108,9 +108,13 @@ pub struct TetherExtensions {
     pub oldest_retained_seq: bool,
     /// Every signal `process/signal` delivers (the reference delivers only `interrupt`).
     pub signals: Vec<ProcessSignal>,
-    /// `fs/rename`, `fs/setMetadata`, `fs/createSymlink`, `fs/readLink`, and
-    /// `fs/getMetadata {includeMode}`.
+    /// `fs/rename`, `fs/setMetadata`, `fs/createSymlink`, `fs/readLink`, `fs/putFile`,
+    /// `fs/getMetadata {includeMode}` and `fs/readDirectory {includeMetadata}`.
     pub fs_metadata: bool,
+    /// File blocks as raw bytes in binary WebSocket messages ([`crate::attached`]):
+    /// `fs/writeBlock` with the chunk attached, `fs/readBlock {attachChunk}`. Over WebSocket
+    /// only: stdio carries text lines.
+    pub binary_blocks: bool,
 }
 
 /// `environment/status` result.

@@ -9,6 +9,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 use tether_protocol::envelope::encode_response;
@@ -17,7 +18,7 @@ use tether_protocol::http::HttpRequestParams;
 use tether_protocol::method::{INITIALIZED, not_implemented_message};
 use tether_protocol::process::ReadParams;
 use tether_protocol::session::{
-    EnvironmentState, EnvironmentStatus, InitializeParams, InitializeResponse,
+    EnvironmentInfo, EnvironmentState, EnvironmentStatus, InitializeParams, InitializeResponse,
 };
 use tether_protocol::{JsonRpcError, Message, Method, Notification, Request, RequestId};
 use tokio::sync::Semaphore;
@@ -34,7 +35,37 @@ use crate::session::Session;
 use crate::state::ServerState;
 use crate::transport::{ConnectionId, Outbound, TransportKind};
 
-pub(crate) type Inbound = Pin<Box<dyn Stream<Item = Vec<u8>> + Send>>;
+pub(crate) type Inbound = Pin<Box<dyn Stream<Item = InboundFrame> + Send>>;
+
+/// One inbound message: its JSON, and the bytes attached to it — Tether's `binaryBlocks`, a
+/// binary WebSocket message split at its first NUL ([`tether_protocol::attached`]).
+pub(crate) struct InboundFrame {
+    json: Bytes,
+    attached: Option<Bytes>,
+}
+
+impl InboundFrame {
+    /// A message of JSON alone (a text frame, a stdio line).
+    pub(crate) fn json(json: Bytes) -> Self {
+        Self { json, attached: None }
+    }
+
+    /// A binary message: JSON alone, or JSON, a NUL and attached bytes. Split where it lies.
+    pub(crate) fn binary(message: Bytes) -> Self {
+        match tether_protocol::attached::split(&message) {
+            Some((json, _)) => {
+                let at = json.len();
+                Self { json: message.slice(..at), attached: Some(message.slice(at + 1..)) }
+            }
+            None => Self::json(message),
+        }
+    }
+
+    /// Bytes held, attachment included.
+    pub(crate) fn len(&self) -> usize {
+        self.json.len() + self.attached.as_ref().map_or(0, Bytes::len)
+    }
+}
 
 /// Where a connection is in the handshake.
 enum Phase {
@@ -94,11 +125,12 @@ pub(crate) async fn serve_connection(
     metrics.connection_opened();
     let permits = Arc::new(Semaphore::new(state.config.concurrent_requests.max(1)));
     let http = Arc::new(HttpConnection::new(state.http.clone()));
+    let fs = FsConnection::new(outbound.clone(), transport.carries_binary());
     let mut processor = Processor {
         state,
         connection,
         transport,
-        fs: FsConnection::new(outbound.clone()),
+        fs,
         http,
         outbound,
         phase: Phase::AwaitingInitialize,
@@ -112,7 +144,7 @@ pub(crate) async fn serve_connection(
             Some(_) = processor.waiting.join_next(), if !processor.waiting.is_empty() => continue,
         };
         let Some(frame) = frame else { break Ending::InputEnded };
-        if let Flow::Close(ending) = processor.handle_frame(&frame).await {
+        if let Flow::Close(ending) = processor.handle_frame(frame).await {
             break ending;
         }
     };
@@ -122,14 +154,14 @@ pub(crate) async fn serve_connection(
 }
 
 impl Processor {
-    async fn handle_frame(&mut self, frame: &[u8]) -> Flow {
+    async fn handle_frame(&mut self, frame: InboundFrame) -> Flow {
         if let Some(session) = self.session()
             && !session.is_attached_to(self.connection)
         {
             debug!("session was resumed by another connection; closing this one");
             return Flow::Close(Ending::Superseded);
         }
-        match Message::decode(frame) {
+        match Message::decode(&frame.json) {
             Err(error) => {
                 let message = format!("{}: {error}", self.transport.parse_error_prefix());
                 debug!(%error, "unparseable message");
@@ -137,7 +169,7 @@ impl Processor {
                 Flow::Continue
             }
             Ok(Message::Request(request)) => {
-                self.handle_request(request).await;
+                self.handle_request(request, frame.attached).await;
                 Flow::Continue
             }
             Ok(Message::Notification(notification)) => self.handle_notification(notification),
@@ -167,7 +199,7 @@ impl Processor {
         }
     }
 
-    async fn handle_request(&mut self, request: Request) {
+    async fn handle_request(&mut self, request: Request, attached: Option<Bytes>) {
         debug!(method = %request.method, id = %request.id, "request");
         let id = request.id;
         let Some(method) = Method::from_name(&request.method) else {
@@ -183,7 +215,12 @@ impl Processor {
             };
         }
         // Params first, then the handshake, as the reference checks them.
-        let call = match Call::decode(method, request.params) {
+        let call = match attached {
+            None => Call::decode(method, request.params),
+            Some(chunk) => handlers::fs::decode_attached(method, request.params, chunk)
+                .map(|call| Call::Fs(Box::new(call))),
+        };
+        let call = match call {
             Ok(call) => call,
             Err(error) => return self.reply_error(&id, error).await,
         };
@@ -192,7 +229,7 @@ impl Processor {
             Err(error) => return self.reply_error(&id, error).await,
         };
         let result = match call {
-            Call::EnvironmentInfo => Ok(encode_response(&id, &self.state.environment_info)),
+            Call::EnvironmentInfo => Ok(encode_response(&id, &self.environment_info())),
             Call::EnvironmentStatus => {
                 Ok(encode_response(&id, &EnvironmentStatus { status: EnvironmentState::Ready }))
             }
@@ -228,10 +265,10 @@ impl Processor {
     /// state-changing call), and its answer holds its share until written.
     async fn fs(&mut self, id: RequestId, call: FsCall) {
         match handlers::fs::run(&id, call, &self.state.fs, &mut self.fs).await {
-            Ok(Reply { text, hold: Some(grant) }) => {
-                let _ = self.outbound.send_holding(text, grant.into_permit()).await;
+            Ok(Reply { payload, hold }) => {
+                let permit = hold.map(|grant| grant.into_permit());
+                let _ = self.outbound.send_payload(payload, permit).await;
             }
-            Ok(Reply { text, hold: None }) => self.send(text).await,
             Err(error) => self.reply_error(&id, error).await,
         }
     }
@@ -275,7 +312,7 @@ impl Processor {
         debug!(client_name = %params.client_name, resumed = params.resume_session_id.is_some(), "initialized");
         let response = InitializeResponse {
             session_id: session.id.clone(),
-            environment_info: Some(self.state.environment_info.clone()),
+            environment_info: Some(self.environment_info().into_owned()),
         };
         self.phase = Phase::AwaitingInitialized(session);
         Ok(encode_response(id, &response))
@@ -323,6 +360,22 @@ impl Processor {
             };
             drop(permit);
         });
+    }
+
+    /// What `environment/info` says on this connection: the server's, without
+    /// `binaryBlocks` where the transport has no binary messages.
+    fn environment_info(&self) -> std::borrow::Cow<'_, EnvironmentInfo> {
+        let info = &self.state.environment_info;
+        if self.transport.carries_binary() {
+            return std::borrow::Cow::Borrowed(info);
+        }
+        let mut info = info.clone();
+        if let Some(extensions) =
+            info.capabilities.as_mut().and_then(|c| c.tether_extensions.as_mut())
+        {
+            extensions.binary_blocks = false;
+        }
+        std::borrow::Cow::Owned(info)
     }
 
     fn session(&self) -> Option<&Arc<Session>> {

@@ -65,6 +65,7 @@ fn capabilities() -> Capabilities {
             oldest_retained_seq: true,
             signals: ProcessSignal::ALL.to_vec(),
             fs_metadata: true,
+            binary_blocks: true,
         }),
         ..Capabilities::default()
     }

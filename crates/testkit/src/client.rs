@@ -167,6 +167,19 @@ impl RpcClient {
         }
     }
 
+    /// The next message, which must be binary, as its bytes (Tether's `binaryBlocks`: JSON, a
+    /// NUL, attached bytes). Messages of other kinds before it are kept for later.
+    pub async fn next_binary(&mut self) -> anyhow::Result<Vec<u8>> {
+        loop {
+            match self.next_frame().await? {
+                Message::Binary(bytes) => return Ok(bytes.to_vec()),
+                Message::Text(text) => self.keep(serde_json::from_str(&text)?),
+                Message::Close(_) => bail!("connection closed"),
+                _ => {}
+            }
+        }
+    }
+
     /// Whether the server closes the connection within `within` (reading and discarding
     /// anything it still sends).
     pub async fn is_closed_within(&mut self, within: Duration) -> bool {

@@ -5,7 +5,7 @@
 //! inside the sandbox when the intent confines it ([`sandboxed`]). The work itself lives in one
 //! module per concern: [`regular_file`], [`directory`](super::directory),
 //! [`metadata`](super::metadata), [`walk`], [`remove`](super::remove), [`copy`](super::copy),
-//! [`set_metadata`](super::set_metadata); streams in [`stream`] and [`write_stream`].
+//! [`set_metadata`](super::set_metadata), [`put_file`](super::put_file); streams in [`stream`] and [`write_stream`].
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -14,9 +14,9 @@ use async_trait::async_trait;
 use tether_protocol::fs::{
     FS_READ_DIRECTORY_MAX_ENTRIES, FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams,
     FsCreateDirectoryParams, FsCreateSymlinkParams, FsGetMetadataParams, FsGetMetadataResponse,
-    FsReadDirectoryParams, FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse,
-    FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
-    FsWalkParams, FsWalkResponse, FsWriteFileParams,
+    FsPutFileParams, FsReadDirectoryParams, FsReadDirectoryResponse, FsReadFileParams,
+    FsReadFileResponse, FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams,
+    FsSetMetadataParams, FsWalkParams, FsWalkResponse, FsWriteFileParams,
 };
 use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
@@ -150,7 +150,7 @@ impl FileSystem for LocalFileSystem {
     ) -> Result<FsReadDirectoryResponse, FsError> {
         let path = native_path(&params.path)?;
         let keep = FS_READ_DIRECTORY_MAX_ENTRIES;
-        let op = FileOp::ReadDirectory { path, keep };
+        let op = FileOp::ReadDirectory { path, keep, metadata: params.includes_metadata() };
         let listing: Listing = perform(params.sandbox.as_ref(), Work::Read, op).await?;
         if listing.total > FS_READ_DIRECTORY_MAX_ENTRIES {
             return Err(FsError::other(format!(
@@ -206,6 +206,13 @@ impl FileSystem for LocalFileSystem {
         let path = native_path(&params.path)?;
         let op =
             FileOp::SetMetadata { path, mode: params.mode, modified_at_ms: params.modified_at_ms };
+        perform(params.sandbox.as_ref(), Work::Write, op).await
+    }
+
+    async fn put_file(&self, params: FsPutFileParams) -> Result<(), FsError> {
+        let path = native_path(&params.path)?;
+        let (mode, modified_at_ms) = (params.mode, params.modified_at_ms);
+        let op = FileOp::PutFile { path, data: params.data_base64, mode, modified_at_ms };
         perform(params.sandbox.as_ref(), Work::Write, op).await
     }
 

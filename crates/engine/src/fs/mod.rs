@@ -23,6 +23,7 @@ mod handles;
 mod local;
 pub(crate) mod metadata;
 mod no_follow;
+mod put_file;
 pub(crate) mod regular_file;
 mod remove;
 pub(crate) mod request;
@@ -38,10 +39,10 @@ use async_trait::async_trait;
 use tether_protocol::PathUri;
 use tether_protocol::fs::{
     FsCanonicalizeParams, FsCanonicalizeResponse, FsCopyParams, FsCreateDirectoryParams,
-    FsCreateSymlinkParams, FsGetMetadataParams, FsGetMetadataResponse, FsReadDirectoryParams,
-    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsReadLinkParams,
-    FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams, FsWalkParams,
-    FsWalkResponse, FsWriteFileParams,
+    FsCreateSymlinkParams, FsGetMetadataParams, FsGetMetadataResponse, FsPutFileParams,
+    FsReadDirectoryParams, FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse,
+    FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
+    FsWalkParams, FsWalkResponse, FsWriteFileParams,
 };
 use tether_protocol::sandbox::SandboxContext;
 
@@ -92,6 +93,11 @@ pub trait FileSystem: Send + Sync {
     /// time is kept) of the path itself: a link's own time for a link, and a mode for a link is
     /// invalid input.
     async fn set_metadata(&self, params: FsSetMetadataParams) -> Result<(), FsError>;
+
+    /// The whole file put in place at once: written under a temporary name beside `path`,
+    /// given its mode and time, and renamed onto it, so that no reader ever sees a part and a
+    /// failure leaves `path` as it was. An existing file or link at `path` is replaced.
+    async fn put_file(&self, params: FsPutFileParams) -> Result<(), FsError>;
 
     /// A symbolic link at `path` holding `target`; an existing path is `File exists`.
     async fn create_symlink(&self, params: FsCreateSymlinkParams) -> Result<(), FsError>;

@@ -48,7 +48,7 @@ pub(crate) fn set(path: &Path, mode: Option<u32>, modified_at_ms: Option<i64>) -
 }
 
 /// Unix milliseconds as a time, negative ones before 1970 included.
-fn timespec_of_ms(ms: i64) -> Timespec {
+pub(super) fn timespec_of_ms(ms: i64) -> Timespec {
     Timespec { tv_sec: ms.div_euclid(1000), tv_nsec: ms.rem_euclid(1000) * 1_000_000 }
 }
 

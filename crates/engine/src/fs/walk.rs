@@ -83,7 +83,7 @@ impl Walk<'_> {
         let mut directories = 1;
         let mut examined = 0;
         while let Some((directory, depth)) = queue.pop_front() {
-            let mut entries = match directory::list(&directory, usize::MAX) {
+            let mut entries = match directory::list(&directory, usize::MAX, false) {
                 Ok(listing) => listing.entries,
                 Err(error) => {
                     self.error(&directory, error)?;

@@ -1,6 +1,7 @@
 //! `fs/*`: thin wrappers over [`tether_engine::fs`], plus the connection's open files and its
 //! missing-path watch.
 
+use bytes::Bytes;
 use serde_json::Value;
 use tether_engine::fs::{
     FileHandles, FileSystem, FsError, FsErrorKind, LocalFileSystem, MissingWatch, ReadGrant,
@@ -12,7 +13,8 @@ use tether_protocol::method::FS_MISSING_CHANGED;
 use tether_protocol::{JsonRpcError, Method, RequestId};
 
 use super::params_of;
-use crate::transport::Outbound;
+use crate::rpc_error::invalid_request;
+use crate::transport::{Outbound, Payload};
 
 pub(crate) enum FsCall {
     ReadFile(FsReadFileParams),
@@ -33,6 +35,7 @@ pub(crate) enum FsCall {
     SetMetadata(FsSetMetadataParams),
     CreateSymlink(FsCreateSymlinkParams),
     ReadLink(FsReadLinkParams),
+    PutFile(FsPutFileParams),
 }
 
 impl FsCall {
@@ -56,9 +59,28 @@ impl FsCall {
             Method::FsSetMetadata => FsCall::SetMetadata(params_of(params)?),
             Method::FsCreateSymlink => FsCall::CreateSymlink(params_of(params)?),
             Method::FsReadLink => FsCall::ReadLink(params_of(params)?),
+            Method::FsPutFile => FsCall::PutFile(params_of(params)?),
             other => unreachable!("{} is not a filesystem method", other.name()),
         })
     }
+}
+
+/// A request that came with attached bytes (Tether's `binaryBlocks`): only `fs/writeBlock`
+/// takes them, as its chunk.
+pub(crate) fn decode_attached(
+    method: Method,
+    params: Option<Value>,
+    chunk: Bytes,
+) -> Result<FsCall, JsonRpcError> {
+    if method != Method::FsWriteBlock {
+        return Err(invalid_request(format!(
+            "{} takes no attached bytes: only fs/writeBlock does (Tether's binaryBlocks \
+             extension); send the request as JSON alone",
+            method.name()
+        )));
+    }
+    let header: FsWriteBlockAttachedParams = params_of(params)?;
+    Ok(FsCall::WriteBlock(header.with_chunk(chunk)))
 }
 
 /// What one connection holds of the filesystem: its open files and its watch.
@@ -66,11 +88,14 @@ pub(crate) struct FsConnection {
     pub handles: FileHandles,
     pub watch: MissingWatch,
     pub outbound: Outbound,
+    /// Whether answers may carry attached bytes (`binaryBlocks`): WebSocket, not stdio.
+    pub carries_binary: bool,
 }
 
 impl FsConnection {
-    pub(crate) fn new(outbound: Outbound) -> Self {
-        Self { handles: FileHandles::new(), watch: MissingWatch::new(), outbound }
+    pub(crate) fn new(outbound: Outbound, carries_binary: bool) -> Self {
+        let (handles, watch) = (FileHandles::new(), MissingWatch::new());
+        Self { handles, watch, outbound, carries_binary }
     }
 }
 
@@ -79,7 +104,7 @@ impl FsConnection {
 /// `tether_engine::fs::LocalFileSystem::read_file_granted`), so that answers waiting to go out
 /// count against it too.
 pub(crate) struct Reply {
-    pub text: String,
+    pub payload: Payload,
     pub hold: Option<ReadGrant>,
 }
 
@@ -93,7 +118,8 @@ pub(crate) async fn run(
     let text = match call {
         FsCall::ReadFile(p) => {
             let (response, grant) = fs.read_file_granted(p).await.map_err(to_rpc)?;
-            return Ok(Reply { text: response.to_response_text(id), hold: Some(grant) });
+            let payload = Payload::Text(response.to_response_text(id));
+            return Ok(Reply { payload, hold: Some(grant) });
         }
         FsCall::WriteFile(p) => {
             fs.write_file(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
@@ -123,7 +149,23 @@ pub(crate) async fn run(
             fs.create_symlink(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
         FsCall::ReadLink(p) => encode_response(id, &fs.read_link(p).await.map_err(to_rpc)?),
+        FsCall::PutFile(p) => {
+            fs.put_file(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+        }
         FsCall::Open(p) => encode_response(id, &connection.handles.open(p).await.map_err(to_rpc)?),
+        FsCall::ReadBlock(p) if p.attaches_chunk() => {
+            if !connection.carries_binary {
+                return Err(invalid_request(
+                    "attachChunk needs binary messages, which stdio does not carry: read the \
+                     block without it",
+                ));
+            }
+            let block = connection.handles.read_block(p).await.map_err(to_rpc)?;
+            return Ok(Reply {
+                payload: Payload::Binary(block.to_attached_message(id)),
+                hold: None,
+            });
+        }
         FsCall::ReadBlock(p) => {
             connection.handles.read_block(p).await.map_err(to_rpc)?.to_response_text(id)
         }
@@ -156,7 +198,7 @@ pub(crate) async fn run(
             encode_response(id, &connection.watch.install(prepared, fired))
         }
     };
-    Ok(Reply { text, hold: None })
+    Ok(Reply { payload: Payload::Text(text), hold: None })
 }
 
 /// Not found is `-32004`; invalid input and permission problems `-32600`; what is not served

@@ -49,9 +49,14 @@ impl Call {
                 Call::Discovery(Box::new(capabilities::DiscoveryCall::Roots(params_of(params)?)))
             }
             Method::Initialize => unreachable!("initialize is decoded by the processor"),
-            method => match process::ProcessCall::decode(method, params.clone())? {
+            // By the family in the name, so the params (a block's megabyte, say) are moved
+            // into the one decoder they are for, never copied to try another.
+            method if method.name().starts_with("fs/") => {
+                Call::Fs(Box::new(fs::FsCall::decode(method, params)?))
+            }
+            method => match process::ProcessCall::decode(method, params)? {
                 Some(call) => Call::Process(call),
-                None => Call::Fs(Box::new(fs::FsCall::decode(method, params)?)),
+                None => unreachable!("{} is neither a process nor a fs method", method.name()),
             },
         })
     }

@@ -37,8 +37,15 @@ pub(crate) struct Outbound {
 /// A message on its way out. Its permit, if any, returns its bytes to the output budget once
 /// the message has been written to the socket.
 pub(crate) struct Outgoing {
-    pub text: String,
+    pub payload: Payload,
     _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// What a message is made of: JSON text, or — Tether's `binaryBlocks`, over WebSocket only —
+/// JSON with bytes attached ([`tether_protocol::attached`]).
+pub(crate) enum Payload {
+    Text(String),
+    Binary(Vec<u8>),
 }
 
 /// The connection is gone; the message went nowhere.
@@ -65,17 +72,18 @@ impl Outbound {
 
     /// Queues a response or notification, waiting while the queue is full.
     pub(crate) async fn send(&self, text: String) -> Result<(), Closed> {
-        self.queue.send(Outgoing { text, _permit: None }).await.map_err(|_| Closed)
+        self.send_payload(Payload::Text(text), None).await
     }
 
-    /// Queues a response holding `permit` (of a budget other than the output's) until it has
-    /// been written to the socket: a whole-file read's share of the read budget, say.
-    pub(crate) async fn send_holding(
+    /// Queues a message of either kind, holding `permit` (if any; of a budget other than the
+    /// output's, a whole-file read's share of the read budget, say) until it has been written
+    /// to the socket.
+    pub(crate) async fn send_payload(
         &self,
-        text: String,
-        permit: OwnedSemaphorePermit,
+        payload: Payload,
+        permit: Option<OwnedSemaphorePermit>,
     ) -> Result<(), Closed> {
-        self.queue.send(Outgoing { text, _permit: Some(permit) }).await.map_err(|_| Closed)
+        self.queue.send(Outgoing { payload, _permit: permit }).await.map_err(|_| Closed)
     }
 
     /// Queues process output (or a streamed HTTP body), waiting also while too many output bytes are written but not yet
@@ -87,7 +95,7 @@ impl Outbound {
         let bytes = text.len().clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
         let permit =
             self.output_budget.clone().acquire_many_owned(bytes).await.map_err(|_| Closed)?;
-        self.queue.send(Outgoing { text, _permit: Some(permit) }).await.map_err(|_| Closed)
+        self.send_payload(Payload::Text(text), Some(permit)).await
     }
 }
 
@@ -123,6 +131,12 @@ impl TransportKind {
                 "failed to parse JSON-RPC message from exec-server stdio".into()
             }
         }
+    }
+
+    /// Whether messages may carry attached bytes (`binaryBlocks`): WebSocket has binary
+    /// messages; stdio carries lines of text.
+    pub(crate) fn carries_binary(&self) -> bool {
+        matches!(self, TransportKind::WebSocket { .. })
     }
 
     /// Stdio sessions end with their connection: nobody can reconnect to a pipe.

@@ -7,9 +7,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 
-use super::{ConnectionId, Outbound, TransportKind};
+use super::{ConnectionId, Outbound, Payload, TransportKind};
 use crate::config::MAX_MESSAGE_BYTES;
-use crate::processor::serve_connection;
+use crate::processor::{InboundFrame, serve_connection};
 use crate::state::ServerState;
 
 /// Serves the one stdio connection until stdin ends; its session ends with it.
@@ -26,7 +26,8 @@ pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken)
         let writer = tokio::spawn(async move {
             let mut stdout = tokio::io::stdout();
             while let Some(outgoing) = queue.recv().await {
-                let mut text = outgoing.text;
+                // Nothing answers with attached bytes over stdio (`carries_binary`).
+                let Payload::Text(mut text) = outgoing.payload else { continue };
                 text.push('\n');
                 if stdout.write_all(text.as_bytes()).await.is_err() || stdout.flush().await.is_err()
                 {
@@ -34,7 +35,7 @@ pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken)
                 }
             }
         });
-        let (frames_tx, frames_rx) = mpsc::channel::<Vec<u8>>(1);
+        let (frames_tx, frames_rx) = mpsc::channel::<InboundFrame>(1);
         let reader = tokio::spawn(read_lines(frames_tx));
         let inbound = tokio_stream_from(frames_rx);
         serve_connection(server, connection, TransportKind::Stdio, inbound, outbound, shutdown)
@@ -47,14 +48,14 @@ pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken)
 }
 
 fn tokio_stream_from(
-    mut rx: mpsc::Receiver<Vec<u8>>,
-) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = Vec<u8>> + Send>> {
+    mut rx: mpsc::Receiver<InboundFrame>,
+) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = InboundFrame> + Send>> {
     Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
 
 /// Reads `\n`-terminated lines (a preceding `\r` stripped, blank lines skipped). A line longer
 /// than the message limit ends the connection; an unterminated last line is not a message.
-async fn read_lines(frames: mpsc::Sender<Vec<u8>>) {
+async fn read_lines(frames: mpsc::Sender<InboundFrame>) {
     let mut reader = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     let mut line = Vec::new();
     loop {
@@ -90,7 +91,7 @@ async fn read_lines(frames: mpsc::Sender<Vec<u8>>) {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        if frames.send(std::mem::take(&mut line)).await.is_err() {
+        if frames.send(InboundFrame::json(std::mem::take(&mut line).into())).await.is_err() {
             return;
         }
     }

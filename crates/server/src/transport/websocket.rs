@@ -23,10 +23,10 @@ use tracing::{Instrument, debug, info_span};
 
 use super::accept;
 use super::liveness::{Gone, SocketClock};
-use super::{ConnectionId, Outbound, Outgoing, TransportKind};
+use super::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
 use crate::metrics::UpgradeRefusal;
-use crate::processor::{Ending, Inbound, serve_connection};
+use crate::processor::{Ending, Inbound, InboundFrame, serve_connection};
 use crate::state::ServerState;
 
 /// Most queued messages written before one flush.
@@ -219,7 +219,7 @@ async fn watch(clock: Arc<SocketClock>, timeout: Duration, gone: CancellationTok
 /// A frame read from the socket, holding its share of [`INBOUND_QUEUED_BYTES`] until the
 /// processor takes it.
 struct QueuedFrame {
-    bytes: Vec<u8>,
+    frame: InboundFrame,
     _budget: OwnedSemaphorePermit,
 }
 
@@ -232,14 +232,15 @@ fn inbound_queue() -> (InboundSender, Inbound) {
     let (frames, mut receiver) = mpsc::channel::<QueuedFrame>(INBOUND_QUEUED_FRAMES);
     let budget = Arc::new(Semaphore::new(INBOUND_QUEUED_BYTES));
     let inbound = futures_util::stream::poll_fn(move |cx| {
-        receiver.poll_recv(cx).map(|frame| frame.map(|frame| frame.bytes))
+        receiver.poll_recv(cx).map(|queued| queued.map(|queued| queued.frame))
     });
     (InboundSender { frames, budget }, Box::pin(inbound))
 }
 
 /// Reads the socket for as long as the connection lasts, so that pongs (and the client's
 /// close) are seen even while the processor waits — for a permit, or for room in the outbound
-/// queue. Text and binary frames both carry one JSON document and go to the processor; pings
+/// queue. Text and binary frames both carry one JSON document and go to the processor (a
+/// binary one with a NUL in it also carries attached bytes, Tether's `binaryBlocks`); pings
 /// are answered by the WebSocket layer. Returns the Close frame to send if the client broke
 /// the WebSocket protocol.
 async fn read(
@@ -252,19 +253,19 @@ async fn read(
             message = stream.next() => message,
             () = gone.cancelled() => return None,
         };
-        let bytes = match message {
+        let frame = match message {
             None | Some(Ok(Message::Close(_))) => return None,
-            Some(Ok(Message::Text(text))) => Vec::from(text.as_bytes()),
-            Some(Ok(Message::Binary(bytes))) => Vec::from(bytes),
+            Some(Ok(Message::Text(text))) => InboundFrame::json(text.into()),
+            Some(Ok(Message::Binary(bytes))) => InboundFrame::binary(bytes),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             Some(Err(error)) => return close_for(&error),
         };
         // Waiting here is the server's backlog, not the client's silence: the socket is not
         // being read, so its clock does not count it.
-        let share = bytes.len().clamp(1, INBOUND_QUEUED_BYTES) as u32;
+        let share = frame.len().clamp(1, INBOUND_QUEUED_BYTES) as u32;
         let queued = async {
             let budget = inbound.budget.clone().acquire_many_owned(share).await.ok()?;
-            inbound.frames.send(QueuedFrame { bytes, _budget: budget }).await.ok()
+            inbound.frames.send(QueuedFrame { frame, _budget: budget }).await.ok()
         };
         // A processor that stopped taking frames is gone with the connection.
         tokio::select! {
@@ -359,7 +360,11 @@ async fn write_batch(
         }
     }
     for outgoing in &mut batch {
-        sink.feed(Message::text(std::mem::take(&mut outgoing.text))).await?;
+        let message = match std::mem::replace(&mut outgoing.payload, Payload::Text(String::new())) {
+            Payload::Text(text) => Message::text(text),
+            Payload::Binary(bytes) => Message::binary(bytes),
+        };
+        sink.feed(message).await?;
     }
     sink.flush().await
 }

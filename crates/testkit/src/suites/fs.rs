@@ -1112,6 +1112,125 @@ pub async fn set_metadata_sets_the_mode_and_time_of_the_path_itself(fs: &dyn Fil
     assert_fails(set("missing", json!({})).await, NotFound, &os(ENOENT));
 }
 
+/// The names in `scratch`'s directory `relative`, sorted: what is there, and nothing else.
+fn names_in(scratch: &Scratch, relative: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(scratch.path(relative))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+pub async fn put_file_puts_a_whole_file_in_place_with_its_mode_and_time(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("put-file");
+    scratch.file("old.txt", b"the old contents, longer than the new");
+    scratch.file("target.txt", b"kept");
+    let link = scratch.symlink("target.txt", "link");
+    scratch.dir("dir");
+    let put = |name: &str, data: &[u8], extra: Value| {
+        let data = tether_protocol::ByteChunk::from(data);
+        let mut params = json!({"path": scratch.uri(name), "dataBase64": data});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        fs.put_file(params!(params))
+    };
+
+    // New and replaced files, with what was asked of their mode and time.
+    put("new.txt", b"new", json!({"mode": 0o750, "modifiedAtMs": 1_234_567_890_123i64}))
+        .await
+        .unwrap();
+    let metadata = std::fs::metadata(scratch.path("new.txt")).unwrap();
+    assert_eq!(scratch.read("new.txt"), b"new");
+    assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o750, 1_234_567_890_123));
+    put("old.txt", b"short", json!({"mode": 0o100600, "modifiedAtMs": -1_234})).await.unwrap();
+    let metadata = std::fs::metadata(scratch.path("old.txt")).unwrap();
+    assert_eq!(scratch.read("old.txt"), b"short");
+    assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o600, -1_234));
+    put("empty", b"", json!({})).await.unwrap();
+    assert_eq!(scratch.read("empty"), b"");
+    // Without a mode, a new file's: 0o666 less the umask (the server's is the test's).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask = status.lines().find_map(|line| line.strip_prefix("Umask:")).unwrap();
+    let umask = u32::from_str_radix(umask.trim(), 8).unwrap();
+    let mode = std::fs::metadata(scratch.path("empty")).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o666 & !umask);
+
+    // A link at the path is replaced by the file; its target is left alone.
+    put("link", b"through?", json!({})).await.unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+    assert_eq!(
+        (scratch.read("link"), scratch.read("target.txt")),
+        (b"through?".to_vec(), b"kept".to_vec())
+    );
+
+    // Failures leave the path as it was and nothing else behind.
+    assert_fails(put("dir", b"x", json!({})).await, Other, &os(EISDIR));
+    assert_fails(put("missing/file", b"x", json!({})).await, NotFound, &os(ENOENT));
+    assert_fails(put("old.txt/below", b"x", json!({})).await, Other, &os(ENOTDIR));
+    assert_eq!(
+        names_in(&scratch, ""),
+        ["dir", "empty", "link", "new.txt", "old.txt", "target.txt"],
+        "no temporary file is left"
+    );
+    assert!(names_in(&scratch, "dir").is_empty());
+}
+
+pub async fn read_directory_with_metadata_gives_each_entrys_own(fs: &dyn FileSystem) {
+    let scratch = Scratch::new("listing-metadata");
+    let file = scratch.file("file.txt", b"12345");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let old = UNIX_EPOCH + Duration::from_millis(1_234_567_890_123);
+    std::fs::File::open(&file).unwrap().set_modified(old).unwrap();
+    let dir = scratch.dir("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1750)).unwrap();
+    scratch.symlink("file.txt", "link");
+    scratch.symlink("nowhere", "dangling");
+    let list = |extra: Value| {
+        let mut params = json!({"path": scratch.uri("")});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        async move {
+            let mut entries = fs.read_directory(params!(params)).await.unwrap().entries;
+            entries.sort_by(|a, b| a.file_name.cmp(&b.file_name));
+            entries
+        }
+    };
+    let own = |name: &str| {
+        let metadata = std::fs::symlink_metadata(scratch.path(name)).unwrap();
+        FsEntryMetadata {
+            is_symlink: metadata.file_type().is_symlink(),
+            size: metadata.len(),
+            modified_at_ms: mtime_ms(&metadata),
+            mode: metadata.mode() & 0o7777,
+        }
+    };
+
+    let entries = list(json!({"includeMetadata": true})).await;
+    let seen: Vec<_> = entries
+        .iter()
+        .map(|e| (e.file_name.as_str(), e.is_directory, e.is_file, e.metadata.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("dangling", false, false, own("dangling")),
+            ("dir", true, false, own("dir")),
+            ("file.txt", false, true, own("file.txt")),
+            ("link", false, true, own("link")),
+        ]
+    );
+    let file = &seen[2].3;
+    assert_eq!((file.size, file.mode, file.modified_at_ms), (5, 0o640, 1_234_567_890_123));
+    assert_eq!((seen[1].3.mode, seen[3].3.is_symlink, seen[3].3.size), (0o1750, true, 8));
+
+    // Without it, the reference's listing: no metadata, no dangling link.
+    for extra in [json!({}), json!({"includeMetadata": false})] {
+        let entries = list(extra).await;
+        let names: Vec<_> = entries.iter().map(|e| e.file_name.as_str()).collect();
+        assert_eq!(names, ["dir", "file.txt", "link"]);
+        assert!(entries.iter().all(|e| e.metadata.is_none()));
+    }
+}
+
 pub async fn create_symlink_and_read_link_round_trip(fs: &dyn FileSystem) {
     let scratch = Scratch::new("symlinks");
     scratch.file("file.txt", b"x");
@@ -1211,6 +1330,13 @@ pub async fn read_only_sandboxes_refuse_the_new_writes(fs: &dyn FileSystem) {
     refused(fs.set_metadata(params!(with_sandbox(set))).await.unwrap_err());
     let link = json!({"path": scratch.uri("new-link"), "target": "file.txt"});
     refused(fs.create_symlink(params!(with_sandbox(link))).await.unwrap_err());
+    for name in ["put", "file.txt"] {
+        let put = json!({"path": scratch.uri(name), "dataBase64": "cHV0", "mode": 0o600});
+        refused(fs.put_file(params!(with_sandbox(put))).await.unwrap_err());
+    }
+    let listed = json!({"path": scratch.uri(""), "includeMetadata": true});
+    let listed = fs.read_directory(params!(with_sandbox(listed))).await.unwrap();
+    assert!(listed.entries.iter().all(|e| e.metadata.is_some()), "a read, served");
     for name in ["streamed", "file.txt"] {
         let intent = serde_json::from_value(read_only_sandbox()).unwrap();
         refused(fs.write_file_stream(scratch.uri(name), Some(intent)).await.unwrap_err());
@@ -1219,9 +1345,10 @@ pub async fn read_only_sandboxes_refuse_the_new_writes(fs: &dyn FileSystem) {
     assert_eq!(scratch.read("file.txt"), b"x", "not truncated");
     let metadata = std::fs::metadata(&file).unwrap();
     assert_eq!((metadata.mode() & 0o7777, mtime_ms(&metadata)), (0o644, mtime_before));
-    for name in ["moved", "new-link", "streamed"] {
+    for name in ["moved", "new-link", "streamed", "put"] {
         assert!(!scratch.exists(name), "{name}");
     }
+    assert_eq!(names_in(&scratch, ""), ["file.txt", "link"], "no temporary file either");
 }
 
 /// A sandbox that lets one directory be written: the new writes and a streamed write work
@@ -1260,6 +1387,14 @@ pub async fn sandboxed_new_writes_are_confined_to_the_writable_root(fs: &dyn Fil
     let read =
         fs.read_link(params!(with_sandbox(json!({"path": scratch.uri("inside/renamed-link")}))));
     assert_eq!(read.await.unwrap().target, "file.txt");
+
+    let put = json!({"path": scratch.uri("inside/put"), "dataBase64": "cHV0", "mode": 0o640});
+    fs.put_file(params!(with_sandbox(put))).await.unwrap();
+    assert_eq!(scratch.read("inside/put"), b"put");
+    assert_eq!(std::fs::metadata(scratch.path("inside/put")).unwrap().mode() & 0o7777, 0o640);
+    let put = json!({"path": scratch.uri("outside.txt"), "dataBase64": "cHV0"});
+    by_kernel(fs.put_file(params!(with_sandbox(put))).await.unwrap_err());
+    assert_eq!(scratch.read("outside.txt"), b"o");
 
     by_kernel(fs.write_file_stream(scratch.uri("escaped"), Some(intent())).await.unwrap_err());
     let set = json!({"path": scratch.uri("outside.txt"), "mode": 0o600});

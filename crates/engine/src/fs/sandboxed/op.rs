@@ -14,7 +14,7 @@ use tether_protocol::fs::{FsGetMetadataResponse, FsWalkOptions, FsWalkResponse};
 use tether_protocol::{ByteChunk, PathUri};
 
 use super::super::directory::{self, Listing};
-use super::super::{FsError, copy, metadata, regular_file, remove, set_metadata, walk};
+use super::super::{FsError, copy, metadata, put_file, regular_file, remove, set_metadata, walk};
 use crate::capabilities::{self, Locations};
 
 /// One operation, as the helper receives it. Paths travel as their bytes: a path need not be
@@ -27,6 +27,14 @@ pub(crate) enum FileOp {
         path: PathBuf,
         data: ByteChunk,
         follow: bool,
+    },
+    /// A whole file put in place under a temporary name (`fs/putFile`).
+    PutFile {
+        #[serde(with = "path_bytes")]
+        path: PathBuf,
+        data: ByteChunk,
+        mode: Option<u32>,
+        modified_at_ms: Option<i64>,
     },
     CreateDirectory {
         #[serde(with = "path_bytes")]
@@ -80,11 +88,13 @@ pub(crate) enum FileOp {
         #[serde(with = "path_bytes")]
         path: PathBuf,
     },
-    /// Lists a directory, keeping at most `keep` entries and counting the rest.
+    /// Lists a directory, keeping at most `keep` entries and counting the rest; with
+    /// `metadata`, each entry's own.
     ReadDirectory {
         #[serde(with = "path_bytes")]
         path: PathBuf,
         keep: usize,
+        metadata: bool,
     },
     Walk {
         #[serde(with = "path_bytes")]
@@ -135,6 +145,9 @@ impl FileOp {
             FileOp::WriteFile { path, data, follow } => {
                 done(regular_file::write_whole(&path, &data.0, follow))
             }
+            FileOp::PutFile { path, data, mode, modified_at_ms } => {
+                done(put_file::put(&path, &data.0, mode, modified_at_ms))
+            }
             FileOp::CreateDirectory { path, recursive, follow } => {
                 done(directory::create(&path, recursive, follow))
             }
@@ -156,8 +169,8 @@ impl FileOp {
                 metadata::metadata(&path, follow).map(Outcome::Metadata)
             }
             FileOp::Canonicalize { path } => std::fs::canonicalize(path).map(Outcome::Path),
-            FileOp::ReadDirectory { path, keep } => {
-                directory::list(&path, keep).map(Outcome::Listing)
+            FileOp::ReadDirectory { path, keep, metadata } => {
+                directory::list(&path, keep, metadata).map(Outcome::Listing)
             }
             FileOp::Walk { path, options } => walk::walk(&path, &options).map(Outcome::Walk),
             FileOp::Open { path, how } => match how {

@@ -24,12 +24,13 @@ use super::super::{FsError, FsErrorKind};
 use super::op::{Outcome, path_bytes};
 
 /// The largest answer the server reads: the larger of a full listing of the longest names with
-/// every byte escaped (`NAME_MAX` bytes at up to six each, and the JSON around them) and a
+/// every byte escaped (`NAME_MAX` bytes at up to six each, and the JSON around them and each
+/// entry's metadata) and a
 /// capability root's files (16 MiB of text, escaped at up to six bytes a byte, and its paths).
 /// Every other answer is smaller: a walk's is bounded at 4 MiB, an inventory's at 4 MiB, and a
 /// file travels as a descriptor, not bytes.
 pub(super) const MAX_ANSWER_BYTES: usize = {
-    let listing = FS_READ_DIRECTORY_MAX_ENTRIES * (255 * 6 + 64);
+    let listing = FS_READ_DIRECTORY_MAX_ENTRIES * (255 * 6 + 192);
     let root = crate::capabilities::scan::MAX_ROOT_BYTES as usize * 6 + 4 * 1024 * 1024;
     if listing > root { listing } else { root }
 };
