@@ -25,6 +25,10 @@ use tokio::sync::mpsc;
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
 const TETHER_FAILURE: i32 = 255;
 
+/// How long `--detach` asks the server to keep a detached command's session by default: a
+/// day, the longest a Tether server grants unless told otherwise (`--max-session-ttl-secs`).
+const DEFAULT_DETACH_TTL_SECS: u64 = 24 * 60 * 60;
+
 /// How long a command whose output nobody reads any more (our stdout closed: `| head`) is
 /// given to end after it is told to, before `tether exec` leaves anyway; the server kills it
 /// meanwhile either way.
@@ -36,6 +40,8 @@ Examples:
   tether exec --url wss://build-box:8443 --tls-fingerprint SHA256:… -t -w /src -- cargo build
   echo hello | tether exec --url ws://127.0.0.1:4500 -- tr a-z A-Z
   tether exec --url ws://127.0.0.1:4500 --resume SESSION --list
+  tether exec --url ws://127.0.0.1:4500 --detach -- ./long-job.sh      prints session=… process=…
+  tether exec --url ws://127.0.0.1:4500 --resume SESSION --process ID  follows it to its end
 
 Exit codes: the command's own; 128+N if signal N killed it; 127 the command is not there,
 126 it cannot be run; 255 tether exec itself failed (one line on stderr says why and what to do).
@@ -96,6 +102,16 @@ pub struct ExecArgs {
     /// Print `session=<id> process=<id>` to stderr first, for a later `--resume`.
     #[arg(long)]
     print_ids: bool,
+
+    /// Start the command, print `session=<id> process=<id>` on stdout and return, leaving it
+    /// running with no input; `--resume SESSION --process ID` follows it later.
+    #[arg(short, long, conflicts_with_all = ["resume", "print_ids"])]
+    detach: bool,
+
+    /// With `--detach`: seconds the server is to keep the session once this command has
+    /// returned (a Tether server grants at most its `--max-session-ttl-secs`, a day by default).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_DETACH_TTL_SECS, requires = "detach")]
+    detach_ttl_secs: u64,
 
     /// Reattach to a process started earlier in this session (by a `tether exec` that died,
     /// say) instead of starting a command: its retained output is replayed, then it is followed
@@ -160,6 +176,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         // One stream into whatever reads our stdout: when that stops, the command is held back
         // on the server (as under ssh) for as long as it takes, never buffered here.
         full_handle_pause: None,
+        detached_ttl: args.detach.then(|| Duration::from_secs(args.detach_ttl_secs)),
         ..executor.client_options("tether-exec")?
     };
     if let (Some(session), true) = (&args.resume, args.list) {
@@ -209,6 +226,9 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             };
             if args.print_ids {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
+            }
+            if args.detach {
+                return detach(&client, process, url, args.tty).await;
             }
             (client, process)
         }
@@ -298,6 +318,43 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
 }
 
 /// Resumes `session`; a refusal says what became of it.
+/// Leaves a started command running and says how to find it again: its ids on stdout (for a
+/// script), and on stderr how long the server keeps it and the command that follows it.
+async fn detach(
+    client: &ExecServerClient,
+    process: RemoteProcess,
+    url: &str,
+    tty: bool,
+) -> anyhow::Result<i32> {
+    let (session, process_id) = (client.session_id().to_owned(), process.process_id().to_owned());
+    // Nothing will write to it: a command that reads its input sees the end of it, not a
+    // wait that lasts as long as the session (a terminal has no end of input to give).
+    if client.tether_extensions().close_stdin && !tty {
+        process.control().close_stdin().await?;
+    }
+    println!("session={session} process={process_id}");
+    let kept = match client.detached_ttl() {
+        Some(ttl) => format!("keeps it {}", humanize(ttl)),
+        None => "did not say how long it keeps it (it does not serve Tether's sessionTtl; the reference keeps a session 80 s)".to_owned(),
+    };
+    eprintln!(
+        "tether exec: left running; the server {kept}. Follow it with: tether exec --url {url} --resume {session} --process {process_id}"
+    );
+    drop(process);
+    client.disconnect();
+    Ok(0)
+}
+
+/// `24 h`, `90 s`: what a person reads at a glance.
+fn humanize(ttl: Duration) -> String {
+    let secs = ttl.as_secs();
+    match secs {
+        s if s >= 3600 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
 async fn resume(
     url: &str,
     session: &str,

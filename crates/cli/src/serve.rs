@@ -14,8 +14,8 @@ use tether_engine::sandbox::Sandboxing;
 use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT,
-    DEFAULT_REQUEST_HEAD_DEADLINE,
+    DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
+    DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE,
 };
 use tether_server::descriptors;
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Seconds a session keeps running after its connection drops, waiting to be resumed.
     #[arg(long, default_value_t = DEFAULT_DETACHED_SESSION_TTL.as_secs())]
     session_ttl_secs: u64,
+
+    /// The longest a client may ask its session to wait (`tether exec --detach`).
+    #[arg(long, default_value_t = DEFAULT_MAX_DETACHED_SESSION_TTL.as_secs())]
+    max_session_ttl_secs: u64,
 
     /// Output bytes retained in memory per process for replays after a reconnect (the
     /// newest; older output is dropped, or spilled with `--spill-output-dir`).
@@ -350,6 +354,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let config = ServerConfig {
         detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
+        max_detached_session_ttl: Duration::from_secs(args.max_session_ttl_secs),
         ping_interval: Duration::from_secs(args.ping_interval_secs),
         pong_timeout: Duration::from_secs(args.pong_timeout_secs),
         concurrent_requests: args.concurrent_requests as usize,

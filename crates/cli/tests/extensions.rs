@@ -523,3 +523,90 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// `tether exec --detach` (Tether's `sessionTtl`): the command is left running with no input,
+/// its ids on stdout; its session outlives the server's default wait — a session detached
+/// beside it with the default expires first — and `--resume` follows it to its exit code. What
+/// the server grants is capped by its `--max-session-ttl-secs` and said on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_command_outlives_the_default_wait_and_is_followed_later() {
+    let args = ["--session-ttl-secs", "1", "--max-session-ttl-secs", "3600"];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let dir = tempfile_dir("detach");
+    let go = dir.join("go");
+    let script = format!(
+        "read line; echo \"input:[$line]\"; while [ ! -e {} ]; do sleep 0.05; done; echo done; exit 7",
+        go.display()
+    );
+    let detached = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--detach", "--detach-ttl-secs", "999999"])
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(detached.status.code(), Some(0));
+    let stdout = String::from_utf8(detached.stdout).unwrap();
+    let (session, process) = stdout
+        .trim_end()
+        .strip_prefix("session=")
+        .and_then(|rest| rest.split_once(" process="))
+        .unwrap_or_else(|| panic!("{stdout:?}"));
+    let stderr = String::from_utf8(detached.stderr).unwrap();
+    let follow = format!(
+        "tether exec: left running; the server keeps it 1 h. Follow it with: tether exec --url {} --resume {session} --process {process}\n",
+        server.url
+    );
+    assert_eq!(stderr, follow);
+
+    // A session left with the server's default wait (1 s), beside it: once it has expired,
+    // the detached one has outlived the default.
+    {
+        let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+        client.ok("process/start", common::exec("plain", "sleep 30")).await.unwrap();
+    }
+    let detached_sessions = r#"tether_sessions{state="detached"}"#;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut seen_both = false;
+    loop {
+        let (_, metrics) = common::scrape(&server, None).await;
+        match common::sample(&metrics, detached_sessions) as u32 {
+            2 => seen_both = true,
+            1 if seen_both => break,
+            _ => {}
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the plain session never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    std::fs::write(&go, b"").unwrap();
+    let followed = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--resume", session, "--process", process])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&followed.stdout);
+    assert_eq!((followed.status.code(), stdout.as_ref()), (Some(7), "input:[]\ndone\n"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Against the reference, which keeps no session past its own 80 s, `--detach` still leaves
+/// the command running and says it could not ask for more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detaching_from_the_reference_says_the_wait_is_its_own() {
+    let server = ServerProcess::start(Target::Reference).await.unwrap();
+    let detached = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--detach", "--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&detached.stderr);
+    assert_eq!(detached.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&detached.stdout).starts_with("session="));
+    assert!(
+        stderr.starts_with("tether exec: left running; the server did not say how long it keeps it (it does not serve Tether's sessionTtl; the reference keeps a session 80 s). Follow it with: "),
+        "{stderr}"
+    );
+}

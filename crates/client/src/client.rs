@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -83,6 +84,7 @@ impl ExecServerClient {
             url: url.to_owned(),
             session_id: response.session_id,
             environment_info: response.environment_info,
+            detached_ttl: response.detached_ttl_secs.map(Duration::from_secs),
             state: watch::channel(ConnectionState::Connected(connection)).0,
             options,
             registrations: Mutex::new(HashMap::new()),
@@ -107,6 +109,13 @@ impl ExecServerClient {
     }
 
     /// What the server reported about its environment when the session started.
+    /// How long the server keeps this session once its connection is gone, as granted for
+    /// [`ClientOptions::detached_ttl`]; `None` if it was not asked for or the server does not
+    /// say (the reference).
+    pub fn detached_ttl(&self) -> Option<Duration> {
+        self.session.detached_ttl
+    }
+
     pub fn environment_info(&self) -> Option<&EnvironmentInfo> {
         self.session.environment_info.as_ref()
     }

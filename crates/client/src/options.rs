@@ -65,6 +65,11 @@ pub struct ClientOptions {
     /// what the server retained. `None`: pause as long as it takes (one stream into a slow
     /// consumer); zero: fall behind at once. See [`crate::flow`].
     pub full_handle_pause: Option<Duration>,
+    /// Ask the server to keep the session this long once its connection is gone, instead of
+    /// its default (Tether's `sessionTtl`; the server grants at most its maximum, and the
+    /// reference ignores the request): for commands left running on purpose. `None`: the
+    /// server's default.
+    pub detached_ttl: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -82,6 +87,7 @@ impl Default for ClientOptions {
             keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             full_handle_pause: Some(DEFAULT_FULL_HANDLE_PAUSE),
+            detached_ttl: None,
         }
     }
 }
@@ -101,6 +107,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("keepalive_interval", &self.keepalive_interval)
             .field("keepalive_timeout", &self.keepalive_timeout)
             .field("full_handle_pause", &self.full_handle_pause)
+            .field("detached_ttl", &self.detached_ttl)
             .finish()
     }
 }

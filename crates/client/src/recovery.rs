@@ -29,6 +29,7 @@ pub(crate) async fn initialize(
     let params = InitializeParams {
         client_name: options.client_name.clone(),
         resume_session_id: resume.map(String::from),
+        detached_ttl_secs: options.detached_ttl.map(|ttl| ttl.as_secs()),
     };
     let call = connection.call::<_, InitializeResponse>("initialize", &params);
     let response =

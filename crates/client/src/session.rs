@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -43,6 +44,9 @@ pub(crate) struct Session {
     pub(crate) options: ClientOptions,
     pub(crate) session_id: String,
     pub(crate) environment_info: Option<EnvironmentInfo>,
+    /// What the server granted of [`ClientOptions::detached_ttl`], when it was asked for and
+    /// the server knows `sessionTtl`.
+    pub(crate) detached_ttl: Option<Duration>,
     pub(crate) state: watch::Sender<ConnectionState>,
     pub(crate) registrations: Mutex<HashMap<ProcessId, Arc<Registration>>>,
     pub(crate) events: mpsc::Sender<ConnectionEvent>,

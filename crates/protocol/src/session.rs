@@ -14,6 +14,13 @@ pub struct InitializeParams {
     /// Reattach to this session instead of starting a new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_session_id: Option<String>,
+    /// Tether extension (`sessionTtl`): how long, in seconds, the session is to wait for a
+    /// resume once its connection is gone — what a command left running on purpose
+    /// (`tether exec --detach`) needs. The server grants at most its own maximum and says what
+    /// it granted ([`InitializeResponse::detached_ttl_secs`]); absent on a resume, the session
+    /// keeps what it had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached_ttl_secs: Option<u64>,
 }
 
 /// `initialize` result.
@@ -25,6 +32,10 @@ pub struct InitializeResponse {
     /// Absent from servers older than 0.169; the same object `environment/info` returns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment_info: Option<EnvironmentInfo>,
+    /// Tether extension (`sessionTtl`): how long the session waits for a resume once its
+    /// connection is gone, when the request asked (`detachedTtlSecs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached_ttl_secs: Option<u64>,
 }
 
 /// What the executor is: its shell, paths and the optional protocol features it serves.
@@ -115,6 +126,9 @@ pub struct TetherExtensions {
     /// `fs/writeBlock` with the chunk attached, `fs/readBlock {attachChunk}`. Over WebSocket
     /// only: stdio carries text lines.
     pub binary_blocks: bool,
+    /// `initialize {detachedTtlSecs}`: a session's own wait for a resume, up to the server's
+    /// maximum.
+    pub session_ttl: bool,
 }
 
 /// `environment/status` result.

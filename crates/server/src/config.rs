@@ -15,6 +15,13 @@ pub use crate::transport::accept::{DEFAULT_REQUEST_HEAD_DEADLINE, MAX_PENDING_CO
 /// longer than any client's recovery deadline.
 pub const DEFAULT_DETACHED_SESSION_TTL: Duration = Duration::from_secs(80);
 
+/// The longest a client may ask its session to wait for a resume (`initialize
+/// {detachedTtlSecs}`, Tether's `sessionTtl`): a day, so a command left running overnight
+/// (`tether exec --detach`) can be read in the morning, while a session nobody comes back for
+/// still ends — with its processes and retained output — within a day. `--max-sessions`
+/// bounds how many such sessions one client can leave.
+pub const DEFAULT_MAX_DETACHED_SESSION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// How often the server pings each WebSocket client, as the reference does. Pings keep NATs
 /// and proxies from dropping an idle connection and surface a dead one on the next write.
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -61,6 +68,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub detached_session_ttl: Duration,
+    /// See [`DEFAULT_MAX_DETACHED_SESSION_TTL`].
+    pub max_detached_session_ttl: Duration,
     pub ping_interval: Duration,
     /// See [`DEFAULT_PONG_TIMEOUT`].
     pub pong_timeout: Duration,
@@ -87,6 +96,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             detached_session_ttl: DEFAULT_DETACHED_SESSION_TTL,
+            max_detached_session_ttl: DEFAULT_MAX_DETACHED_SESSION_TTL,
             ping_interval: DEFAULT_PING_INTERVAL,
             pong_timeout: DEFAULT_PONG_TIMEOUT,
             concurrent_requests: DEFAULT_CONCURRENT_REQUESTS,

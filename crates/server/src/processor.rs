@@ -8,6 +8,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -308,11 +309,22 @@ impl Processor {
                 session
             }
         };
+        // A session's own wait for a resume (`sessionTtl`), within the server's maximum; over
+        // stdio there is nothing to wait for.
+        let granted = params.detached_ttl_secs.map(|asked| {
+            let ttl = Duration::from_secs(asked).min(self.state.config.max_detached_session_ttl);
+            session.set_detached_ttl(ttl);
+            match self.transport.sessions_outlive_connection() {
+                true => ttl.as_secs(),
+                false => 0,
+            }
+        });
         tracing::Span::current().record("session", crate::session::log_tag(&session.id).as_str());
         debug!(client_name = %params.client_name, resumed = params.resume_session_id.is_some(), "initialized");
         let response = InitializeResponse {
             session_id: session.id.clone(),
             environment_info: Some(self.environment_info().into_owned()),
+            detached_ttl_secs: granted,
         };
         self.phase = Phase::AwaitingInitialized(session);
         Ok(encode_response(id, &response))

@@ -74,7 +74,9 @@ impl SessionRegistry {
             )));
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let session = Session::new(id.clone(), self.process_config.clone(), connection, outbound);
+        let ttl = self.detached_ttl;
+        let session =
+            Session::new(id.clone(), self.process_config.clone(), connection, outbound, ttl);
         sessions.insert(id.clone(), session.clone());
         info!(session = %log_tag(&id), connection = connection.0, "session created");
         debug!(session = %log_tag(&id), session_id = %id, "session id");
@@ -114,10 +116,11 @@ impl SessionRegistry {
         }
     }
 
-    /// The connection went away: the session keeps running for the detach TTL, then ends
+    /// The connection went away: the session keeps running for its detach TTL, then ends
     /// unless resumed.
     pub(crate) fn detach(self: &Arc<Self>, session: &Arc<Session>, connection: ConnectionId) {
-        let expires_at = Instant::now() + self.detached_ttl;
+        let ttl = session.detached_ttl();
+        let expires_at = Instant::now() + ttl;
         {
             let mut attachment = session.attachment();
             if !matches!(&*attachment, Attachment::Attached { connection: c, .. } if *c == connection)
@@ -126,7 +129,7 @@ impl SessionRegistry {
             }
             *attachment = Attachment::Detached { connection, expires_at };
         }
-        info!(session = %log_tag(&session.id), connection = connection.0, ttl_s = self.detached_ttl.as_secs_f64(), "session detached");
+        info!(session = %log_tag(&session.id), connection = connection.0, ttl_s = ttl.as_secs_f64(), "session detached");
         let registry = Arc::downgrade(self);
         let session_id = session.id.clone();
         tokio::spawn(async move {

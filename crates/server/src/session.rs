@@ -7,6 +7,7 @@
 //! with the connection instead.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tether_engine::{ProcessEvent, ProcessTable, ProcessTableConfig};
 use tether_protocol::ByteChunk;
@@ -28,6 +29,9 @@ pub(crate) struct Session {
     pub id: String,
     pub processes: Arc<ProcessTable>,
     attachment: Mutex<Attachment>,
+    /// How long it waits for a resume once detached: the server's default, or what its client
+    /// asked for within the server's maximum (Tether's `sessionTtl`).
+    detached_ttl: Mutex<Duration>,
 }
 
 /// Who hears a session's notifications.
@@ -53,16 +57,27 @@ impl Session {
         config: ProcessTableConfig,
         connection: ConnectionId,
         outbound: Outbound,
+        detached_ttl: Duration,
     ) -> Arc<Self> {
         let (events_tx, events_rx) = mpsc::channel(SESSION_EVENT_QUEUE);
         let session = Arc::new(Self {
             processes: ProcessTable::new(config, events_tx),
             attachment: Mutex::new(Attachment::Attached { connection, outbound }),
+            detached_ttl: Mutex::new(detached_ttl),
             id,
         });
         let span = info_span!("session", session = %log_tag(&session.id));
         tokio::spawn(forward_events(Arc::downgrade(&session), events_rx).instrument(span));
         session
+    }
+
+    /// How long the session waits for a resume once detached.
+    pub(crate) fn detached_ttl(&self) -> Duration {
+        *self.detached_ttl.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn set_detached_ttl(&self, ttl: Duration) {
+        *self.detached_ttl.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = ttl;
     }
 
     pub(crate) fn attachment(&self) -> MutexGuard<'_, Attachment> {

@@ -66,6 +66,7 @@ fn capabilities() -> Capabilities {
             signals: ProcessSignal::ALL.to_vec(),
             fs_metadata: true,
             binary_blocks: true,
+            session_ttl: true,
         }),
         ..Capabilities::default()
     }
