@@ -49,13 +49,30 @@ impl Stream {
         self.reader.is_some()
     }
 
-    /// One read: `Some(bytes)` or `None` at end of stream. A PTY reports its end as EIO, and
+    /// One chunk: `Some(bytes)` or `None` at end of stream. A PTY reports its end as EIO, and
     /// any other read error ends the stream the same way.
+    ///
+    /// After the read that waited, what more is ready is read at once into the same chunk (up
+    /// to [`READ_CHUNK_BYTES`]): a PTY hands out at most a few KiB per read however much is
+    /// waiting, and a chunk per read would be a notification per few KiB. Nothing waits for
+    /// more, so an interactive echo goes out as soon as it is read.
     async fn read(&mut self) -> Option<Bytes> {
+        use futures_util::FutureExt as _;
         let reader = self.reader.as_mut()?;
         self.buffer.clear();
         self.buffer.reserve(READ_CHUNK_BYTES);
-        match reader.read_buf(&mut self.buffer).await {
+        let first = reader.read_buf(&mut self.buffer).await;
+        if matches!(first, Ok(n) if n > 0) {
+            // Each read appends into the capacity reserved above, never past it.
+            while self.buffer.len() < READ_CHUNK_BYTES {
+                let more = reader.read_buf(&mut self.buffer).now_or_never();
+                // Not ready, or the end: the end is met again by the next read.
+                if !matches!(more, Some(Ok(n)) if n > 0) {
+                    break;
+                }
+            }
+        }
+        match first.map(|_| self.buffer.len()) {
             Ok(0) | Err(_) => {
                 self.reader = None;
                 None
