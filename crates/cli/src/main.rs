@@ -79,6 +79,11 @@ fn run() -> anyhow::Result<()> {
             })
         }))
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr a pipe nobody reads any more) is dropped.
+        // Reporting it would go to the same stderr with `eprintln!`, which panics there — and
+        // a panic in the task that logged took the shutdown with it, leaving a server that no
+        // signal stops.
+        .log_internal_errors(false)
         // Colour only for a person at a terminal; a log file or a collector gets plain text.
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())

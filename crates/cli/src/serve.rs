@@ -310,6 +310,10 @@ fn fit_connections(requested: Option<usize>) -> anyhow::Result<usize> {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Before anything can say the server is up: a SIGTERM (the guardian's death, a
+    // supervisor's stop) that came between that and the handlers would otherwise be lost, and
+    // the server would serve on with nobody to stop it.
+    let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
     let tls_flags = args.tls_cert.is_some() || args.tls_self_signed;
@@ -386,24 +390,36 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(%url, "listening");
     }
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on_signal(stop_signals, shutdown.clone()));
     server.serve(shutdown).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
 }
 
+/// The signals that stop the server, handled from before it is up.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+}
+
 /// SIGTERM or SIGINT starts a clean shutdown: connections close and every session's processes
-/// are killed before the server exits.
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        return;
-    };
+/// are killed before the server exits. So does the guardian's death, however it is told.
+async fn cancel_on_signal(signals: StopSignals, shutdown: CancellationToken) {
+    let StopSignals { mut term, mut int } = signals;
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+        // Its SIGTERM is how the guardian's death is told, and it can be lost.
+        () = crate::guardian::guardian_gone() => {
+            tracing::warn!("the guardian process is gone; shutting down");
+        }
     }
     tracing::info!("shutting down");
     shutdown.cancel();

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tether_testkit::process_stats::serving_pid;
+use tether_testkit::server::tether_binary;
 use tether_testkit::{RpcClient, ServerProcess, Target};
 
 mod common;
@@ -92,6 +93,35 @@ async fn nothing_the_server_knows_outlives_its_guardian_killed_with_sigkill() {
     assert!(all_dead(&[serving]).await.is_empty(), "the server stopped");
     assert!(common::is_alive(daemon[0]), "the daemon is the documented exception");
     kill(daemon[0]);
+}
+
+/// A server whose stderr is a pipe nobody reads any more (its reader gone, as with `tether
+/// serve 2>&1 | head -1`) still stops when its guardian is killed: a log line it cannot write
+/// is dropped, never a panic in the task that would have stopped it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_a_closed_stderr_still_stops_when_its_guardian_is_killed() {
+    use tokio::io::AsyncBufReadExt;
+    for _ in 0..3 {
+        let mut guardian = tokio::process::Command::new(tether_binary().unwrap())
+            .args(["serve", "--listen", "ws://127.0.0.1:0"])
+            .env_remove("TETHER_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(guardian.stderr.take().unwrap()).lines();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("listening") {
+                break;
+            }
+        }
+        drop(lines);
+        let serving = serving_pid(guardian.id().unwrap());
+        guardian.start_kill().unwrap();
+        guardian.wait().await.unwrap();
+        assert!(all_dead(&[serving]).await.is_empty(), "the server serves on without its guardian");
+    }
 }
 
 /// A session that ends (its client gone past the detach window) takes with it what its
