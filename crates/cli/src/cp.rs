@@ -537,14 +537,7 @@ impl Copy<'_> {
                 .with_context(|| format!("cannot make the link {}", destination.display())),
             Kind::Directory => unreachable!("directories are made first"),
         };
-        let placed = written.and_then(|()| set_local_metadata(&staged, entry)).and_then(|()| {
-            std::fs::rename(&staged, &destination)
-                .with_context(|| format!("cannot write {}", destination.display()))
-        });
-        if placed.is_err() {
-            let _ = std::fs::remove_file(&staged);
-        }
-        placed
+        place_staged_local(&staged, &destination, entry, written)
     }
 
     async fn download_bytes(&self, source: &Path, staged: &Path) -> anyhow::Result<()> {
@@ -862,17 +855,27 @@ fn place_local(
     entry: &Entry,
 ) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let placed = std::fs::OpenOptions::new()
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(staged)
         .and_then(|mut file| file.write_all(bytes))
-        .with_context(|| format!("cannot write {}", staged.display()))
-        .and_then(|()| set_local_metadata(staged, entry))
-        .and_then(|()| {
-            std::fs::rename(staged, destination)
-                .with_context(|| format!("cannot write {}", destination.display()))
-        });
+        .with_context(|| format!("cannot write {}", staged.display()));
+    place_staged_local(staged, destination, entry, written)
+}
+
+/// A file or link written here under its temporary name (`written` says whether it was):
+/// given its mode and time and renamed into place, or removed if any of it failed.
+fn place_staged_local(
+    staged: &Path,
+    destination: &Path,
+    entry: &Entry,
+    written: anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let placed = written.and_then(|()| set_local_metadata(staged, entry)).and_then(|()| {
+        std::fs::rename(staged, destination)
+            .with_context(|| format!("cannot write {}", destination.display()))
+    });
     if placed.is_err() {
         let _ = std::fs::remove_file(staged);
     }

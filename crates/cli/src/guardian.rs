@@ -13,9 +13,6 @@
 //!   from the kernel (`PR_SET_PDEATHSIG`, set in the server just after the fork, while the
 //!   guardian is the only thread there is, so the signal is tied to the right thread) and shuts
 //!   down as on any `SIGTERM`: every session's processes are killed, TERM-ignoring ones too.
-//!   That signal was seen to be lost (the guardian killed as the server started), so the
-//!   server also looks every second whether its guardian is still its parent, and shuts down
-//!   the same way when it is not.
 //!   What it cannot reach then is a descendant that made itself a daemon (a new session, its
 //!   parent gone): it was the guardian's, and goes to PID 1 with it.
 //! - `SIGTERM`, `SIGINT` and `SIGHUP` sent to the guardian are passed on to the server, whose
@@ -29,18 +26,7 @@
 //! signal on each command reaches only direct children and is tied to the thread that forked,
 //! which in a thread pool may be gone; cgroups need delegation that is rarely there.
 
-use std::sync::OnceLock;
-use std::time::Duration;
-
 use tether_engine::process::proc_stat::children_of;
-
-/// How often the server looks whether its guardian is still its parent: the parent-death
-/// signal can be lost (it was seen to be, under load, with the server left serving after its
-/// guardian was killed), so this is what makes sure; a lost signal costs at most this long.
-pub const GUARDIAN_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The guardian's pid, in the server (set by [`split`]).
-static GUARDIAN: OnceLock<libc::pid_t> = OnceLock::new();
 
 /// How long the guardian goes on killing descendants after the server is gone before it gives
 /// up on ones it cannot reap (a process in uninterruptible sleep on a dead NFS mount): long
@@ -70,7 +56,6 @@ pub fn split() {
             );
         }
         0 => {
-            let _ = GUARDIAN.set(guardian);
             // SAFETY: prctl with integer arguments; getppid has no preconditions.
             unsafe {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
@@ -82,20 +67,6 @@ pub fn split() {
             }
         }
         server => std::process::exit(guard(server)),
-    }
-}
-
-/// Resolves once the guardian is gone (the server was reparented), checked every
-/// [`GUARDIAN_CHECK_INTERVAL`]; never without a guardian.
-pub async fn guardian_gone() {
-    let Some(&guardian) = GUARDIAN.get() else { return std::future::pending().await };
-    let mut every = tokio::time::interval(GUARDIAN_CHECK_INTERVAL);
-    loop {
-        every.tick().await;
-        // SAFETY: getppid has no preconditions.
-        if unsafe { libc::getppid() } != guardian {
-            return;
-        }
     }
 }
 

@@ -310,9 +310,9 @@ fn fit_connections(requested: Option<usize>) -> anyhow::Result<usize> {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    // Before anything can say the server is up: a SIGTERM (the guardian's death, a
-    // supervisor's stop) that came between that and the handlers would otherwise be lost, and
-    // the server would serve on with nobody to stop it.
+    // Before anything can say the server is up, and loudly: a server whose stop signals could
+    // not be handled (the guardian's death arrives as one) would serve on with nobody to stop
+    // it, and a stop that comes as it starts takes the clean way out.
     let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
@@ -410,16 +410,12 @@ impl StopSignals {
 }
 
 /// SIGTERM or SIGINT starts a clean shutdown: connections close and every session's processes
-/// are killed before the server exits. So does the guardian's death, however it is told.
+/// are killed before the server exits. The guardian's death arrives as a SIGTERM too.
 async fn cancel_on_signal(signals: StopSignals, shutdown: CancellationToken) {
     let StopSignals { mut term, mut int } = signals;
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-        // Its SIGTERM is how the guardian's death is told, and it can be lost.
-        () = crate::guardian::guardian_gone() => {
-            tracing::warn!("the guardian process is gone; shutting down");
-        }
     }
     tracing::info!("shutting down");
     shutdown.cancel();

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use tether_protocol::fs::{FsEntryMetadata, FsReadDirectoryEntry};
 
-use super::metadata::PERMISSION_BITS;
+use super::metadata::{PERMISSION_BITS, unix_ms_of};
 use super::no_follow;
 
 /// A directory's entries in the order the OS lists them, with how many there were in all.
@@ -67,7 +67,7 @@ fn entry_metadata(own: &std::fs::Metadata) -> FsEntryMetadata {
     FsEntryMetadata {
         is_symlink: own.file_type().is_symlink(),
         size: own.len(),
-        modified_at_ms: own.mtime() * 1000 + own.mtime_nsec() / 1_000_000,
+        modified_at_ms: unix_ms_of(own.mtime(), own.mtime_nsec() as u32),
         mode: own.mode() & PERMISSION_BITS,
     }
 }

@@ -78,7 +78,7 @@ fn unix_ms(time: &StatxTimestamp) -> i64 {
     unix_ms_of(time.tv_sec, time.tv_nsec)
 }
 
-fn unix_ms_of(seconds: i64, nanos: u32) -> i64 {
+pub(crate) fn unix_ms_of(seconds: i64, nanos: u32) -> i64 {
     let nanos = i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
     (nanos / 1_000_000) as i64
 }
