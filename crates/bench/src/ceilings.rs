@@ -59,15 +59,54 @@ pub fn pipe_over_loopback_throughput(bytes: u64) -> anyhow::Result<f64> {
     Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
 
-/// MB/s of `head -c BYTES /dev/zero` read straight from a PTY.
+/// MB/s of `head -c BYTES /dev/zero` read straight from a PTY, by a reader that does nothing
+/// else: the best of [`PTY_CEILING_RUNS`] runs of each way of reading a terminal a server
+/// might use (a thread blocked in `read`, and a tokio task woken by epoll). The kernel's PTY
+/// layer hands out a few KiB per read, and how many reads a run takes depends on how the
+/// reader and `head` happen to be scheduled; one run of one reader is not a bound (it measured
+/// below what a server reached).
 pub async fn pty_throughput(bytes: u64) -> anyhow::Result<f64> {
+    let mut best = 0f64;
+    for _ in 0..PTY_CEILING_RUNS {
+        let blocking = tokio::task::spawn_blocking(move || pty_blocking_reader(bytes)).await??;
+        best = best.max(blocking).max(pty_async_reader(bytes).await?);
+    }
+    Ok(best)
+}
+
+/// Runs of each PTY reader the ceiling takes the best of.
+const PTY_CEILING_RUNS: usize = 3;
+
+/// Bytes asked of each read of a PTY: more than it ever hands out at once.
+const PTY_READ_BYTES: usize = 64 * 1024;
+
+fn pty_blocking_reader(bytes: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let (mut pty, pts) = pty_process::blocking::open()?;
+    let mut child = pty_process::blocking::Command::new("/usr/bin/head")
+        .args(["-c", &bytes.to_string(), "/dev/zero"])
+        .spawn(pts)?;
+    let mut buffer = vec![0u8; PTY_READ_BYTES];
+    let mut total = 0u64;
+    loop {
+        match pty.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n as u64,
+        }
+    }
+    child.wait()?;
+    anyhow::ensure!(total >= bytes, "read {total} of {bytes}");
+    Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
+}
+
+async fn pty_async_reader(bytes: u64) -> anyhow::Result<f64> {
     let started = Instant::now();
     let (pty, pts) = pty_process::open()?;
     let mut child = pty_process::Command::new("/usr/bin/head")
         .args(["-c", &bytes.to_string(), "/dev/zero"])
         .spawn(pts)?;
     let (mut reader, _writer) = pty.into_split();
-    let mut buffer = vec![0u8; 64 * 1024];
+    let mut buffer = vec![0u8; PTY_READ_BYTES];
     let mut total = 0u64;
     loop {
         match reader.read(&mut buffer).await {

@@ -1,44 +1,23 @@
 //! `tether cp` against `scp`: the same files copied up to an executor and down from it, by
 //! each tool's own command-line program, timed from spawn to exit. `tether cp` goes to a fresh
-//! `tether serve` over `wss://`; `scp` to a local `sshd` of our own — both encrypted, both to
-//! this machine, so the figures compare the tools, not the networks.
+//! `tether serve` over `wss://` (`servers::TlsTether`); `scp` to a local `sshd` of our own
+//! (`crate::sshd`) — both encrypted, both to this machine, so the figures compare the tools,
+//! not the networks.
 //!
 //! These rows compare Tether with scp, not with the reference: scp's figures sit where the
 //! reference's do (`Kind::Reference`), in a table of their own.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 
 use crate::report::Better;
-use crate::servers::{self, Kind};
-
-/// The line a missing `sshd` or `scp` fails the benchmark with.
-const SSHD_MISSING: &str = "sshd is not installed: apt-get install openssh-server (the cp rows \
-                            compare tether cp with scp to a local sshd)";
-
-/// Debian's `sshd`: absolute, as `sshd` requires of itself to re-exec per connection.
-const SSHD: &str = "/usr/sbin/sshd";
-
-/// Debian's SFTP server. Since OpenSSH 9.0, `scp` speaks SFTP; without the subsystem it fails
-/// with "Connection closed".
-const SFTP_SERVER: &str = "/usr/lib/openssh/sftp-server";
-
-/// Where Debian's `sshd` insists on its privilege-separation directory.
-const PRIVSEP_DIR: &str = "/run/sshd";
-
-/// Starts of `sshd`, each on a port free a moment before: another process may take the port
-/// before `sshd` binds it, rarely enough that three starts never all lose that race.
-const PORT_ATTEMPTS: usize = 3;
-
-/// Logins tried, [`READY_INTERVAL`] apart, before `sshd` counts as not serving: 5 s, where it
-/// serves in a few tens of milliseconds.
-const READY_ATTEMPTS: usize = 100;
-const READY_INTERVAL: Duration = Duration::from_millis(50);
+use crate::servers::{self, Kind, TlsTether};
+use crate::sshd::{Sshd, last_line};
 
 /// Bytes the generator fills at a time for the big file: large enough that one write per block
 /// costs nothing beside the filling, small enough to stay in cache.
@@ -61,211 +40,6 @@ pub fn tool_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Tether => "tether cp",
         Kind::Reference => "scp",
-    }
-}
-
-/// A local `sshd` of our own, on `127.0.0.1` and a free port, with throwaway keys; dropped, it
-/// is stopped and its directory removed.
-pub struct Sshd {
-    dir: PathBuf,
-    port: u16,
-    /// The user key `ssh` and `scp` log in with.
-    key: PathBuf,
-    user: String,
-    child: Option<Child>,
-}
-
-impl Sshd {
-    /// Starts `sshd` and waits until it lets us log in. Fails with [`SSHD_MISSING`] without
-    /// `sshd` or `scp`.
-    pub fn start() -> anyhow::Result<Self> {
-        if !Path::new(SSHD).is_file() || !on_path("scp") {
-            bail!("{SSHD_MISSING}");
-        }
-        let dir = std::env::temp_dir().join(format!("tether-bench-sshd-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let user = current_user()?;
-        // From here on, dropping `sshd` removes the directory and stops what was started.
-        let mut sshd = Self { key: dir.join("user_key"), dir, port: 0, user, child: None };
-        std::fs::create_dir_all(PRIVSEP_DIR)
-            .with_context(|| format!("cannot make {PRIVSEP_DIR}, which sshd needs"))?;
-        keygen(&sshd.dir.join("host_key"))?;
-        keygen(&sshd.key)?;
-        std::fs::copy(sshd.key.with_extension("pub"), sshd.dir.join("authorized_keys"))?;
-        let mut why = String::new();
-        for _ in 0..PORT_ATTEMPTS {
-            match sshd.serve_on_a_free_port()? {
-                None => return Ok(sshd),
-                Some(exited) => why = exited,
-            }
-        }
-        bail!("sshd did not start: {why}")
-    }
-
-    /// Starts `sshd` on a port that was free a moment ago; `Some(why)` if it exited (another
-    /// process took the port first).
-    fn serve_on_a_free_port(&mut self) -> anyhow::Result<Option<String>> {
-        self.port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let config = self.dir.join("sshd_config");
-        let dir = self.dir.display();
-        std::fs::write(
-            &config,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\n\
-                 AuthorizedKeysFile {dir}/authorized_keys\nPidFile {dir}/sshd.pid\n\
-                 StrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n\
-                 Subsystem sftp {SFTP_SERVER}\n",
-                port = self.port
-            ),
-        )?;
-        // `-e` logs to stderr, kept in a file (unread, a pipe would fill and stall `sshd`).
-        let log = self.dir.join("sshd.log");
-        let child = Command::new(SSHD)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("cannot start sshd")?;
-        let mut login = Command::new("ssh");
-        login.arg("-p").arg(self.port.to_string()).args(self.client_options());
-        login.arg(format!("{}@127.0.0.1", self.user)).arg("true");
-        login.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let child = self.child.insert(child);
-        for _ in 0..READY_ATTEMPTS {
-            if child.try_wait()?.is_some() {
-                self.child = None;
-                return Ok(Some(last_line(&std::fs::read(&log)?)));
-            }
-            if login.status()?.success() {
-                return Ok(None);
-            }
-            std::thread::sleep(READY_INTERVAL);
-        }
-        bail!("sshd did not let us log in within {:?}", READY_INTERVAL * READY_ATTEMPTS as u32)
-    }
-
-    /// The options `ssh` and `scp` share (after the port, which they spell differently): our
-    /// key only, no prompt, no host key check, and none of the user's own ssh config, whose
-    /// connection sharing or compression would change what is measured.
-    fn client_options(&self) -> Vec<OsString> {
-        let mut options: Vec<OsString> = vec!["-F".into(), "/dev/null".into()];
-        options.extend(["-i".into(), self.key.clone().into_os_string()]);
-        for option in [
-            "BatchMode=yes",
-            "StrictHostKeyChecking=no",
-            "UserKnownHostsFile=/dev/null",
-            "IdentitiesOnly=yes",
-        ] {
-            options.extend(["-o".into(), option.into()]);
-        }
-        options
-    }
-
-    /// `scp`'s name for `path` on this server.
-    fn remote(&self, path: &Path) -> String {
-        format!("{}@127.0.0.1:{}", self.user, path.display())
-    }
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            servers::terminate(child);
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Whether `program` is an executable file on `PATH`.
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
-/// The user we log in as: whoever runs the benchmark.
-fn current_user() -> anyhow::Result<String> {
-    let name = Command::new("id")
-        .arg("-un")
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .map(|name| name.trim().to_owned())
-        .filter(|name| !name.is_empty())
-        .or_else(|| std::env::var("USER").ok().filter(|name| !name.is_empty()));
-    name.context("cannot tell who the current user is (`id -un`, $USER)")
-}
-
-/// A throwaway ed25519 key with no passphrase at `path` (and its public half at `path.pub`).
-fn keygen(path: &Path) -> anyhow::Result<()> {
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .context("cannot run ssh-keygen")?;
-    if !out.status.success() {
-        bail!("ssh-keygen failed: {}", last_line(&out.stderr));
-    }
-    Ok(())
-}
-
-/// The last non-blank line of a program's output: where it says why it failed.
-fn last_line(output: &[u8]) -> String {
-    let text = String::from_utf8_lossy(output);
-    text.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("").trim().to_owned()
-}
-
-/// A fresh `tether serve` over `wss://` with a self-signed certificate, as `tether cp` reaches
-/// an executor across a network; dropped, it is stopped.
-struct TlsTether {
-    url: String,
-    /// `SHA256:<hex>`, for `--tls-fingerprint`.
-    fingerprint: String,
-    child: Child,
-}
-
-impl TlsTether {
-    fn start() -> anyhow::Result<Self> {
-        let mut child = Command::new(servers::tether_binary()?)
-            .args(["serve", "--tls-self-signed", "--listen", "wss://127.0.0.1:0"])
-            .env("TETHER_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start tether serve")?;
-        let stdout = child.stdout.take().context("no stdout")?;
-        // From here on, dropping the server stops it.
-        let mut server = Self { url: String::new(), fingerprint: String::new(), child };
-        let mut stdout = BufReader::new(stdout);
-        let (mut url, mut fingerprint) = (String::new(), String::new());
-        stdout.read_line(&mut url)?;
-        stdout.read_line(&mut fingerprint)?;
-        if !url.starts_with("wss://") {
-            bail!("tether serve printed {url:?} instead of its URL");
-        }
-        server.url = url.trim().to_owned();
-        server.fingerprint = fingerprint
-            .trim()
-            .strip_prefix("fingerprint ")
-            .filter(|hash| hash.starts_with("SHA256:"))
-            .with_context(|| format!("tether serve printed {fingerprint:?}, not a fingerprint"))?
-            .to_owned();
-        // Its stdout is drained, so a line it prints can never stall it.
-        std::thread::spawn(move || for _ in stdout.lines() {});
-        Ok(server)
-    }
-}
-
-impl Drop for TlsTether {
-    fn drop(&mut self) {
-        servers::terminate(&mut self.child);
     }
 }
 
@@ -304,15 +78,7 @@ impl Sources {
     fn write(&self) -> anyhow::Result<()> {
         let mut random = XorShift::new();
         std::fs::create_dir_all(&self.tree)?;
-        let mut file = std::fs::File::create(&self.file)?;
-        let mut block = vec![0u8; BLOCK_BYTES];
-        let mut left = self.file_bytes;
-        while left > 0 {
-            random.fill(&mut block);
-            let n = left.min(BLOCK_BYTES as u64) as usize;
-            file.write_all(&block[..n])?;
-            left -= n as u64;
-        }
+        random.write(&mut std::fs::File::create(&self.file)?, self.file_bytes)?;
         let dirs = TREE_DIRS.min(self.tree_files);
         for d in 0..dirs {
             std::fs::create_dir(self.tree.join(format!("dir-{d}")))?;
@@ -350,12 +116,25 @@ impl Sources {
 
 /// xorshift64: incompressible bytes at memory speed, where `/dev/urandom` would take longer
 /// to make a gigabyte than the copies take to move it.
-struct XorShift(u64);
+pub(crate) struct XorShift(u64);
 
 impl XorShift {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         // Any nonzero seed; a fixed one makes every run copy the same bytes.
         Self(0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The next `bytes` of the stream into `out`, [`BLOCK_BYTES`] at a time.
+    pub(crate) fn write(&mut self, out: &mut impl Write, bytes: u64) -> std::io::Result<()> {
+        let mut block = vec![0u8; BLOCK_BYTES];
+        let mut left = bytes;
+        while left > 0 {
+            self.fill(&mut block);
+            let n = left.min(BLOCK_BYTES as u64) as usize;
+            out.write_all(&block[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
     }
 
     fn fill(&mut self, buffer: &mut [u8]) {

@@ -13,14 +13,28 @@ mod copy_workloads;
 mod discovery_workloads;
 mod io_workloads;
 mod report;
+mod request_workloads;
 mod sandbox_workloads;
 mod servers;
+mod sshd;
 mod workloads;
+mod wss_workloads;
 
 use clap::Parser;
 
 use report::{Row, Table, Target};
 use servers::{Kind, Scratch, Server};
+
+/// Tether's targets against the reference, as times better (issue-level goals, judged on the
+/// medians of one run): PTY output half again as fast; small requests — what an agent sends
+/// many of a turn — in half the time; a streamed HTTP body half again as fast.
+const PTY_TARGET: f64 = 1.5;
+const SMALL_REQUEST_TARGET: f64 = 2.0;
+const HTTP_TARGET: f64 = 1.5;
+
+/// Sessions streaming output while the loaded latency rows are timed: more than the cores, as
+/// an agent host running several builds at once.
+const LOADED_STREAMS: usize = 8;
 
 #[derive(Parser)]
 #[command(about = "Benchmark Tether against the reference exec-server")]
@@ -35,13 +49,14 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// stalled, recovery, files, bigfile, http, sandbox, sandboxfs, config, discovery, cp
-    /// (`tether cp` against `scp` to a local sshd, in a table of their own).
+    /// stalled, recovery, files, small, bigfile, http, loaded, sandbox, sandboxfs, config,
+    /// discovery, cp (`tether cp` against `scp` to a local sshd, in a table of their own), wss
+    /// (Tether over `wss://` against `ssh` to the same sshd, in another).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "latency,pipe,pty,cpu,many,sessions,memory,stalled,recovery,files,bigfile,\
-                         http,sandbox,sandboxfs,config,discovery,cp"
+        default_value = "latency,pipe,pty,cpu,many,sessions,memory,stalled,recovery,files,small,\
+                         bigfile,http,loaded,sandbox,sandboxfs,config,discovery,cp,wss"
     )]
     only: Vec<String>,
     /// Skip the reference, and scp (for profiling Tether alone).
@@ -71,9 +86,9 @@ async fn main() -> anyhow::Result<()> {
     let wants = |name: &str| args.only.iter().any(|w| w == name);
     let mut table = Table::default();
     // Started before any workload, so a missing sshd fails the benchmark at once, not after
-    // the other rows have run; idle until the cp rows, it costs them nothing.
-    let sshd = if wants("cp") && kinds.contains(&Kind::Reference) {
-        Some(copy_workloads::Sshd::start()?)
+    // the other rows have run; idle until the cp and wss rows, it costs them nothing.
+    let sshd = if (wants("cp") || wants("wss")) && kinds.contains(&Kind::Reference) {
+        Some(sshd::Sshd::start()?)
     } else {
         None
     };
@@ -89,6 +104,21 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         table.push(row);
     }
+    if wants("loaded") {
+        let streams = LOADED_STREAMS;
+        let mut rows = ["50", "99"].map(|percentile| {
+            let label = format!(
+                "start → closed, /bin/true, {streams} sessions streaming (p{percentile} ms)"
+            );
+            Row::new(&label, report::Better::Lower)
+        });
+        let runs = args.latency_runs;
+        for_each_round_rows(Scratch::TempDir, &args, &kinds, &mut rows, |server| async move {
+            workloads::latency_under_load(&server.url, streams, runs).await
+        })
+        .await?;
+        rows.into_iter().for_each(|row| table.push(row));
+    }
     for (name, tty) in [("pipe", false), ("pty", true)] {
         if !wants(name) {
             continue;
@@ -101,6 +131,9 @@ async fn main() -> anyhow::Result<()> {
         let label = format!("{} output, {} MB (MB/s)", name, args.bytes / 1_000_000);
         let mut row = Row::new(&label, report::Better::Higher);
         row.ceiling = Some(ceiling);
+        if tty {
+            row.target = Some(Target::TimesBetter(PTY_TARGET));
+        }
         let bytes = args.bytes;
         for_each_round(&args, &kinds, &mut row, |server| async move {
             workloads::throughput(&server.url, bytes, tty).await
@@ -178,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
             let mut row =
                 Row::new("1,000 fs/readFile of 1 KiB, sequential (s)", report::Better::Lower);
             row.ceiling = Some(ceilings::read_small_files(files)?);
+            row.target = Some(Target::TimesBetter(SMALL_REQUEST_TARGET));
             for_each_round(&args, &kinds, &mut row, |server| async move {
                 io_workloads::read_small_files(&server.url, files).await
             })
@@ -195,12 +229,26 @@ async fn main() -> anyhow::Result<()> {
         }
         files.remove();
     }
+    if wants("small") {
+        let calls = request_workloads::CALLS;
+        let mut rows = request_workloads::METHODS.map(|method| {
+            let mut row = Row::new(&format!("{method} (median µs)"), report::Better::Lower);
+            row.target = Some(Target::TimesBetter(SMALL_REQUEST_TARGET));
+            row
+        });
+        for_each_round_rows(Scratch::TempDir, &args, &kinds, &mut rows, |server| async move {
+            request_workloads::small_requests(&server.url, calls).await
+        })
+        .await?;
+        rows.into_iter().for_each(|row| table.push(row));
+    }
     if wants("http") {
         let peer = tether_testkit::HttpPeer::start().await?;
         let bytes = 100_000_000u64;
         let url: &'static str =
             Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
         let mut row = Row::new("streamed http/request of 100 MB (MB/s)", report::Better::Higher);
+        row.target = Some(Target::TimesBetter(HTTP_TARGET));
         row.ceiling = Some(ceilings::http_streamed(url, bytes).await?);
         for_each_round(&args, &kinds, &mut row, |server| async move {
             io_workloads::http_streamed(&server.url, url, bytes).await
@@ -272,6 +320,24 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         table.push(row);
     }
+    // Tether over `wss://` against `ssh`, a row at a time, as the cp rows are run.
+    let mut wss_table = Table::versus(
+        wss_workloads::tool_name(Kind::Tether),
+        wss_workloads::tool_name(Kind::Reference),
+    );
+    if wants("wss") {
+        for workload in wss_workloads::Workload::ALL {
+            let workload = workload.prepare(args.bytes)?;
+            let mut row = Row::new(&workload.label(), workload.better());
+            for round in 0..args.rounds {
+                for kind in round_order(&kinds, round) {
+                    let value = within(&args, workload.run(kind, sshd.as_ref())).await;
+                    record(&mut row, wss_workloads::tool_name(kind), kind, round, value);
+                }
+            }
+            wss_table.push(row);
+        }
+    }
     let mut cp_table = Table::versus(
         copy_workloads::tool_name(Kind::Tether),
         copy_workloads::tool_name(Kind::Reference),
@@ -282,6 +348,7 @@ async fn main() -> anyhow::Result<()> {
     drop(sshd);
     table.print(&kinds);
     cp_table.print(&kinds);
+    wss_table.print(&kinds);
     Ok(())
 }
 
@@ -290,7 +357,7 @@ async fn main() -> anyhow::Result<()> {
 async fn cp_rows(
     args: &Args,
     kinds: &[Kind],
-    sshd: Option<&copy_workloads::Sshd>,
+    sshd: Option<&sshd::Sshd>,
     table: &mut Table,
 ) -> anyhow::Result<()> {
     let sources = copy_workloads::Sources::prepare(args.cp_bytes, args.cp_files)?;
@@ -337,12 +404,42 @@ where
     F: FnMut(&'static Server) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<f64>>,
 {
+    let rows = std::slice::from_mut(row);
+    for_each_round_rows(scratch, args, kinds, rows, |server| {
+        let run = workload(server);
+        async move { run.await.map(|value| vec![value]) }
+    })
+    .await
+}
+
+/// [`for_each_round_in`] for a workload that yields one figure for each of `rows` per run.
+async fn for_each_round_rows<F, Fut>(
+    scratch: Scratch,
+    args: &Args,
+    kinds: &[Kind],
+    rows: &mut [Row],
+    mut workload: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut(&'static Server) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<f64>>>,
+{
     for round in 0..args.rounds {
         for kind in round_order(kinds, round) {
             let server: &'static Server = Box::leak(Box::new(Server::start(kind, scratch).await?));
-            let value = within(args, workload(server)).await;
+            let values = within(args, workload(server)).await;
             server.stop();
-            record(row, &format!("{kind:?}"), kind, round, value);
+            let name = format!("{kind:?}");
+            for (n, row) in rows.iter_mut().enumerate() {
+                let value = match &values {
+                    Ok(values) => values
+                        .get(n)
+                        .copied()
+                        .ok_or_else(|| anyhow::anyhow!("the workload gave no figure for this row")),
+                    Err(error) => Err(anyhow::anyhow!("{error:#}")),
+                };
+                record(row, &name, kind, round, value);
+            }
         }
     }
     Ok(())
@@ -356,9 +453,9 @@ fn round_order(kinds: &[Kind], round: usize) -> Vec<Kind> {
 
 /// `run`'s figure, or a failure if it takes longer than `--timeout-secs` (it is then dropped,
 /// with whatever it started).
-async fn within<Fut>(args: &Args, run: Fut) -> anyhow::Result<f64>
+async fn within<T, Fut>(args: &Args, run: Fut) -> anyhow::Result<T>
 where
-    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
     let limit = std::time::Duration::from_secs(args.timeout_secs);
     match tokio::time::timeout(limit, run).await {

@@ -110,6 +110,54 @@ impl Server {
     }
 }
 
+/// A fresh `tether serve` over `wss://` with a self-signed certificate, as `tether cp` reaches
+/// an executor across a network (`copy_workloads`, `wss_workloads`); dropped, it is stopped.
+pub(crate) struct TlsTether {
+    pub(crate) url: String,
+    /// `SHA256:<hex>`, for `--tls-fingerprint` (and [`tether_client::TlsFingerprint`]).
+    pub(crate) fingerprint: String,
+    child: Child,
+}
+
+impl TlsTether {
+    pub(crate) fn start() -> anyhow::Result<Self> {
+        let mut child = Command::new(tether_binary()?)
+            .args(["serve", "--tls-self-signed", "--listen", "wss://127.0.0.1:0"])
+            .env("TETHER_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start tether serve")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        // From here on, dropping the server stops it.
+        let mut server = Self { url: String::new(), fingerprint: String::new(), child };
+        let mut stdout = BufReader::new(stdout);
+        let (mut url, mut fingerprint) = (String::new(), String::new());
+        stdout.read_line(&mut url)?;
+        stdout.read_line(&mut fingerprint)?;
+        if !url.starts_with("wss://") {
+            bail!("tether serve printed {url:?} instead of its URL");
+        }
+        server.url = url.trim().to_owned();
+        server.fingerprint = fingerprint
+            .trim()
+            .strip_prefix("fingerprint ")
+            .filter(|hash| hash.starts_with("SHA256:"))
+            .with_context(|| format!("tether serve printed {fingerprint:?}, not a fingerprint"))?
+            .to_owned();
+        // Its stdout is drained, so a line it prints can never stall it.
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        Ok(server)
+    }
+}
+
+impl Drop for TlsTether {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
 /// SIGTERM (a server ends its processes), then SIGKILL if it lingers.
 pub(crate) fn terminate(child: &mut Child) {
     let _ = Command::new("kill").arg(child.id().to_string()).status();

@@ -12,7 +12,7 @@ use tether_protocol::process::ExecParams;
 use crate::report::median;
 use crate::servers::Server;
 
-fn params(id: &str, argv: &[&str]) -> ExecParams {
+pub fn params(id: &str, argv: &[&str]) -> ExecParams {
     let mut params = ExecParams::new(
         id,
         argv.iter().map(|s| s.to_string()).collect(),
@@ -201,4 +201,68 @@ pub async fn stalled_reader(server: &Server, bytes: u64, stall: Duration) -> any
         bail!("tether exec ended with {status} after {received} of {bytes} bytes");
     }
     Ok(highest as f64 / 1024.0)
+}
+
+/// The 50th and 99th percentile milliseconds of `process/start` of `/bin/true` to its close,
+/// `runs` times one after another, while `streams` other sessions each stream output as fast
+/// as the server carries it: what an agent waits for a command while others' builds print.
+pub async fn latency_under_load(
+    url: &str,
+    streams: usize,
+    runs: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let mut load = Vec::with_capacity(streams);
+    for n in 0..streams {
+        let client = connect(url).await?;
+        let argv = ["/usr/bin/head", "-c", "1000000000000", "/dev/zero"];
+        let process = client.start(params(&format!("load{n}"), &argv)).await?;
+        load.push((client, process));
+    }
+    // Every stream is flowing before the first sample: each has delivered output.
+    let stop = tokio::sync::watch::channel(()).0;
+    let mut streaming = Vec::with_capacity(streams);
+    for (client, mut process) in load {
+        match process.next_update().await.context("a load stream ended")? {
+            ProcessUpdate::Event(ProcessEvent::Output { .. }) => {}
+            ProcessUpdate::Event(_) => bail!("a load stream ended before streaming"),
+            ProcessUpdate::Failed(message) => bail!("a load stream failed: {message}"),
+        }
+        let mut stop = stop.subscribe();
+        streaming.push(tokio::spawn(async move {
+            let _client = client;
+            loop {
+                tokio::select! {
+                    update = process.next_update() => {
+                        if !matches!(update, Some(ProcessUpdate::Event(ProcessEvent::Output { .. }))) {
+                            return;
+                        }
+                    }
+                    _ = stop.changed() => {
+                        let _ = process.terminate().await;
+                        return;
+                    }
+                }
+            }
+        }));
+    }
+    let client = connect(url).await?;
+    let mut samples = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let started = Instant::now();
+        let mut process = client.start(params(&format!("true-{run}"), &["/bin/true"])).await?;
+        finish(&mut process).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    stop.send_replace(());
+    for stream in streaming {
+        stream.await?;
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(vec![percentile(&samples, 50.0), percentile(&samples, 99.0)])
+}
+
+/// The nearest-rank percentile of sorted `samples`.
+fn percentile(samples: &[f64], percent: f64) -> f64 {
+    let rank = ((percent / 100.0) * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
 }

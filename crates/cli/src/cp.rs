@@ -520,8 +520,12 @@ impl Copy<'_> {
         if let Kind::File { size } = entry.kind
             && size <= WHOLE_FILE_MAX_BYTES
         {
-            let params =
-                FsReadFileParams { path: uri(&source)?, follow_symlinks: None, sandbox: None };
+            let params = FsReadFileParams {
+                path: uri(&source)?,
+                follow_symlinks: None,
+                sandbox: None,
+                attach_data: None,
+            };
             let read = self.client.read_file(params).await.map_err(|e| remote(&source, e))?;
             let bytes = read.data_base64.into_bytes();
             let len = bytes.len() as u64;

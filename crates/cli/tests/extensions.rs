@@ -451,6 +451,16 @@ async fn file_blocks_travel_as_raw_bytes_in_binary_messages() {
     // Without `attachChunk`, the reference's answer.
     let plain = client.ok("fs/readBlock", json!({"handleId": "r", "offset": 0, "len": 2})).await;
     assert_eq!(plain.unwrap(), json!({"chunk": "AAA=", "eof": false}));
+    // The whole file with its bytes attached, NULs and all; without `attachData`, in base64.
+    let read = json!({"path": path, "attachData": true});
+    let id = client.send_request("fs/readFile", read).await.unwrap();
+    let message = client.next_binary().await.unwrap();
+    let (json, attached) = split(&message).unwrap();
+    let answer: Value = serde_json::from_slice(json).unwrap();
+    assert_eq!(answer, json!({"id": id, "result": {}}));
+    assert!(attached == on_disk.as_slice(), "the file's bytes, as they are");
+    let plain = client.ok("fs/readFile", json!({"path": path})).await.unwrap();
+    assert_eq!(plain["dataBase64"].as_str().unwrap().len(), on_disk.len().div_ceil(3) * 4);
     // A binary message with no NUL is JSON, as the reference reads it.
     let status = json!({"id": 901, "method": "environment/status", "params": {}});
     client.send_binary(status.to_string().into_bytes()).await.unwrap();
@@ -496,6 +506,7 @@ async fn over_stdio_blocks_stay_in_the_json() {
         json!({"id": 3, "method": "fs/open", "params": {"handleId": "r", "path": path}}),
         json!({"id": 4, "method": "fs/readBlock",
             "params": {"handleId": "r", "offset": 0, "len": 3, "attachChunk": true}}),
+        json!({"id": 5, "method": "fs/readFile", "params": {"path": path, "attachData": true}}),
     ];
     let mut stdin = child.stdin.take().unwrap();
     for line in lines {
@@ -503,7 +514,7 @@ async fn over_stdio_blocks_stay_in_the_json() {
     }
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut answers = Vec::new();
-    while answers.len() < 4 {
+    while answers.len() < 5 {
         let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await;
         answers.push(serde_json::from_str::<Value>(&line.unwrap().unwrap().unwrap()).unwrap());
     }
@@ -511,6 +522,10 @@ async fn over_stdio_blocks_stay_in_the_json() {
     assert_eq!(
         answers[3],
         json!({"error": {"code": -32600, "message": "attachChunk needs binary messages, which stdio does not carry: read the block without it"}, "id": 4})
+    );
+    assert_eq!(
+        answers[4],
+        json!({"error": {"code": -32600, "message": "attachData needs binary messages, which stdio does not carry: read the file without it"}, "id": 5})
     );
     drop(stdin);
     let _ = child.wait().await;

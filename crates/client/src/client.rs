@@ -120,6 +120,13 @@ impl ExecServerClient {
         self.session.environment_info.as_ref()
     }
 
+    /// Asks the server for its environment now (`environment/info`), as Codex does once per
+    /// connection: the shell, the working directory and the platform as they are at this moment,
+    /// not as they were when the session started. Read-only, so retried across a drop.
+    pub async fn request_environment_info(&self) -> Result<EnvironmentInfo, ClientError> {
+        self.call("environment/info", &(), Retry::Safe).await
+    }
+
     /// The Tether extensions the server serves; none (all flags off) for the reference.
     pub fn tether_extensions(&self) -> TetherExtensions {
         self.session.tether_extensions()

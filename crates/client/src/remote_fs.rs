@@ -34,9 +34,9 @@ use tether_protocol::fs::{
     FsCreateDirectoryParams, FsCreateSymlinkParams, FsEmptyResponse, FsGetMetadataParams,
     FsGetMetadataResponse, FsOpenMode, FsOpenParams, FsOpenResponse, FsPutFileParams,
     FsReadBlockAttachedResponse, FsReadBlockParams, FsReadBlockResponse, FsReadDirectoryParams,
-    FsReadDirectoryResponse, FsReadFileParams, FsReadFileResponse, FsReadLinkParams,
-    FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams, FsWalkParams,
-    FsWalkResponse, FsWriteFileParams,
+    FsReadDirectoryResponse, FsReadFileAttachedResponse, FsReadFileParams, FsReadFileResponse,
+    FsReadLinkParams, FsReadLinkResponse, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
+    FsWalkParams, FsWalkResponse, FsWriteFileParams,
 };
 use tether_protocol::method::Method;
 use tether_protocol::sandbox::SandboxContext;
@@ -51,8 +51,19 @@ use crate::session::Retry;
 
 #[async_trait]
 impl FileSystem for ExecServerClient {
-    async fn read_file(&self, params: FsReadFileParams) -> Result<FsReadFileResponse, FsError> {
-        self.fs_call(Method::FsReadFile, &params, Retry::Safe).await
+    /// With a server that serves `binaryBlocks`, the file comes as raw bytes beside the answer
+    /// (`attachData`) instead of base64 inside it, unless the caller chose otherwise.
+    async fn read_file(&self, mut params: FsReadFileParams) -> Result<FsReadFileResponse, FsError> {
+        if params.attach_data.is_none() && self.tether_extensions().binary_blocks {
+            params.attach_data = Some(true);
+        }
+        if !params.attaches_data() {
+            return self.fs_call(Method::FsReadFile, &params, Retry::Safe).await;
+        }
+        let method = Method::FsReadFile.name();
+        let (FsReadFileAttachedResponse {}, data) =
+            self.session.call_for_attached(method, &params).await.map_err(fs_error)?;
+        Ok(FsReadFileResponse { data_base64: ByteChunk(data) })
     }
 
     async fn write_file(&self, params: FsWriteFileParams) -> Result<(), FsError> {

@@ -149,6 +149,25 @@ impl Session {
         }
     }
 
+    /// A read-only call whose answer comes with attached bytes (`binaryBlocks`), retried
+    /// across recoveries.
+    pub(crate) async fn call_for_attached<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<(R, bytes::Bytes), ClientError> {
+        loop {
+            let connection = self.connected().await?;
+            match connection.call_for_attached(method, params).await {
+                Err(ClientError::Disconnected(_)) => {
+                    // Let the connection's tasks run and report the drop before trying again.
+                    tokio::task::yield_now().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Drops the current connection as if the network had.
     pub(crate) fn disconnect(&self) {
         if let ConnectionState::Connected(connection) = &*self.state.borrow() {

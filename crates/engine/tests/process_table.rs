@@ -137,6 +137,78 @@ async fn pty_merges_output_and_echoes_input() {
     assert_eq!(code, 0);
 }
 
+/// A process of the test's own, killed when the test ends however it ends.
+struct KilledOnDrop(i32);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of a pid the test started; no memory is involved.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Threads of this process named `name` (the engine's PTY readers are `tether-pty`).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+#[tokio::test]
+async fn a_streaming_terminal_is_carried_in_few_chunks_and_every_byte_arrives() {
+    let (table, mut rx) = table();
+    let bytes = 4_000_000u64;
+    let mut p = params("p", &format!("head -c {bytes} /dev/zero; echo; echo last"));
+    p.tty = true;
+    let started = std::time::Instant::now();
+    table.start(p).unwrap();
+    let (mut out, mut chunks) = (Vec::new(), 0u64);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap() {
+            ProcessEvent::Output { chunk, .. } => {
+                chunks += 1;
+                out.extend(&chunk);
+            }
+            ProcessEvent::Exited { .. } => {}
+            ProcessEvent::Closed { .. } => break,
+        }
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    // The terminal turns each "\n" into "\r\n".
+    assert_eq!(out.len() as u64, bytes + 8, "every byte, then the two lines");
+    assert!(out.ends_with(b"\r\nlast\r\n"), "the last line last");
+    assert!(out[..bytes as usize].iter().all(|&b| b == 0));
+    // A chunk is a whole one (64 KiB), or the first in a millisecond: never one per read of
+    // a few KiB, which would be a thousand here.
+    let bound = bytes / (64 * 1024) + elapsed_ms + 4;
+    assert!(chunks <= bound, "{chunks} chunks in {elapsed_ms} ms (at most {bound})");
+}
+
+#[tokio::test]
+async fn a_terminal_given_up_to_a_background_job_stops_its_reading_thread() {
+    let (table, mut rx) = table();
+    assert_eq!(threads_named("tether-pty"), 0);
+    // The background job keeps the terminal open, quiet, long after the shell exits.
+    let mut p = params("p", "sleep 30 & echo job=$!");
+    p.tty = true;
+    table.start(p).unwrap();
+    let (out, _, code, _) = until_closed(&mut rx).await;
+    let out = String::from_utf8_lossy(&out);
+    let job: i32 = out.trim().strip_prefix("job=").expect("the job's pid").parse().unwrap();
+    let _job = KilledOnDrop(job);
+    assert_eq!(code, 0);
+    // Closed means the pump let the terminal go; its thread ends as soon as it sees that.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while threads_named("tether-pty") > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the PTY's reading thread is still running after the process closed");
+}
+
 #[tokio::test]
 async fn terminate_kills_the_whole_group() {
     let (table, mut rx) = table();

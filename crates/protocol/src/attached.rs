@@ -9,9 +9,10 @@
 //! (inside strings it must be escaped, outside them it is not a token), so the first NUL ends
 //! the JSON without any length to agree on.
 //!
-//! Two messages use it: an `fs/writeBlock` request whose params leave out `chunk`
-//! ([`FsWriteBlockAttachedParams`](crate::fs::FsWriteBlockAttachedParams)), and the answer to
-//! an `fs/readBlock` that asked for it with `attachChunk: true`, whose result is `{eof}`.
+//! Three messages use it: an `fs/writeBlock` request whose params leave out `chunk`
+//! ([`FsWriteBlockAttachedParams`](crate::fs::FsWriteBlockAttachedParams)), the answer to an
+//! `fs/readBlock` that asked for it with `attachChunk: true`, whose result is `{eof}`, and the
+//! answer to an `fs/readFile` that asked for it with `attachData: true`, whose result is `{}`.
 
 /// The byte between the JSON and the attached bytes.
 pub const SEPARATOR: u8 = 0;

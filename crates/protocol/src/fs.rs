@@ -82,13 +82,28 @@ pub struct FsReadFileParams {
     /// A `FileSystemSandboxContext`; `null` is the same as absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxContext>,
+    /// Tether extension (`binaryBlocks`): with true, the answer is a binary message with the
+    /// file's bytes attached ([`crate::attached`]) and an empty result
+    /// ([`FsReadFileAttachedResponse`]): no base64 to make, check and undo, a quarter fewer
+    /// bytes to carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach_data: Option<bool>,
 }
 
 impl FsReadFileParams {
     pub fn follows_symlinks(&self) -> bool {
         self.follow_symlinks.unwrap_or(true)
     }
+
+    pub fn attaches_data(&self) -> bool {
+        self.attach_data.unwrap_or(false)
+    }
 }
+
+/// The result of an `fs/readFile {attachData: true}` (Tether extension, `binaryBlocks`): the
+/// file's bytes are attached to the message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsReadFileAttachedResponse {}
 
 /// `fs/readFile` result: the whole file, at most [`FS_READ_FILE_MAX_BYTES`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +126,13 @@ impl FsReadFileResponse {
         crate::bytes::encode_base64_into(&self.data_base64.0, &mut text);
         text.push_str("\"}}");
         text
+    }
+
+    /// The response to request `id` as a binary message, the file's bytes attached after the
+    /// JSON (`binaryBlocks`).
+    pub fn to_attached_message(&self, id: &crate::RequestId) -> Vec<u8> {
+        let result = FsReadFileAttachedResponse {};
+        crate::attached::join(&crate::envelope::encode_response(id, &result), &self.data_base64.0)
     }
 }
 

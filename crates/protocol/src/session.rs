@@ -123,7 +123,8 @@ pub struct TetherExtensions {
     /// `fs/getMetadata {includeMode}` and `fs/readDirectory {includeMetadata}`.
     pub fs_metadata: bool,
     /// File blocks as raw bytes in binary WebSocket messages ([`crate::attached`]):
-    /// `fs/writeBlock` with the chunk attached, `fs/readBlock {attachChunk}`. Over WebSocket
+    /// `fs/writeBlock` with the chunk attached, `fs/readBlock {attachChunk}`, `fs/readFile
+    /// {attachData}`. Over WebSocket
     /// only: stdio carries text lines.
     pub binary_blocks: bool,
     /// `initialize {detachedTtlSecs}`: a session's own wait for a resume, up to the server's

@@ -6,6 +6,7 @@
 //! what one Tether process sends.
 
 pub mod proc_stat;
+mod pty_io;
 mod pump;
 mod retained;
 mod spawn;

@@ -98,7 +98,7 @@ pub(crate) async fn run_pump(
     events: mpsc::Sender<ProcessEvent>,
 ) {
     // A sandbox's hold (its mount targets on the host) is let go when the process closes.
-    let Spawned { mut child, primary, secondary, sandbox: _hold, .. } = spawned;
+    let Spawned { mut child, primary, secondary, sandbox: _hold, pty_eager, .. } = spawned;
     let first_label = if tty { ExecOutputStream::Pty } else { ExecOutputStream::Stdout };
     let mut streams = vec![Stream::new(first_label, primary)];
     if let Some(stderr) = secondary {
@@ -135,6 +135,9 @@ pub(crate) async fn run_pump(
             }
             code = wait_for_exit(&mut child), if !exited => {
                 exited = true;
+                if let Some(eager) = &pty_eager {
+                    eager.now();
+                }
                 pump.drain_ready(&mut streams).await;
                 pump.exit(code).await;
                 if tty {

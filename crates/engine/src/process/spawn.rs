@@ -44,6 +44,8 @@ pub(crate) struct Spawned {
     pub stdin: Option<Writer>,
     /// A second handle on a PTY's master, to resize the terminal later.
     pub terminal: Option<std::os::fd::OwnedFd>,
+    /// Makes a PTY's reader hand over what it has without lingering, once the process exited.
+    pub pty_eager: Option<super::pty_io::PtyEager>,
     /// What a full sandbox holds until the process closes, and where its inner stage's pid
     /// comes from.
     pub sandbox: Option<SandboxHold>,
@@ -173,6 +175,7 @@ fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Resul
         secondary: Some(Box::new(stderr)),
         stdin,
         terminal: None,
+        pty_eager: None,
         sandbox: None,
     })
 }
@@ -191,7 +194,11 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     let (pty, pts) = pty_process::open().map_err(pty_error)?;
     let (cols, rows) = request.pty_size;
     pty.resize(pty_process::Size::new(rows, cols)).map_err(pty_error)?;
-    let terminal = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
+    // The master leaves the runtime: its output is read by a thread of its own (`pty_io`).
+    let master = std::os::fd::OwnedFd::from(pty);
+    let terminal = master.try_clone()?;
+    let (reader, writer) = super::pty_io::split(master)?;
+    let pty_eager = reader.eager_handle();
     let mut command = pty_process::Command::new(&line.program)
         .args(&line.args)
         .current_dir(&request.cwd)
@@ -211,7 +218,6 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     // grandchild still holds the terminal.
     let child = command.spawn(pts).map_err(pty_error)?;
     let pid = child_pid(&child)?;
-    let (reader, writer) = pty.into_split();
     Ok(Spawned {
         child,
         pid,
@@ -219,6 +225,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
         secondary: None,
         stdin: Some(Box::new(writer)),
         terminal: Some(terminal),
+        pty_eager: Some(pty_eager),
         sandbox: None,
     })
 }

@@ -117,8 +117,18 @@ pub(crate) async fn run(
     let empty = FsEmptyResponse {};
     let text = match call {
         FsCall::ReadFile(p) => {
+            let attached = p.attaches_data();
+            if attached && !connection.carries_binary {
+                return Err(invalid_request(
+                    "attachData needs binary messages, which stdio does not carry: read the \
+                     file without it",
+                ));
+            }
             let (response, grant) = fs.read_file_granted(p).await.map_err(to_rpc)?;
-            let payload = Payload::Text(response.to_response_text(id));
+            let payload = match attached {
+                true => Payload::Binary(response.to_attached_message(id)),
+                false => Payload::Text(response.to_response_text(id)),
+            };
             return Ok(Reply { payload, hold: Some(grant) });
         }
         FsCall::WriteFile(p) => {
