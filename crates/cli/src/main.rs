@@ -10,6 +10,7 @@ mod mcp;
 mod report;
 mod serve;
 mod start_failure;
+mod token;
 
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ enum Command {
     Cp(cp::CpArgs),
     /// List the named executors of the config file (`--url NAME` uses one).
     Executors,
+    /// Mint or inspect the signed bearer tokens of `serve --ws-auth signed-bearer-token`.
+    Token(token::TokenArgs),
     /// Print a completion script for a shell, e.g. `tether completions bash > ~/.local/share/bash-completion/completions/tether`.
     Completions {
         #[arg(value_enum)]
@@ -75,7 +78,10 @@ fn run() -> anyhow::Result<()> {
                 // a reconnect that works needs no word. `TETHER_LOG=info` shows the client's.
                 Command::Exec(_) => "error",
                 Command::Mcp(_) => "error,rmcp=off",
-                Command::Cp(_) | Command::Executors | Command::Completions { .. } => "error",
+                Command::Cp(_)
+                | Command::Executors
+                | Command::Token(_)
+                | Command::Completions { .. } => "error",
             })
         }))
         .with_writer(std::io::stderr)
@@ -97,6 +103,8 @@ fn run() -> anyhow::Result<()> {
             return Ok(());
         }
         Command::Executors => return executors::list(),
+        // Files and arithmetic only: no runtime to start.
+        Command::Token(args) => return token::token(args),
         _ => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -119,7 +127,9 @@ fn run() -> anyhow::Result<()> {
             runtime.shutdown_timeout(Duration::from_millis(100));
             std::process::exit(code);
         }
-        Command::Executors | Command::Completions { .. } => unreachable!("handled above"),
+        Command::Executors | Command::Token(_) | Command::Completions { .. } => {
+            unreachable!("handled above")
+        }
     };
     // A stdio server stopped by a signal still has a thread blocked reading stdin; do not wait
     // for it.

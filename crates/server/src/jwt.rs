@@ -5,6 +5,9 @@
 //! Only `exp` is required (an integer); `nbf` is optional; `iat`, `sub` and `jti` are not
 //! looked at; `iss` and `aud` must have the right types even when not checked. A token is checked
 //! when a connection opens; an open connection outlives its token's expiry.
+//!
+//! Signing lives here too ([`SharedSecret::mint`], for `tether token mint`), over the same key
+//! and the same MAC as the check, so a minted token and a verified one cannot drift apart.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -34,10 +37,63 @@ const AUDIENCE_MISMATCH: AuthRefusal = AuthRefusal("websocket jwt audience misma
 const TOO_LONG_LIVED: AuthRefusal =
     AuthRefusal("websocket jwt lives longer than this server accepts; mint a shorter-lived token");
 
+/// The header of every token [`SharedSecret::mint`] signs.
+const MINTED_HEADER: &str = r#"{"alg":"HS256","typ":"JWT"}"#;
+
+/// An HS256 key, read from its file as the server reads `--ws-shared-secret-file`: whoever
+/// mints with the same file signs with the same bytes the server checks with. Not `Debug`, so
+/// that no log or error can show it.
+#[derive(Clone)]
+pub struct SharedSecret(Arc<[u8]>);
+
+impl SharedSecret {
+    /// The key in a secret file's `contents`: text (UTF-8) is trimmed, as the reference trims
+    /// it, so a trailing newline is not part of the key; anything else is a binary key (`head
+    /// -c 32 /dev/urandom`), used byte for byte — the reference refuses it.
+    pub fn from_file_contents(contents: &[u8]) -> Result<Self, SecretError> {
+        let secret = match std::str::from_utf8(contents) {
+            Ok(text) => text.trim().as_bytes(),
+            Err(_) => contents,
+        };
+        if secret.is_empty() {
+            return Err(SecretError::Empty);
+        }
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(SecretError::TooShort);
+        }
+        Ok(Self(secret.into()))
+    }
+
+    /// A token with the header `{"alg":"HS256","typ":"JWT"}` and `claims`, signed with this key.
+    pub fn mint(&self, claims: &serde_json::Map<String, Value>) -> String {
+        let header = URL_SAFE_NO_PAD.encode(MINTED_HEADER);
+        // A map of JSON values always serialises.
+        let claims = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).unwrap_or_default());
+        let signed = format!("{header}.{claims}");
+        let mut mac = self.mac();
+        mac.update(signed.as_bytes());
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+    }
+
+    /// Whether `token`'s last part is the HS256 signature, with this key, of the rest (compared
+    /// in constant time). Nothing else about the token is checked.
+    pub fn signed(&self, token: &str) -> bool {
+        let Some((signed, signature)) = token.rsplit_once('.') else { return false };
+        let Ok(signature) = URL_SAFE_NO_PAD.decode(signature) else { return false };
+        let mut mac = self.mac();
+        mac.update(signed.as_bytes());
+        mac.verify_slice(&signature).is_ok()
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC accepts any key length")
+    }
+}
+
 /// Checks HS256 tokens against one shared secret.
 #[derive(Clone)]
 pub struct JwtVerifier {
-    secret: Arc<[u8]>,
+    secret: SharedSecret,
     issuer: Option<String>,
     audience: Option<String>,
     max_clock_skew_secs: i64,
@@ -46,32 +102,21 @@ pub struct JwtVerifier {
 }
 
 impl JwtVerifier {
-    /// `secret` as read from its file: text (UTF-8) is trimmed, as the reference trims it, so a
-    /// trailing newline is not part of the key; anything else is a binary key (`head -c 32
-    /// /dev/urandom`), used byte for byte — the reference refuses it. `issuer` and `audience`
-    /// are trimmed too, and an empty one is no requirement.
+    /// `secret` as read from its file (see [`SharedSecret::from_file_contents`]). `issuer` and
+    /// `audience` are trimmed, and an empty one is no requirement.
     pub fn new(
         secret: &[u8],
         issuer: Option<String>,
         audience: Option<String>,
         max_clock_skew: Duration,
     ) -> Result<Self, SecretError> {
-        let secret = match std::str::from_utf8(secret) {
-            Ok(text) => text.trim().as_bytes(),
-            Err(_) => secret,
-        };
-        if secret.is_empty() {
-            return Err(SecretError::Empty);
-        }
-        if secret.len() < MIN_SECRET_BYTES {
-            return Err(SecretError::TooShort);
-        }
+        let secret = SharedSecret::from_file_contents(secret)?;
         let max_clock_skew_secs =
             i64::try_from(max_clock_skew.as_secs()).map_err(|_| SecretError::SkewTooLarge)?;
         let required =
             |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Ok(Self {
-            secret: secret.into(),
+            secret,
             issuer: required(issuer),
             audience: required(audience),
             max_clock_skew_secs,
@@ -92,9 +137,7 @@ impl JwtVerifier {
     }
 
     fn verify_at(&self, token: &str, now: i64) -> Result<(), AuthRefusal> {
-        let parts: Vec<&str> = token.split('.').collect();
-        let [header, payload, signature] = parts[..] else { return Err(INVALID) };
-        let header = decode_object(header)?;
+        let DecodedToken { header, claims } = DecodedToken::decode(token).map_err(|_| INVALID)?;
         if header.get("alg").and_then(Value::as_str) != Some("HS256") {
             return Err(INVALID);
         }
@@ -108,12 +151,10 @@ impl JwtVerifier {
         if header.contains_key("crit") {
             return Err(INVALID);
         }
-        let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| INVALID)?;
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).map_err(|_| INVALID)?;
-        mac.update(&token.as_bytes()[..token.rfind('.').unwrap_or_default()]);
-        mac.verify_slice(&signature).map_err(|_| INVALID)?; // constant time
+        if !self.secret.signed(token) {
+            return Err(INVALID);
+        }
 
-        let claims = decode_object(payload)?;
         let exp = claims.get("exp").and_then(Value::as_i64).ok_or(INVALID)?;
         // Not checked by the reference: only an integer `iat` counts, for the lifetime.
         let iat = claims.get("iat").and_then(Value::as_i64);
@@ -171,12 +212,70 @@ pub enum SecretError {
     SkewTooLarge,
 }
 
+/// A token's header and claims, decoded and not verified: what the check reads, and what
+/// `tether token inspect` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedToken {
+    pub header: serde_json::Map<String, Value>,
+    pub claims: serde_json::Map<String, Value>,
+}
+
+impl DecodedToken {
+    /// Splits `token` into its three base64url parts (no padding) and decodes the first two,
+    /// each a JSON object (duplicate keys refused). The signature is only checked to be
+    /// base64url; whether it is right is [`SharedSecret::signed`]'s question.
+    pub fn decode(token: &str) -> Result<Self, MalformedToken> {
+        let parts: Vec<&str> = token.split('.').collect();
+        let [header, claims, signature] = parts[..] else {
+            return Err(MalformedToken::Parts(parts.len()));
+        };
+        let header = decode_object(header, TokenPart::Header)?;
+        let claims = decode_object(claims, TokenPart::Claims)?;
+        if URL_SAFE_NO_PAD.decode(signature).is_err() {
+            return Err(MalformedToken::NotBase64(TokenPart::Signature));
+        }
+        Ok(Self { header, claims })
+    }
+}
+
+/// Why a string is not a JWT at all (as opposed to a JWT that is refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MalformedToken {
+    #[error("a JWT is three base64url parts joined by dots; this has {0} part(s)")]
+    Parts(usize),
+    #[error("its {0} is not base64url (unpadded)")]
+    NotBase64(TokenPart),
+    #[error("its {0} is not a JSON object")]
+    NotAnObject(TokenPart),
+}
+
+/// One of a JWT's three parts, as an error names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenPart {
+    Header,
+    Claims,
+    Signature,
+}
+
+impl std::fmt::Display for TokenPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Header => "header",
+            Self::Claims => "claims part",
+            Self::Signature => "signature",
+        })
+    }
+}
+
 /// A base64url part (no padding) holding a JSON object; duplicate keys are refused.
-fn decode_object(part: &str) -> Result<serde_json::Map<String, Value>, AuthRefusal> {
-    let bytes = URL_SAFE_NO_PAD.decode(part).map_err(|_| INVALID)?;
+fn decode_object(
+    part: &str,
+    which: TokenPart,
+) -> Result<serde_json::Map<String, Value>, MalformedToken> {
+    let bytes = URL_SAFE_NO_PAD.decode(part).map_err(|_| MalformedToken::NotBase64(which))?;
     match parse_value(&bytes) {
         Ok(Value::Object(object)) => Ok(object),
-        _ => Err(INVALID),
+        _ => Err(MalformedToken::NotAnObject(which)),
     }
 }
 
@@ -289,6 +388,54 @@ mod tests {
         assert_eq!(v.verify_at(&token(no_aud), NOW), Err(AUDIENCE_MISMATCH));
         let expired_and_wrong = json!({"exp": NOW - 1, "iss": "else"});
         assert_eq!(v.verify_at(&token(expired_and_wrong), NOW), Err(EXPIRED));
+    }
+
+    /// `SharedSecret::mint` signs what the verifier accepts, byte for byte the token a
+    /// hand-rolled HS256 signer makes; a changed claim or signature is refused.
+    #[test]
+    fn a_minted_token_verifies_and_a_tampered_one_does_not() {
+        let secret = SharedSecret::from_file_contents(format!("{SECRET}\n").as_bytes()).unwrap();
+        let claims =
+            json!({"exp": NOW + 60, "iat": NOW, "iss": "control", "aud": "executor", "sub": "ci"});
+        let token = secret.mint(claims.as_object().unwrap());
+        assert_eq!(token, mint(SECRET, &json!({"alg": "HS256", "typ": "JWT"}), &claims));
+        let v = verifier(Some("control"), Some("executor"), 0);
+        assert_eq!(v.verify_at(&token, NOW), Ok(()));
+        assert!(secret.signed(&token));
+
+        let [header, claims, signature] = token.split('.').collect::<Vec<_>>()[..] else {
+            panic!("{token}")
+        };
+        let forged = json!({"exp": NOW + 86_400, "iss": "control", "aud": "executor"});
+        let forged = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
+        // Another first character changes the signature's first byte, and stays base64url.
+        let swapped = if signature.starts_with('A') { "B" } else { "A" };
+        for tampered in [
+            format!("{header}.{forged}.{signature}"),
+            format!("{header}.{claims}.{swapped}{}", &signature[1..]),
+        ] {
+            assert_eq!(v.verify_at(&tampered, NOW), Err(INVALID), "{tampered}");
+            assert!(!secret.signed(&tampered));
+        }
+        let other = SharedSecret::from_file_contents(b"another secret, thirty-two bytes!").unwrap();
+        assert!(!other.signed(&token));
+    }
+
+    #[test]
+    fn decoding_names_the_part_that_is_not_a_jwts() {
+        let token = token(json!({"exp": NOW}));
+        let decoded = DecodedToken::decode(&token).unwrap();
+        assert_eq!(Value::Object(decoded.header), json!({"alg": "HS256", "typ": "JWT"}));
+        assert_eq!(Value::Object(decoded.claims), json!({"exp": NOW}));
+        for (bad, error) in [
+            ("a.b", MalformedToken::Parts(2)),
+            ("a.b.c.d", MalformedToken::Parts(4)),
+            ("e30=.e30.", MalformedToken::NotBase64(TokenPart::Header)),
+            ("e30.W10.", MalformedToken::NotAnObject(TokenPart::Claims)),
+            ("e30.e30.!", MalformedToken::NotBase64(TokenPart::Signature)),
+        ] {
+            assert_eq!(DecodedToken::decode(bad), Err(error), "{bad}");
+        }
     }
 
     #[test]

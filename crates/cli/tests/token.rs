@@ -1,0 +1,262 @@
+//! `tether token mint` and `tether token inspect`, run as a person runs them, against a real
+//! `tether serve --ws-auth signed-bearer-token`: what `mint` prints opens a connection, its
+//! claims are the ones the server checks, and `inspect` shows them and checks the signature
+//! only when given the secret.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::Value;
+use tether_testkit::scratch::Scratch;
+use tether_testkit::server::tether_binary;
+use tether_testkit::{ServerProcess, Target};
+use tokio::io::AsyncWriteExt as _;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const SECRET: &str = "a shared secret of at least 32 bytes, for token tests\n";
+
+/// Runs `tether ARGS…` to its end, with `stdin` (if any) as its input.
+async fn tether(args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut command = tokio::process::Command::new(tether_binary().unwrap());
+    command.args(args).env_remove("TETHER_TOKEN").kill_on_drop(true);
+    command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap()
+}
+
+/// `tether token mint ARGS…`'s token: exit 0, one newline-terminated line, nothing on stderr.
+async fn mint(secret: &Path, args: &[&str]) -> String {
+    let mut full = vec!["token", "mint", "--shared-secret-file", secret.to_str().unwrap()];
+    full.extend(args);
+    let output = tether(&full, None).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{full:?}: {stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let token = stdout.strip_suffix('\n').expect("newline-terminated");
+    assert!(!token.contains('\n'), "one line: {stdout}");
+    token.to_owned()
+}
+
+/// A token's claims, decoded here, independently of `tether`.
+fn claims(token: &str) -> Value {
+    let payload = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
+}
+
+/// The status and body an upgrade to `url` gets with `Authorization: Bearer token`.
+async fn upgrade(url: &str, token: &str) -> (u16, String) {
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((_, response)) => (response.status().as_u16(), String::new()),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+            (response.status().as_u16(), body.into_owned())
+        }
+        Err(error) => panic!("upgrade failed: {error}"),
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// A minted token with the server's issuer and audience opens a connection — by hand and
+/// through `tether exec` with `TETHER_TOKEN`, as the README shows — and one for another
+/// audience is refused with the server's own words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minted_token_is_accepted_and_a_wrong_audience_is_not() {
+    let scratch = Scratch::new("token-accept");
+    let secret = scratch.file("secret", SECRET.as_bytes());
+    let secret_arg = secret.to_str().unwrap();
+    let server = ServerProcess::start_with(
+        Target::Tether,
+        &[
+            "--ws-auth",
+            "signed-bearer-token",
+            "--ws-shared-secret-file",
+            secret_arg,
+            "--ws-issuer",
+            "control-plane",
+            "--ws-audience",
+            "executor",
+        ],
+    )
+    .await
+    .unwrap();
+
+    let before = now();
+    let good = mint(
+        &secret,
+        &["--ttl", "10m", "--issuer", "control-plane", "--audience", "executor", "--subject", "ci"],
+    )
+    .await;
+    let after = now();
+    let header = URL_SAFE_NO_PAD.decode(good.split('.').next().unwrap()).unwrap();
+    assert_eq!(header, br#"{"alg":"HS256","typ":"JWT"}"#);
+    let seen = claims(&good);
+    let iat = seen["iat"].as_i64().unwrap();
+    assert!((before..=after).contains(&iat), "{seen}");
+    assert_eq!(seen["exp"].as_i64(), Some(iat + 600), "{seen}");
+    assert_eq!(
+        (&seen["iss"], &seen["aud"], &seen["sub"]),
+        (&"control-plane".into(), &"executor".into(), &"ci".into())
+    );
+    assert_eq!(upgrade(&server.url, &good).await, (101, String::new()));
+
+    let mut exec = tokio::process::Command::new(tether_binary().unwrap());
+    exec.args(["exec", "--url", &server.url, "--", "echo", "hi"]).env("TETHER_TOKEN", &good);
+    exec.stdin(Stdio::null()).kill_on_drop(true);
+    let ran = tokio::time::timeout(Duration::from_secs(30), exec.output()).await.unwrap().unwrap();
+    assert_eq!((ran.status.code(), ran.stdout.as_slice()), (Some(0), &b"hi\n"[..]));
+
+    let elsewhere =
+        mint(&secret, &["--ttl", "10m", "--issuer", "control-plane", "--audience", "elsewhere"])
+            .await;
+    assert_eq!(
+        upgrade(&server.url, &elsewhere).await,
+        (401, "websocket jwt audience mismatch".to_owned())
+    );
+}
+
+/// `--ttl 1s` is one second: once the clock has passed the token's `exp`, a server with no
+/// clock skew refuses it as expired. Real time passing is the event, so the test watches the
+/// clock rather than sleeping a fixed while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_expires_when_its_ttl_has_passed() {
+    let scratch = Scratch::new("token-expiry");
+    let secret = scratch.file("secret", SECRET.as_bytes());
+    let args = [
+        "--ws-auth",
+        "signed-bearer-token",
+        "--ws-shared-secret-file",
+        secret.to_str().unwrap(),
+        "--ws-max-clock-skew-seconds",
+        "0",
+    ];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let token = mint(&secret, &["--ttl", "1s"]).await;
+    let seen = claims(&token);
+    let exp = seen["exp"].as_i64().unwrap();
+    assert_eq!(exp - seen["iat"].as_i64().unwrap(), 1, "{seen}");
+
+    // The server refuses once its whole-second clock is past `exp`; it reads the clock after
+    // this test does.
+    while now() <= exp {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(upgrade(&server.url, &token).await, (401, "expired websocket jwt".to_owned()));
+}
+
+/// `inspect` shows the header, the claims and the times, from the argument or stdin; it checks
+/// the signature only with a secret, and a wrong secret or a malformed token is a one-line
+/// failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_claims_and_checks_the_signature_only_with_a_secret() {
+    let scratch = Scratch::new("token-inspect");
+    let secret = scratch.file("secret", SECRET.as_bytes());
+    let wrong = scratch.file("wrong", b"another shared secret, also long enough to sign\n");
+    let token =
+        mint(&secret, &["--ttl", "2h", "--issuer", "control-plane", "--subject", "ci"]).await;
+
+    let unchecked = tether(&["token", "inspect", &token], None).await;
+    assert_eq!(unchecked.status.code(), Some(0));
+    let shown = String::from_utf8(unchecked.stdout).unwrap();
+    for expected in [
+        "\"alg\": \"HS256\"",
+        "\"typ\": \"JWT\"",
+        "\"iss\": \"control-plane\"",
+        "\"sub\": \"ci\"",
+        &format!("\"exp\": {}", claims(&token)["exp"]),
+        "more)\n",
+        "\niat: ",
+        "\nsignature: not checked (no --shared-secret-file)\n",
+    ] {
+        assert!(shown.contains(expected), "{expected}: {shown}");
+    }
+    let exp_line = shown.lines().find(|line| line.starts_with("exp: ")).unwrap();
+    assert!(exp_line.contains("Z (valid for ") && exp_line.ends_with(" more)"), "{exp_line}");
+    assert!(!shown.contains(SECRET.trim()), "the secret is never shown");
+
+    for stdin_args in [vec!["token", "inspect"], vec!["token", "inspect", "-"]] {
+        let piped = tether(&stdin_args, Some(&format!("{token}\n"))).await;
+        assert_eq!(piped.status.code(), Some(0), "{stdin_args:?}");
+        assert!(String::from_utf8(piped.stdout).unwrap().contains("\"sub\": \"ci\""));
+    }
+
+    let secret_arg = secret.to_str().unwrap();
+    let checked =
+        tether(&["token", "inspect", "--shared-secret-file", secret_arg, &token], None).await;
+    assert_eq!(checked.status.code(), Some(0));
+    let shown = String::from_utf8(checked.stdout).unwrap();
+    assert!(shown.ends_with("\nsignature: valid\n"), "{shown}");
+    assert!(!shown.contains(SECRET.trim()), "the secret is never shown");
+
+    let wrong_arg = wrong.to_str().unwrap();
+    let refused =
+        tether(&["token", "inspect", "--shared-secret-file", wrong_arg, &token], None).await;
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("tether: signature: invalid"), "{stderr}");
+    assert!(!String::from_utf8(refused.stdout).unwrap().contains("signature: valid"));
+
+    for malformed in ["a.b", "not-base64!.e30.", "e30.W10.AA"] {
+        let output = tether(&["token", "inspect", malformed], None).await;
+        assert_eq!(output.status.code(), Some(1), "{malformed}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{malformed}: {stderr}");
+        assert!(stderr.starts_with("tether: cannot inspect the token: "), "{stderr}");
+        assert!(output.stdout.is_empty(), "{malformed}");
+    }
+}
+
+/// A secret the server would refuse is refused by `mint` too, in one line that says what to
+/// do; a zero or malformed `--ttl` is refused before anything is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mint_refuses_a_short_secret_and_a_bad_ttl() {
+    let scratch = Scratch::new("token-refusals");
+    let short = scratch.file("short", b"too short\n");
+    let empty = scratch.file("empty", b" \n");
+    for (file, expected) in [(&short, "shorter than 32 bytes"), (&empty, "is empty")] {
+        let args = ["token", "mint", "--shared-secret-file", file.to_str().unwrap(), "--ttl", "1m"];
+        let output = tether(&args, None).await;
+        assert_eq!(output.status.code(), Some(1), "{file:?}");
+        assert!(output.stdout.is_empty());
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("tether: the shared secret ") && stderr.contains(expected));
+        assert!(stderr.contains(file.to_str().unwrap()), "names the file: {stderr}");
+    }
+
+    let secret = scratch.file("secret", SECRET.as_bytes());
+    for ttl in ["0", "0s", "10x", "1h30m", "-1m", ""] {
+        let ttl = format!("--ttl={ttl}");
+        let args = ["token", "mint", "--shared-secret-file", secret.to_str().unwrap(), &ttl];
+        let output = tether(&args, None).await;
+        assert_eq!(output.status.code(), Some(2), "{ttl:?}");
+        assert!(output.stdout.is_empty());
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        let first = stderr.lines().next().unwrap();
+        assert!(first.starts_with("error: ") && first.contains("--ttl"), "{ttl:?}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mint_help_names_the_secret_file_and_the_ttl() {
+    let help = tether(&["token", "mint", "--help"], None).await;
+    assert_eq!(help.status.code(), Some(0));
+    let help = String::from_utf8(help.stdout).unwrap();
+    for flag in ["--shared-secret-file", "--ttl", "--issuer", "--audience", "--subject"] {
+        assert!(help.contains(flag), "{flag}: {help}");
+    }
+}
