@@ -15,11 +15,12 @@ use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
-    DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE,
+    DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE, DEFAULT_SHUTDOWN_GRACE,
+    MAX_SHUTDOWN_GRACE,
 };
 use tether_server::descriptors;
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
-use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig};
+use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Args)]
@@ -154,6 +155,13 @@ pub struct ServeArgs {
     /// and never runs unconfined.
     #[arg(long, value_name = "PATH")]
     bwrap: Option<PathBuf>,
+
+    /// Seconds a SIGTERM (or SIGINT) lets running processes finish before they are killed:
+    /// meanwhile `/readyz` answers 503, new sessions are refused and resumes still work; the
+    /// server exits as soon as every process has closed. A second signal stops at once. At
+    /// most 3600; 0 stops at once.
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
+    shutdown_grace_secs: u64,
 
     /// Listen on an address other than loopback without authentication. Anyone who reaches
     /// the port can run commands: only for networks where that is true of everyone anyway.
@@ -314,6 +322,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // not be handled (the guardian's death arrives as one) would serve on with nobody to stop
     // it, and a stop that comes as it starts takes the clean way out.
     let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
+    if args.shutdown_grace_secs > MAX_SHUTDOWN_GRACE.as_secs() {
+        bail!(
+            "--shutdown-grace-secs {} is more than the most a drain may last, {} (an hour)",
+            args.shutdown_grace_secs,
+            MAX_SHUTDOWN_GRACE.as_secs()
+        );
+    }
     let listen: ListenAddress = args.listen.parse()?;
     let ws_auth = ws_auth(&args, &listen)?;
     let tls_flags = args.tls_cert.is_some() || args.tls_self_signed;
@@ -376,6 +391,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tls,
         request_head_deadline: Duration::from_secs(args.request_head_timeout_secs),
         whole_read_budget_bytes: args.file_read_budget_bytes,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
     };
     let server = Server::bind(&listen, config)
         .await
@@ -390,7 +406,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(%url, "listening");
     }
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(stop_signals, shutdown.clone()));
+    tokio::spawn(cancel_on_signal(stop_signals, server.drain(), shutdown.clone()));
     server.serve(shutdown).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
@@ -400,22 +416,70 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 struct StopSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    /// The server's parent as it starts: the guardian (see `guardian`). Another parent later
+    /// means the guardian is gone, and nothing would kill a drain's processes should this
+    /// server be killed too.
+    parent: Option<rustix::process::Pid>,
+}
+
+/// A SIGINT this soon after the first is taken as the same Ctrl-C: a terminal sends it to the
+/// whole process group, the guardian included, which passes its copy on within milliseconds.
+/// A person's second Ctrl-C comes later than this; SIGTERM has no such twin and is never
+/// discounted.
+const SIGINT_TWIN_WINDOW: Duration = Duration::from_millis(500);
+
+/// Which stop signal came.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Term,
+    Int,
 }
 
 impl StopSignals {
     fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            parent: rustix::process::getppid(),
+        })
+    }
+
+    async fn next(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.term.recv() => Stop::Term,
+            _ = self.int.recv() => Stop::Int,
+        }
+    }
+
+    /// Whether the guardian this server started under has died (its death arrives as a
+    /// SIGTERM).
+    fn guardian_gone(&self) -> bool {
+        rustix::process::getppid() != self.parent
     }
 }
 
 /// SIGTERM or SIGINT starts a clean shutdown: connections close and every session's processes
-/// are killed before the server exits. The guardian's death arrives as a SIGTERM too.
-async fn cancel_on_signal(signals: StopSignals, shutdown: CancellationToken) {
-    let StopSignals { mut term, mut int } = signals;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// are killed before the server exits. With `--shutdown-grace-secs`, the server drains first
+/// (see `tether_server::drain`), and a second signal ends the drain at once. The guardian's
+/// death arrives as a SIGTERM too; then there is no drain: with no guardian left, stopping
+/// now is what keeps the server's processes from outliving it.
+async fn cancel_on_signal(mut signals: StopSignals, drain: Drain, shutdown: CancellationToken) {
+    let first = signals.next().await;
+    if !drain.grace().is_zero() && !signals.guardian_gone() {
+        let received = tokio::time::Instant::now();
+        let second = async {
+            loop {
+                let next = signals.next().await;
+                if next == Stop::Term
+                    || first == Stop::Term
+                    || received.elapsed() > SIGINT_TWIN_WINDOW
+                {
+                    return;
+                }
+            }
+        };
+        drain.run(second).await;
     }
     tracing::info!("shutting down");
     shutdown.cancel();

@@ -65,6 +65,17 @@ pub const DEFAULT_MAX_SESSIONS: usize = 1024;
 /// WebSocket connections open at once. Past it, upgrades get `503`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
+/// How long a stopping server lets running processes finish (see [`crate::drain`]): none by
+/// default, so a stop is what it always was — connections close and processes are killed at
+/// once — unless the operator chooses a drain.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::ZERO;
+
+/// The longest drain an operator may ask for: an hour covers a long build or test run, and a
+/// value past it is more likely a typo (milliseconds for seconds) than a wish to keep a
+/// stopping server alive for days. Supervisors have their own ceiling too (Kubernetes'
+/// `terminationGracePeriodSeconds`), which should be set a little above this server's.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(60 * 60);
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub detached_session_ttl: Duration,
@@ -90,6 +101,9 @@ pub struct ServerConfig {
     /// File bytes whole-file reads may hold at once, server-wide
     /// ([`tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES`]).
     pub whole_read_budget_bytes: usize,
+    /// How long a drain lets processes finish ([`DEFAULT_SHUTDOWN_GRACE`], at most
+    /// [`MAX_SHUTDOWN_GRACE`]).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -108,6 +122,7 @@ impl Default for ServerConfig {
             tls: None,
             request_head_deadline: DEFAULT_REQUEST_HEAD_DEADLINE,
             whole_read_budget_bytes: tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - [`transport`]: WebSocket (axum, optionally over TLS) and stdio framing; each yields frames
 //!   to a connection. Before its upgrade a connection is a stranger's: deadlines and a cap.
 //! - [`descriptors`]: making the connection limit fit the file-descriptor limit.
+//! - [`drain`]: a graceful stop — no new sessions, running processes given a grace to finish.
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
 //! - `handlers`: one module per method family (`process`, `fs`, `http`), thin over the engine.
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
@@ -19,6 +20,7 @@
 pub mod auth;
 pub mod config;
 pub mod descriptors;
+pub mod drain;
 mod handlers;
 pub mod jwt;
 pub mod listen;
@@ -34,6 +36,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::ServerConfig;
+pub use drain::{Drain, DrainEnd};
 pub use listen::{DEFAULT_LISTEN, ListenAddress};
 use tokio_util::sync::CancellationToken;
 
@@ -98,6 +101,11 @@ impl Server {
     pub fn url(&self) -> Option<String> {
         let scheme = if self.state.config.tls.is_some() { "wss" } else { "ws" };
         self.local_addr().map(|addr| format!("{scheme}://{addr}"))
+    }
+
+    /// The handle that drains this server (see [`drain`]); take it before [`Self::serve`].
+    pub fn drain(&self) -> Drain {
+        Drain::new(self.state.clone())
     }
 
     /// Serves until `shutdown` is cancelled (or, for stdio, until stdin ends), then ends every

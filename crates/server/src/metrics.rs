@@ -51,6 +51,28 @@ impl UpgradeRefusal {
     }
 }
 
+/// Why an `initialize` that would have started a session was refused, for
+/// `tether_sessions_refused_total{reason}`. (The refusal comes after the upgrade: a session id
+/// only arrives in `initialize`, so the upgrade cannot tell a new session from a resume.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SessionRefusal {
+    /// `--max-sessions` reached.
+    TooManySessions,
+    /// The server is draining (see [`crate::drain`]).
+    Draining,
+}
+
+impl SessionRefusal {
+    const ALL: [SessionRefusal; 2] = [SessionRefusal::TooManySessions, SessionRefusal::Draining];
+
+    fn label(self) -> &'static str {
+        match self {
+            SessionRefusal::TooManySessions => r#"{reason="too_many_sessions"}"#,
+            SessionRefusal::Draining => r#"{reason="draining"}"#,
+        }
+    }
+}
+
 /// Why a connection was closed before its upgrade, for
 /// `tether_connections_closed_before_upgrade_total{reason}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +106,8 @@ pub(crate) struct Metrics {
     upgrades_refused: [AtomicU64; 4],
     /// Indexed by [`EarlyClose`], as above.
     closed_early: [AtomicU64; 3],
+    /// Indexed by [`SessionRefusal`], as above.
+    sessions_refused: [AtomicU64; 2],
     output_bytes: AtomicU64,
     sessions_created: AtomicU64,
     sessions_resumed: AtomicU64,
@@ -107,6 +131,10 @@ impl Metrics {
 
     pub(crate) fn closed_early(&self, why: EarlyClose) {
         self.closed_early[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn session_refused(&self, why: SessionRefusal) {
+        self.sessions_refused[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn output_sent(&self, bytes: usize) {
@@ -181,6 +209,14 @@ impl Metrics {
             "Sessions created since start.",
             &[("", load(&self.sessions_created))],
         );
+        let sessions_refused =
+            by_reason(&SessionRefusal::ALL, &self.sessions_refused, SessionRefusal::label);
+        metric(
+            "tether_sessions_refused_total",
+            "counter",
+            "New sessions refused at initialize, by reason: the session limit, a draining server.",
+            &sessions_refused,
+        );
         metric(
             "tether_session_resumes_total",
             "counter",
@@ -251,6 +287,9 @@ mod tests {
         for (at, reason) in UpgradeRefusal::ALL.into_iter().enumerate() {
             assert_eq!(reason as usize, at, "{reason:?}");
         }
+        for (at, reason) in SessionRefusal::ALL.into_iter().enumerate() {
+            assert_eq!(reason as usize, at, "{reason:?}");
+        }
     }
 
     #[test]
@@ -263,6 +302,7 @@ mod tests {
         metrics.error_sent(-32600);
         metrics.error_sent(-32601);
         metrics.output_sent(10);
+        metrics.session_refused(SessionRefusal::Draining);
         let now = Snapshot {
             sessions_attached: 1,
             sessions_detached: 2,
@@ -279,6 +319,8 @@ mod tests {
             r#"tether_sessions{state="detached"} 2"#,
             r#"tether_processes{state="running"} 3"#,
             "tether_output_bytes_total 10",
+            r#"tether_sessions_refused_total{reason="draining"} 1"#,
+            r#"tether_sessions_refused_total{reason="too_many_sessions"} 0"#,
             r#"tether_retained_output_bytes{where="disk"} 6"#,
             r#"tether_rpc_errors_total{code="-32600"} 2"#,
             r#"tether_rpc_errors_total{code="-32601"} 1"#,

@@ -31,7 +31,8 @@ use crate::handlers::fs::{FsCall, FsConnection, Reply};
 use crate::handlers::http::HttpConnection;
 use crate::handlers::process::ProcessCall;
 use crate::handlers::{self, Call};
-use crate::rpc_error::{from_process_error, invalid_request};
+use crate::metrics::SessionRefusal;
+use crate::rpc_error::{self, from_process_error, invalid_request};
 use crate::session::Session;
 use crate::state::ServerState;
 use crate::transport::{ConnectionId, Outbound, TransportKind};
@@ -302,9 +303,20 @@ impl Processor {
                 self.state.metrics.session_resumed();
                 session
             }
+            // A draining server takes no new work; resumes (above) go on, so a client that
+            // dropped can come back for what its processes said.
+            None if self.state.drain.is_draining() => {
+                self.state.metrics.session_refused(SessionRefusal::Draining);
+                debug!(client_name = %params.client_name, "new session refused: draining");
+                return Err(rpc_error::draining());
+            }
             None => {
                 let max = self.state.config.max_sessions;
-                let session = sessions.create(self.connection, self.outbound.clone(), max)?;
+                // The limit is the only reason `create` refuses.
+                let session =
+                    sessions.create(self.connection, self.outbound.clone(), max).inspect_err(
+                        |_| self.state.metrics.session_refused(SessionRefusal::TooManySessions),
+                    )?;
                 self.state.metrics.session_created();
                 session
             }

@@ -163,6 +163,20 @@ impl SessionRegistry {
         }
     }
 
+    /// Processes started and not yet closed, in every session (what a drain waits for).
+    pub(crate) fn unfinished_processes(&self) -> usize {
+        self.sessions().values().map(|session| session.processes.unfinished()).sum()
+    }
+
+    /// Returns once every session has handed its clients each process event published so far
+    /// (see [`Session::caught_up`]).
+    pub(crate) async fn caught_up(&self) {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        for session in sessions {
+            session.caught_up().await;
+        }
+    }
+
     /// Ends every session: the server is shutting down.
     pub(crate) fn shutdown(&self) {
         let sessions: Vec<_> = self.sessions().drain().map(|(_, s)| s).collect();

@@ -9,6 +9,19 @@ pub(crate) fn invalid_request(message: impl Into<String>) -> JsonRpcError {
     JsonRpcError::new(INVALID_REQUEST, message)
 }
 
+/// An `initialize` that would start a session on a draining server. `-32600`, as the server's
+/// other refusals at `initialize` (too many sessions, an unknown session id); `data` says
+/// `{"draining": true}`, so a client (or a router in front of many executors) decides to go
+/// elsewhere on that, not on the words.
+pub(crate) fn draining() -> JsonRpcError {
+    JsonRpcError {
+        data: Some(serde_json::json!({"draining": true})),
+        ..invalid_request(
+            "this server is draining (shutting down): start the session on another executor; resuming a session still works",
+        )
+    }
+}
+
 pub(crate) fn invalid_params(message: impl Into<String>) -> JsonRpcError {
     JsonRpcError::new(INVALID_PARAMS, message)
 }

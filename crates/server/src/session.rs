@@ -16,7 +16,7 @@ use tether_protocol::method::{PROCESS_CLOSED, PROCESS_EXITED};
 use tether_protocol::process::{
     ProcessClosedNotification, ProcessExitedNotification, ProcessOutputNotification,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{Instrument, info_span};
 
@@ -25,6 +25,10 @@ use crate::transport::{ConnectionId, Outbound};
 /// Process events buffered between a session's processes and its connection.
 const SESSION_EVENT_QUEUE: usize = 256;
 
+/// Catch-up requests ([`Session::caught_up`]) queued for a session's forwarder. Only a
+/// draining server asks, one session at a time: one slot is plenty, and a second asker waits.
+const CATCH_UP_REQUESTS: usize = 1;
+
 pub(crate) struct Session {
     pub id: String,
     pub processes: Arc<ProcessTable>,
@@ -32,6 +36,9 @@ pub(crate) struct Session {
     /// How long it waits for a resume once detached: the server's default, or what its client
     /// asked for within the server's maximum (Tether's `sessionTtl`).
     detached_ttl: Mutex<Duration>,
+    /// Asks the forwarder to answer once it has handled every event queued before the ask,
+    /// so that a draining server knows the last `process/closed` is on its way to the client.
+    catch_up: mpsc::Sender<oneshot::Sender<()>>,
 }
 
 /// Who hears a session's notifications.
@@ -60,15 +67,30 @@ impl Session {
         detached_ttl: Duration,
     ) -> Arc<Self> {
         let (events_tx, events_rx) = mpsc::channel(SESSION_EVENT_QUEUE);
+        let (catch_up, catch_up_rx) = mpsc::channel(CATCH_UP_REQUESTS);
         let session = Arc::new(Self {
             processes: ProcessTable::new(config, events_tx),
             attachment: Mutex::new(Attachment::Attached { connection, outbound }),
             detached_ttl: Mutex::new(detached_ttl),
+            catch_up,
             id,
         });
         let span = info_span!("session", session = %log_tag(&session.id));
-        tokio::spawn(forward_events(Arc::downgrade(&session), events_rx).instrument(span));
+        let forwarding = forward_events(Arc::downgrade(&session), events_rx, catch_up_rx);
+        tokio::spawn(forwarding.instrument(span));
         session
+    }
+
+    /// Returns once every process event published before the call has been handed to the
+    /// attached connection's queue (or dropped, if detached). A process whose table counts it
+    /// closed has published its `Closed` event, so after this its notification is queued
+    /// ahead of any Close frame. Returns at once if the forwarder is gone (nothing to wait
+    /// for).
+    pub(crate) async fn caught_up(&self) {
+        let (done, answer) = oneshot::channel();
+        if self.catch_up.send(done).await.is_ok() {
+            let _ = answer.await;
+        }
     }
 
     /// How long the session waits for a resume once detached.
@@ -98,11 +120,24 @@ impl Session {
 
 /// Turns process events into notifications for the attached connection. While detached, events
 /// are dropped: the output stays retained, and a resuming client catches up with `process/read`.
+///
+/// A catch-up request is answered only when no event is ready (`biased`: events are polled
+/// first), so every event queued before it has been handled.
 async fn forward_events(
     session: std::sync::Weak<Session>,
     mut events: mpsc::Receiver<ProcessEvent>,
+    mut catch_up: mpsc::Receiver<oneshot::Sender<()>>,
 ) {
-    while let Some(event) = events.recv().await {
+    loop {
+        let event = tokio::select! {
+            biased;
+            event = events.recv() => event,
+            Some(done) = catch_up.recv() => {
+                let _ = done.send(());
+                continue;
+            }
+        };
+        let Some(event) = event else { return };
         let Some(outbound) = session.upgrade().and_then(|s| s.current_outbound()) else {
             continue;
         };

@@ -11,6 +11,7 @@ use tether_engine::capabilities::InventoryCache;
 use tether_engine::shell_snapshot::ShellSnapshots;
 
 use crate::config::ServerConfig;
+use crate::drain::DrainFlag;
 use crate::metrics::Metrics;
 use crate::registry::SessionRegistry;
 
@@ -29,6 +30,8 @@ pub(crate) struct ServerState {
     pub metrics: Arc<Metrics>,
     /// One permit per open WebSocket connection ([`ServerConfig::max_connections`]).
     pub connections: Arc<tokio::sync::Semaphore>,
+    /// Set when a drain starts: new sessions are refused, `/readyz` says 503.
+    pub drain: DrainFlag,
 }
 
 impl ServerState {
@@ -42,6 +45,7 @@ impl ServerState {
             snapshots: ShellSnapshots::default(),
             metrics: Arc::new(Metrics::default()),
             connections: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+            drain: DrainFlag::default(),
             config,
         })
     }

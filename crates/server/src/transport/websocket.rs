@@ -72,7 +72,7 @@ pub(crate) async fn serve(
     let connections = TaskTracker::new();
     let app = Router::new()
         .route("/", any(upgrade))
-        .route("/readyz", get(|| async { StatusCode::OK }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(AppState {
             server,
@@ -128,6 +128,16 @@ async fn upgrade(
             drop(permit);
         })
         .into_response()
+}
+
+/// `GET /readyz`: 200 while the server takes new sessions, 503 once it drains (see
+/// [`crate::drain`]), so that a load balancer sends new work elsewhere while resumes still
+/// reach this server.
+async fn readyz(State(app): State<AppState>) -> Response {
+    if app.server.drain.is_draining() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining: shutting down").into_response();
+    }
+    StatusCode::OK.into_response()
 }
 
 /// `GET /metrics` (Prometheus text). With `--ws-auth`, it asks for the same credential as a

@@ -1,0 +1,211 @@
+//! The deployment recipe in `deploy/`: the Kubernetes manifests are valid for Kubernetes 1.37
+//! (`kubernetes-validate --strict`, which `scripts/test` installs), they hang together (probes,
+//! ports, the secret's mount, the grace periods), and the command line the executor pod and the
+//! image run is one `tether serve` starts with and serves a real client on — the token minted
+//! the way the README tells a control plane to.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_yaml_ng::Value;
+use tether_testkit::scratch::Scratch;
+use tether_testkit::server::tether_binary;
+use tether_testkit::{ServerProcess, Target};
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// The manifests: every YAML file under `deploy/kubernetes` but the kustomization.
+fn manifests() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join("kubernetes"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .filter(|path| path.file_name().is_some_and(|name| name != "kustomization.yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn yaml(path: &Path) -> Value {
+    serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn statefulset() -> Value {
+    yaml(&deploy_dir().join("kubernetes/statefulset.yaml"))
+}
+
+#[test]
+fn the_manifests_validate_strictly_against_kubernetes_1_37() {
+    let files = manifests();
+    assert!(files.len() >= 4, "{files:?}");
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--kubernetes-version", "1.37.0"])
+        .args(&files)
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("cannot run kubernetes-validate ({error}): pip install kubernetes-validate (scripts/test does)")
+        });
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy();
+        assert!(said.contains(&format!("{name} passed")), "{name} not checked: {said}");
+    }
+}
+
+#[test]
+fn the_kustomization_applies_every_manifest() {
+    let kustomization = yaml(&deploy_dir().join("kubernetes/kustomization.yaml"));
+    let mut listed: Vec<String> = kustomization["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|resource| resource.as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    let on_disk: Vec<String> = manifests()
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(listed, on_disk);
+    let secret = &kustomization["secretGenerator"][0];
+    let pod = &statefulset()["spec"]["template"]["spec"];
+    assert_eq!(secret["name"], pod["volumes"][0]["secret"]["secretName"]);
+}
+
+/// The pod's container, and what its args say.
+struct Container {
+    spec: Value,
+    args: Vec<String>,
+}
+
+impl Container {
+    fn of_statefulset() -> Self {
+        let set = statefulset();
+        let spec = set["spec"]["template"]["spec"]["containers"][0].clone();
+        let args = spec["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|arg| arg.as_str().unwrap().to_owned())
+            .collect();
+        Self { spec, args }
+    }
+
+    fn flag(&self, name: &str) -> Option<&str> {
+        let at = self.args.iter().position(|arg| arg == name)?;
+        self.args.get(at + 1).map(String::as_str)
+    }
+}
+
+#[test]
+fn the_executor_pod_hangs_together() {
+    let set = statefulset();
+    let pod = &set["spec"]["template"]["spec"];
+    let container = Container::of_statefulset();
+
+    // The port it listens on is the one the probes, the Service and the scrape use.
+    let listen = container.flag("--listen").unwrap();
+    assert_eq!(listen, "ws://0.0.0.0:4500");
+    assert_eq!(container.spec["ports"][0]["containerPort"].as_u64(), Some(4500));
+    let annotations = &set["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/port"].as_str(), Some("4500"));
+    assert_eq!(annotations["prometheus.io/path"].as_str(), Some("/metrics"));
+
+    // Readiness is /readyz; liveness is not (a drain answers 503 there, and must not get the
+    // pod restarted under the commands it waits for).
+    assert_eq!(container.spec["readinessProbe"]["httpGet"]["path"].as_str(), Some("/readyz"));
+    assert!(container.spec["livenessProbe"]["httpGet"].is_null());
+
+    // The kubelet's SIGKILL comes after the server's own drain.
+    let grace: u64 = container.flag("--shutdown-grace-secs").unwrap().parse().unwrap();
+    let kubelet = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(kubelet > grace, "terminationGracePeriodSeconds {kubelet} ≤ the drain's {grace}");
+
+    // The shared secret is read from the Secret's mount.
+    let secret = container.flag("--ws-shared-secret-file").unwrap();
+    let mounts = container.spec["volumeMounts"].as_sequence().unwrap();
+    let mount = mounts.iter().find(|mount| mount["name"] == "shared-secret").unwrap();
+    assert!(secret.starts_with(mount["mountPath"].as_str().unwrap()), "{secret}");
+    assert_eq!(mount["readOnly"].as_bool(), Some(true));
+
+    // Agents' commands find no Kubernetes credentials, and do not run as root.
+    assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
+    assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
+}
+
+/// `args` without `--listen` and its value, the secret file replaced by `secret`.
+fn runnable(args: &[String], secret: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--listen" => {
+                args.next();
+            }
+            "--ws-shared-secret-file" => {
+                args.next();
+                out.extend([arg.clone(), secret.display().to_string()]);
+            }
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
+/// Starts `tether serve` with `args` (on a loopback port), mints a token with `tether token
+/// mint` as a control plane would, and runs a command through the server with it.
+async fn serves_a_client_with(args: &[String], audience: Option<&str>) {
+    let scratch = Scratch::new("deploy");
+    let secret = scratch.file("shared-secret", b"0123456789abcdef0123456789abcdef0123456789\n");
+    let args = runnable(args, &secret);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+
+    let mut mint = Command::new(tether_binary().unwrap());
+    mint.args(["token", "mint", "--ttl", "5m", "--shared-secret-file"]).arg(&secret);
+    if let Some(audience) = audience {
+        mint.args(["--audience", audience]);
+    }
+    let minted = mint.output().unwrap();
+    assert!(minted.status.success(), "{}", String::from_utf8_lossy(&minted.stderr));
+    let token = String::from_utf8(minted.stdout).unwrap();
+
+    let exec = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--no-stdin", "--", "echo", "from the pod"])
+        .env("TETHER_TOKEN", token.trim())
+        .kill_on_drop(true)
+        .output();
+    let out =
+        tokio::time::timeout(std::time::Duration::from_secs(30), exec).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from the pod\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_pods_command_line_serves_a_client_with_a_minted_token() {
+    let container = Container::of_statefulset();
+    serves_a_client_with(&container.args, container.flag("--ws-audience")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_images_command_line_serves_a_client_with_a_minted_token() {
+    let recipe = std::fs::read_to_string(deploy_dir().join("Containerfile")).unwrap();
+    let line = |directive: &str| {
+        recipe
+            .lines()
+            .find_map(|line| line.strip_prefix(directive))
+            .unwrap_or_else(|| panic!("no {directive} in the Containerfile"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(line("STOPSIGNAL "), "SIGTERM");
+    let entrypoint: Vec<String> = serde_json::from_str(&line("ENTRYPOINT ")).unwrap();
+    assert_eq!(entrypoint[1..], ["serve"]);
+    let cmd: Vec<String> = serde_json::from_str(&line("CMD ")).unwrap();
+    assert!(cmd.windows(2).any(|pair| pair == ["--listen", "ws://0.0.0.0:4500"]), "{cmd:?}");
+    serves_a_client_with(&cmd, None).await;
+}
