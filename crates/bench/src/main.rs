@@ -59,7 +59,7 @@ struct Args {
                          bigfile,http,loaded,sandbox,sandboxfs,config,discovery,cp,wss"
     )]
     only: Vec<String>,
-    /// Skip the reference, and scp (for profiling Tether alone).
+    /// Skip the reference, scp and ssh (for profiling Tether alone).
     #[arg(long)]
     tether_only: bool,
     /// Concurrent processes in the "many" workload.
