@@ -27,7 +27,7 @@ async fn connect(url: &str) -> anyhow::Result<ExecServerClient> {
 }
 
 /// Follows a process to its close; returns (output bytes, exit code).
-async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(u64, i32)> {
+pub async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(u64, i32)> {
     let (mut bytes, mut code) = (0u64, None);
     loop {
         match process.next_update().await.context("stream ended without close")? {
@@ -44,14 +44,21 @@ async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(u64, i32)> {
 /// Median milliseconds from `process/start` of `/bin/true` to its close, sequentially.
 pub async fn latency(url: &str, runs: usize) -> anyhow::Result<f64> {
     let client = connect(url).await?;
+    Ok(median(&mut start_to_close(&client, runs).await?))
+}
+
+/// Milliseconds from `process/start` of `/bin/true` to its close, `runs` times one after
+/// another on `client`'s session.
+pub async fn start_to_close(client: &ExecServerClient, runs: usize) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::with_capacity(runs);
     for run in 0..runs {
         let started = Instant::now();
         let mut process = client.start(params(&format!("true-{run}"), &["/bin/true"])).await?;
-        finish(&mut process).await?;
+        let (_, code) = finish(&mut process).await?;
         samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(code == 0, "/bin/true exited {code}");
     }
-    Ok(median(&mut samples))
+    Ok(samples)
 }
 
 /// MB/s of decoded output received by the client from `head -c BYTES /dev/zero`.
@@ -246,17 +253,13 @@ pub async fn latency_under_load(
         }));
     }
     let client = connect(url).await?;
-    let mut samples = Vec::with_capacity(runs);
-    for run in 0..runs {
-        let started = Instant::now();
-        let mut process = client.start(params(&format!("true-{run}"), &["/bin/true"])).await?;
-        finish(&mut process).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
+    let samples = start_to_close(&client, runs).await;
     stop.send_replace(());
     for stream in streaming {
         stream.await?;
     }
+    // The load is stopped first, whether or not every start went through.
+    let mut samples = samples?;
     samples.sort_by(f64::total_cmp);
     Ok(vec![percentile(&samples, 50.0), percentile(&samples, 99.0)])
 }

@@ -20,10 +20,7 @@ use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use tether_client::{
-    ClientOptions, ExecServerClient, ProcessUpdate, RemoteProcess, TlsFingerprint,
-};
-use tether_engine::ProcessEvent;
+use tether_client::{ClientOptions, ExecServerClient, TlsFingerprint};
 use tether_engine::fs::FileSystem;
 use tether_protocol::PathUri;
 use tether_protocol::fs::FsReadFileParams;
@@ -194,7 +191,7 @@ async fn tether_pipe(client: &ExecServerClient, bytes: u64) -> anyhow::Result<f6
     let start = workloads::params("head", &argv);
     let started = Instant::now();
     let mut process = client.start(start).await?;
-    let (received, code) = finish(&mut process).await?;
+    let (received, code) = workloads::finish(&mut process).await?;
     let seconds = started.elapsed().as_secs_f64();
     anyhow::ensure!(
         code == 0 && received == bytes,
@@ -218,32 +215,7 @@ async fn tether_read_file(client: &ExecServerClient, file: &ScratchFile) -> anyh
 /// Median ms from `process/start` of `/bin/true` to its close, `runs` times one after another,
 /// as `workloads::latency` times it.
 async fn tether_round_trip(client: &ExecServerClient, runs: usize) -> anyhow::Result<f64> {
-    let mut samples = Vec::with_capacity(runs);
-    for run in 0..runs {
-        let start = workloads::params(&format!("true-{run}"), &["/bin/true"]);
-        let started = Instant::now();
-        let mut process = client.start(start).await?;
-        let (_, code) = finish(&mut process).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
-        anyhow::ensure!(code == 0, "/bin/true exited {code}");
-    }
-    Ok(median(&mut samples))
-}
-
-/// Follows a process to its close; returns (output bytes, exit code). As `workloads` follows
-/// one (its own is private to it).
-async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(u64, i32)> {
-    let (mut bytes, mut code) = (0u64, None);
-    loop {
-        match process.next_update().await.context("stream ended without close")? {
-            ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => bytes += chunk.len() as u64,
-            ProcessUpdate::Event(ProcessEvent::Exited { exit_code, .. }) => code = Some(exit_code),
-            ProcessUpdate::Event(ProcessEvent::Closed { .. }) => {
-                return Ok((bytes, code.context("closed before exit")?));
-            }
-            ProcessUpdate::Failed(message) => bail!("process failed: {message}"),
-        }
-    }
+    Ok(median(&mut workloads::start_to_close(client, runs).await?))
 }
 
 /// MB/s of `head -c BYTES /dev/zero`'s output over ssh, from spawning `ssh` to its exit.
