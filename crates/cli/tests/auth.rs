@@ -14,7 +14,9 @@ use tether_client::error::ConnectErrorKind;
 use tether_client::{ClientError, ClientOptions, ExecServerClient};
 use tether_testkit::server::tether_binary;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both, shell_params};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+mod common;
+use common::upgrade;
 
 against_both!(
     capability_tokens_from_a_file_or_a_digest,
@@ -23,22 +25,6 @@ against_both!(
 );
 
 const SECRET: &str = "a shared secret of at least 32 bytes, for tests";
-
-/// The status and body an upgrade to `url` gets with `authorization` (if any).
-async fn upgrade(url: &str, authorization: Option<&str>) -> (u16, String) {
-    let mut request = url.into_client_request().unwrap();
-    if let Some(value) = authorization {
-        request.headers_mut().insert("authorization", value.parse().unwrap());
-    }
-    match tokio_tungstenite::connect_async(request).await {
-        Ok((_, response)) => (response.status().as_u16(), String::new()),
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
-            (response.status().as_u16(), body.into_owned())
-        }
-        Err(error) => panic!("upgrade failed: {error}"),
-    }
-}
 
 fn write_secret(dir: &std::path::Path, name: &str, contents: &str) -> String {
     let path = dir.join(name);

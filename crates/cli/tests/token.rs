@@ -14,7 +14,9 @@ use tether_testkit::scratch::Scratch;
 use tether_testkit::server::tether_binary;
 use tether_testkit::{ServerProcess, Target};
 use tokio::io::AsyncWriteExt as _;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+mod common;
+use common::upgrade;
 
 const SECRET: &str = "a shared secret of at least 32 bytes, for token tests\n";
 
@@ -50,20 +52,6 @@ async fn mint(secret: &Path, args: &[&str]) -> String {
 fn claims(token: &str) -> Value {
     let payload = token.split('.').nth(1).unwrap();
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
-}
-
-/// The status and body an upgrade to `url` gets with `Authorization: Bearer token`.
-async fn upgrade(url: &str, token: &str) -> (u16, String) {
-    let mut request = url.into_client_request().unwrap();
-    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    match tokio_tungstenite::connect_async(request).await {
-        Ok((_, response)) => (response.status().as_u16(), String::new()),
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
-            (response.status().as_u16(), body.into_owned())
-        }
-        Err(error) => panic!("upgrade failed: {error}"),
-    }
 }
 
 fn now() -> i64 {
@@ -111,7 +99,7 @@ async fn a_minted_token_is_accepted_and_a_wrong_audience_is_not() {
         (&seen["iss"], &seen["aud"], &seen["sub"]),
         (&"control-plane".into(), &"executor".into(), &"ci".into())
     );
-    assert_eq!(upgrade(&server.url, &good).await, (101, String::new()));
+    assert_eq!(upgrade(&server.url, Some(&format!("Bearer {good}"))).await, (101, String::new()));
 
     let mut exec = tokio::process::Command::new(tether_binary().unwrap());
     exec.args(["exec", "--url", &server.url, "--", "echo", "hi"]).env("TETHER_TOKEN", &good);
@@ -123,7 +111,7 @@ async fn a_minted_token_is_accepted_and_a_wrong_audience_is_not() {
         mint(&secret, &["--ttl", "10m", "--issuer", "control-plane", "--audience", "elsewhere"])
             .await;
     assert_eq!(
-        upgrade(&server.url, &elsewhere).await,
+        upgrade(&server.url, Some(&format!("Bearer {elsewhere}"))).await,
         (401, "websocket jwt audience mismatch".to_owned())
     );
 }
@@ -154,7 +142,10 @@ async fn a_token_expires_when_its_ttl_has_passed() {
     while now() <= exp {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(upgrade(&server.url, &token).await, (401, "expired websocket jwt".to_owned()));
+    assert_eq!(
+        upgrade(&server.url, Some(&format!("Bearer {token}"))).await,
+        (401, "expired websocket jwt".to_owned())
+    );
 }
 
 /// `inspect` shows the header, the claims and the times, from the argument or stdin; it checks

@@ -123,3 +123,21 @@ pub fn sample(text: &str, name: &str) -> f64 {
         .parse()
         .unwrap()
 }
+
+/// The status and body an upgrade to `url` gets with `authorization` (if any).
+pub async fn upgrade(url: &str, authorization: Option<&str>) -> (u16, String) {
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+            .unwrap();
+    if let Some(value) = authorization {
+        request.headers_mut().insert("authorization", value.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((_, response)) => (response.status().as_u16(), String::new()),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+            (response.status().as_u16(), body.into_owned())
+        }
+        Err(error) => panic!("upgrade failed: {error}"),
+    }
+}
