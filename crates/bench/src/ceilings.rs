@@ -141,3 +141,50 @@ pub async fn http_streamed(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
     let client = tether_engine::http::LocalHttpClient::new();
     crate::io_workloads::stream_through(&client, peer_url, bytes).await
 }
+
+/// Median microseconds of a 200-byte request and its 200-byte answer over loopback TCP
+/// between two processes: `calls` round trips to an echoing child (this benchmark itself,
+/// run again as [`echo`]). The floor of any small request on this machine: a server that did no work at
+/// all would still pay two wake-ups of a sleeping thread per call, and on a virtual
+/// machine whose two processes sit on different CPUs these dominate.
+pub fn tcp_round_trip(calls: usize) -> anyhow::Result<f64> {
+    use std::io::Write as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(ECHO_ENV, address.to_string())
+        .stdin(Stdio::null())
+        .spawn()?;
+    let (mut socket, _) = listener.accept()?;
+    socket.set_nodelay(true)?;
+    let mut message = [0u8; ROUND_TRIP_BYTES];
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let started = Instant::now();
+        socket.write_all(&message)?;
+        socket.read_exact(&mut message)?;
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(socket);
+    child.wait()?;
+    Ok(median(&mut samples))
+}
+
+/// Bytes each way in [`tcp_round_trip`]: about a small request's and its answer's size.
+const ROUND_TRIP_BYTES: usize = 200;
+
+/// Set in the echoing child of [`tcp_round_trip`] to the address it connects to.
+pub const ECHO_ENV: &str = "TETHER_BENCH_ECHO_TO";
+
+/// The echoing child of [`tcp_round_trip`]: answers each message with itself until the
+/// connection ends.
+pub fn echo(address: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut socket = std::net::TcpStream::connect(address)?;
+    socket.set_nodelay(true)?;
+    let mut message = [0u8; ROUND_TRIP_BYTES];
+    while socket.read_exact(&mut message).is_ok() {
+        socket.write_all(&message)?;
+    }
+    Ok(())
+}

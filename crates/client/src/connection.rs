@@ -70,7 +70,10 @@ enum End {
 /// One WebSocket connection and its calls in flight.
 pub(crate) struct Connection {
     pub generation: u64,
-    writer: mpsc::UnboundedSender<Frame>,
+    writer: Arc<Writer>,
+    /// Frames the reader and [`Connection::close`] send, which must not wait for the socket
+    /// (see [`CONTROL_QUEUED_FRAMES`]): written by a task of their own.
+    control: mpsc::Sender<Frame>,
     calls: Arc<Mutex<Calls>>,
     next_id: AtomicI64,
     reader: tokio::task::JoinHandle<()>,
@@ -84,6 +87,55 @@ pub(crate) struct Connection {
 /// while the server's side is gone, nothing holds the process back, so the output the server
 /// retains is all the time the client has to come back.
 const PAUSED_PROBE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Control frames (pings, the close, the answer to a request the server made) waiting for
+/// the socket. The reader never waits on a write — a reader blocked behind a full socket
+/// would stop taking the server's messages, and a server that waits for room to write them
+/// would never read ours — so these go through a queue of their own, and one that is full
+/// already holds a ping as good as the one dropped. Eight covers a ping, the close, and a
+/// few answers to requests this client does not serve.
+const CONTROL_QUEUED_FRAMES: usize = 8;
+
+type Sink = futures_util::stream::SplitSink<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    Frame,
+>;
+
+/// The socket's sending half. Requests are written by the task that makes them, under the
+/// lock, rather than handed to a writing task: the hand-over (and the thread it may wake)
+/// would cost a small request more than its write. The lock keeps frames whole and in the
+/// order their writers took it.
+struct Writer {
+    sink: tokio::sync::Mutex<Sink>,
+    /// Tells the reader that a write failed, which ends the connection at once: the reader
+    /// may not notice a broken socket for a while, and calls meanwhile must not be sent into
+    /// the void.
+    failed: mpsc::Sender<Disconnect>,
+}
+
+impl Writer {
+    /// Writes `frame` and flushes it. A frame is taken whole into the socket's buffer or not
+    /// at all, so a caller that gives up mid-write (its future dropped) leaves nothing torn:
+    /// what it buffered goes out with the next write.
+    async fn write(&self, frame: Frame) -> Result<(), ()> {
+        let mut sink = self.sink.lock().await;
+        sink.send(frame).await.map_err(|error| {
+            let message = format!("transport error: {error}");
+            let end = Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
+            let _ = self.failed.try_send(end);
+        })
+    }
+}
+
+/// Writes the control frames until every sender is gone, then closes the socket.
+async fn write_control(writer: Arc<Writer>, mut frames: mpsc::Receiver<Frame>) {
+    while let Some(frame) = frames.recv().await {
+        if writer.write(frame).await.is_err() {
+            break;
+        }
+    }
+    let _ = writer.sink.lock().await.close().await;
+}
 
 /// When to ping the server, and how long a silence means the connection is dead.
 struct Keepalive {
@@ -144,25 +196,14 @@ impl Connection {
                 )
             })?
             .map_err(connect_error)?;
-        let (mut sink, mut stream) = socket.split();
-        let (writer, mut frames) = mpsc::unbounded_channel::<Frame>();
-        // A write that fails ends the connection at once: the reader may not notice a broken
-        // socket for a while, and calls meanwhile must not be sent into the void.
+        let (sink, mut stream) = socket.split();
         let (write_failed, mut writer_gone) = mpsc::channel::<Disconnect>(1);
-        tokio::spawn(async move {
-            while let Some(frame) = frames.recv().await {
-                if let Err(error) = sink.send(frame).await {
-                    let message = format!("transport error: {error}");
-                    let end = Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
-                    let _ = write_failed.try_send(end);
-                    break;
-                }
-            }
-            let _ = sink.close().await;
-        });
+        let writer = Arc::new(Writer { sink: tokio::sync::Mutex::new(sink), failed: write_failed });
+        let (control, control_frames) = mpsc::channel::<Frame>(CONTROL_QUEUED_FRAMES);
+        tokio::spawn(write_control(writer.clone(), control_frames));
         let calls = Arc::new(Mutex::new(Calls { waiting: HashMap::new(), closed: None }));
         let reader_calls = calls.clone();
-        let reader_writer = writer.clone();
+        let reader_control = control.clone();
         let keepalive = Keepalive {
             enabled: options.keepalive_interval.is_some(),
             interval: options.keepalive_interval.unwrap_or(Duration::from_secs(3600)),
@@ -204,7 +245,7 @@ impl Connection {
                     // here: the session recovers, and the server holds nothing back for a
                     // connection that is gone.
                     () = tokio::time::sleep(PAUSED_PROBE_INTERVAL), if paused => {
-                        let _ = reader_writer.send(Frame::Ping(Default::default()));
+                        let _ = reader_control.try_send(Frame::Ping(Default::default()));
                         continue;
                     }
                     Some(end) = writer_gone.recv() => break End::Dropped(end),
@@ -219,7 +260,7 @@ impl Connection {
                             );
                             break End::Dropped(Disconnect::new(DisconnectKind::Silent, message));
                         }
-                        let _ = reader_writer.send(Frame::Ping(Default::default()));
+                        let _ = reader_control.try_send(Frame::Ping(Default::default()));
                         continue;
                     }
                 };
@@ -299,7 +340,12 @@ impl Connection {
                                 request.method
                             ),
                         );
-                        let _ = reader_writer.send(Frame::text(encode_error(&request.id, &error)));
+                        if reader_control
+                            .try_send(Frame::text(encode_error(&request.id, &error)))
+                            .is_err()
+                        {
+                            debug!(method = %request.method, "server request left unanswered: control queue full");
+                        }
                     }
                     Err(error) => {
                         break End::Broken(format!("malformed message from the server: {error}"));
@@ -328,7 +374,15 @@ impl Connection {
             }
             let _ = events.send(ConnectionEvent::Closed { generation, reason, going_away }).await;
         });
-        Ok(Arc::new(Self { generation, writer, calls, next_id: AtomicI64::new(1), reader, gated }))
+        Ok(Arc::new(Self {
+            generation,
+            writer,
+            control,
+            calls,
+            next_id: AtomicI64::new(1),
+            reader,
+            gated,
+        }))
     }
 
     /// From now on, a full handle pauses this connection's reader: it is the current one.
@@ -399,8 +453,8 @@ impl Connection {
             calls.waiting.insert(id, reply);
         }
         let frame = encode(&RequestId::Integer(id));
-        if self.writer.send(frame).is_err() {
-            // The writer is gone: the connection is over, whether or not the reader has seen
+        if self.writer.write(frame).await.is_err() {
+            // The socket is broken: the connection is over, whether or not the reader has seen
             // it yet. Marked so, a caller that retries waits for the next connection instead of
             // coming straight back here.
             let mut calls = self.calls.lock().unwrap();
@@ -412,10 +466,13 @@ impl Connection {
     }
 
     /// Sends a notification.
-    pub(crate) fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), ClientError> {
-        self.writer
-            .send(Frame::text(encode_notification(method, params)))
-            .map_err(|_| Disconnect::closed().into())
+    pub(crate) async fn notify<P: Serialize>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<(), ClientError> {
+        let frame = Frame::text(encode_notification(method, params));
+        self.writer.write(frame).await.map_err(|()| Disconnect::closed().into())
     }
 
     /// Whether the connection has ended.
@@ -425,7 +482,12 @@ impl Connection {
 
     /// Ends the connection (its end is reported like any other).
     pub(crate) fn close(&self) {
-        let _ = self.writer.send(Frame::Close(None));
+        // Through the control queue, so that the caller never waits on the socket; behind a
+        // full queue, a task waits its turn for it.
+        if self.control.try_send(Frame::Close(None)).is_err() {
+            let control = self.control.clone();
+            tokio::spawn(async move { control.send(Frame::Close(None)).await });
+        }
     }
 }
 

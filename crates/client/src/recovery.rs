@@ -47,7 +47,7 @@ pub(crate) async fn initialize(
             response.session_id
         )));
     }
-    connection.notify(INITIALIZED, &InitializedParams::default())?;
+    connection.notify(INITIALIZED, &InitializedParams::default()).await?;
     Ok(response)
 }
 

@@ -62,11 +62,6 @@ impl InboundFrame {
             None => Self::json(message),
         }
     }
-
-    /// Bytes held, attachment included.
-    pub(crate) fn len(&self) -> usize {
-        self.json.len() + self.attached.as_ref().map_or(0, Bytes::len)
-    }
 }
 
 /// Where a connection is in the handshake.

@@ -21,6 +21,7 @@ use tether_protocol::fs::{
 use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
 
+use super::cached_metadata;
 use super::directory::Listing;
 use super::request::{Admission, Work, admit, native_path};
 use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
@@ -121,9 +122,17 @@ impl FileSystem for LocalFileSystem {
     ) -> Result<FsGetMetadataResponse, FsError> {
         let (follow, include_mode) = (params.follows_symlinks(), params.includes_mode());
         let path = native_path(&params.path)?;
-        let op = FileOp::Metadata { path, follow };
-        let mut metadata: FsGetMetadataResponse =
-            perform(params.sandbox.as_ref(), Work::Read, op).await?;
+        let admission = admit(params.sandbox.as_ref(), Work::Read)?;
+        // Answered here when the kernel has it in memory, without the blocking pool's
+        // round trip; the usual way otherwise (see `cached_metadata`).
+        let cached = match admission {
+            Admission::InProcess => cached_metadata::lookup(&path, follow),
+            Admission::Sandboxed(_) => None,
+        };
+        let mut metadata: FsGetMetadataResponse = match cached {
+            Some(metadata) => metadata,
+            None => admission.perform(FileOp::Metadata { path, follow }).await?,
+        };
         if !include_mode {
             metadata.mode = None;
         }

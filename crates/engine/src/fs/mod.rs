@@ -17,6 +17,7 @@
 //! ([`MissingWatch`]) — is not part of the trait: it lives as long as one connection.
 
 pub(crate) mod blocking;
+mod cached_metadata;
 mod copy;
 mod directory;
 mod handles;

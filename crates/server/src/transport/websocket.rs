@@ -16,7 +16,7 @@ use axum::{Extension, Router};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
@@ -31,15 +31,6 @@ use crate::state::ServerState;
 
 /// Most queued messages written before one flush.
 const WRITE_BATCH_MESSAGES: usize = 64;
-
-/// Frames read ahead of the processor: enough to keep reading pongs and the client's close
-/// while every request permit is taken, without holding a flood of requests in memory.
-const INBOUND_QUEUED_FRAMES: usize = 64;
-
-/// Bytes of frames read ahead of the processor. One maximal message fits; past that the
-/// reader stops and TCP pushes back on the client, which is then the server's backlog and not
-/// the client's silence.
-const INBOUND_QUEUED_BYTES: usize = MAX_MESSAGE_BYTES;
 
 /// How often a connection's socket clock is checked, per pong timeout, and at most how long
 /// between two checks: a gone peer is let go within a quarter of the timeout, and never more
@@ -172,8 +163,8 @@ async fn run_connection(
         let (close_with, close_frame) = tokio::sync::oneshot::channel();
         let ping_interval = app.server.config.ping_interval.min(pong_timeout / 2);
         let writer = tokio::spawn(write(sink, queue, ping_interval, close_frame, gone.clone()));
-        let (frames, inbound) = inbound_queue();
-        let reader = tokio::spawn(read(stream, frames, gone.clone()));
+        let broken = Arc::new(std::sync::Mutex::new(None));
+        let inbound = socket_frames(stream, gone.clone(), broken.clone());
         let ending = serve_connection(
             app.server,
             connection,
@@ -183,8 +174,7 @@ async fn run_connection(
             app.shutdown,
         )
         .await;
-        reader.abort();
-        let broken = reader.await.ok().flatten();
+        let broken = broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         let frame = broken.or(match ending {
             Ending::InputEnded => None,
             Ending::Shutdown => Some(close(close_code::AWAY, "server is shutting down")),
@@ -226,63 +216,47 @@ async fn watch(clock: Arc<SocketClock>, timeout: Duration, gone: CancellationTok
     }
 }
 
-/// A frame read from the socket, holding its share of [`INBOUND_QUEUED_BYTES`] until the
-/// processor takes it.
-struct QueuedFrame {
-    frame: InboundFrame,
-    _budget: OwnedSemaphorePermit,
-}
-
-struct InboundSender {
-    frames: mpsc::Sender<QueuedFrame>,
-    budget: Arc<Semaphore>,
-}
-
-fn inbound_queue() -> (InboundSender, Inbound) {
-    let (frames, mut receiver) = mpsc::channel::<QueuedFrame>(INBOUND_QUEUED_FRAMES);
-    let budget = Arc::new(Semaphore::new(INBOUND_QUEUED_BYTES));
-    let inbound = futures_util::stream::poll_fn(move |cx| {
-        receiver.poll_recv(cx).map(|queued| queued.map(|queued| queued.frame))
-    });
-    (InboundSender { frames, budget }, Box::pin(inbound))
-}
-
-/// Reads the socket for as long as the connection lasts, so that pongs (and the client's
-/// close) are seen even while the processor waits — for a permit, or for room in the outbound
-/// queue. Text and binary frames both carry one JSON document and go to the processor (a
-/// binary one with a NUL in it also carries attached bytes, Tether's `binaryBlocks`); pings
-/// are answered by the WebSocket layer. Returns the Close frame to send if the client broke
-/// the WebSocket protocol.
-async fn read(
-    mut stream: SplitStream<WebSocket>,
-    inbound: InboundSender,
+/// The socket's messages, read by the connection's processor itself: a request is read,
+/// answered and queued for the writer on one thread, with no hand-over to a reading task in
+/// between (each hand-over can wake another thread, which on a small machine costs more than
+/// the request). Nothing is read ahead: while the processor works on one request, the next
+/// waits in the socket and TCP pushes back on the client. That time is the server's backlog,
+/// not the client's silence: the socket is not being read, so its clock does not count it.
+///
+/// Text and binary messages both carry one JSON document (a binary one with a NUL in it also
+/// carries attached bytes, Tether's `binaryBlocks`); pings are answered by the WebSocket
+/// layer. The stream ends with the client's close, when the peer is `gone`, or on a WebSocket
+/// protocol error, whose Close frame it leaves in `broken` for the writer to send.
+fn socket_frames(
+    stream: SplitStream<WebSocket>,
     gone: CancellationToken,
-) -> Option<CloseFrame> {
-    loop {
-        let message = tokio::select! {
-            message = stream.next() => message,
-            () = gone.cancelled() => return None,
-        };
-        let frame = match message {
-            None | Some(Ok(Message::Close(_))) => return None,
-            Some(Ok(Message::Text(text))) => InboundFrame::json(text.into()),
-            Some(Ok(Message::Binary(bytes))) => InboundFrame::binary(bytes),
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            Some(Err(error)) => return close_for(&error),
-        };
-        // Waiting here is the server's backlog, not the client's silence: the socket is not
-        // being read, so its clock does not count it.
-        let share = frame.len().clamp(1, INBOUND_QUEUED_BYTES) as u32;
-        let queued = async {
-            let budget = inbound.budget.clone().acquire_many_owned(share).await.ok()?;
-            inbound.frames.send(QueuedFrame { frame, _budget: budget }).await.ok()
-        };
-        // A processor that stopped taking frames is gone with the connection.
-        tokio::select! {
-            sent = queued => sent?,
-            () = gone.cancelled() => return None,
-        };
-    }
+    broken: Arc<std::sync::Mutex<Option<CloseFrame>>>,
+) -> Inbound {
+    // The read in progress lives in the stream, not in the caller's `next()`: a processor
+    // that stops waiting for a frame (to serve a signal) loses nothing.
+    Box::pin(futures_util::stream::unfold(stream, move |mut stream| {
+        let (gone, broken) = (gone.clone(), broken.clone());
+        async move {
+            loop {
+                let message = tokio::select! {
+                    message = stream.next() => message,
+                    () = gone.cancelled() => return None,
+                };
+                let frame = match message {
+                    None | Some(Ok(Message::Close(_))) => return None,
+                    Some(Ok(Message::Text(text))) => InboundFrame::json(text.into()),
+                    Some(Ok(Message::Binary(bytes))) => InboundFrame::binary(bytes),
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Err(error)) => {
+                        let frame = close_for(&error);
+                        *broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = frame;
+                        return None;
+                    }
+                };
+                return Some((frame, stream));
+            }
+        }
+    }))
 }
 
 /// The Close frame for a WebSocket protocol error of the client's, as RFC 6455 numbers them.
