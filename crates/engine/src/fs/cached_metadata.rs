@@ -27,7 +27,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, StatxFlags}
 use rustix::io::Errno;
 use tether_protocol::fs::FsGetMetadataResponse;
 
-use super::metadata::{PERMISSION_BITS, unix_ms_of};
+use super::{metadata, no_follow};
 
 /// Filesystems whose `stat` of a cached entry reads only memory: no server to wait for, no
 /// user-space daemon (FUSE), no lower layer elsewhere. Overlay is here because a container's
@@ -73,29 +73,10 @@ pub(crate) fn lookup(path: &Path, follow_symlinks: bool) -> Option<FsGetMetadata
         | StatxFlags::MTIME
         | StatxFlags::BTIME;
     let stat = rustix::fs::statx(&file, "", AtFlags::EMPTY_PATH, wanted).ok()?;
-    let file_type = FileType::from_raw_mode(stat.stx_mode.into());
-    if file_type == FileType::Symlink {
+    if no_follow::file_type(&stat) == FileType::Symlink {
         return None;
     }
-    let modified = unix_ms_of(stat.stx_mtime.tv_sec, stat.stx_mtime.tv_nsec);
-    let has_birth_time = StatxFlags::from_bits_retain(stat.stx_mask).contains(StatxFlags::BTIME);
-    // The two modes' times, as `super::metadata` reports them (see there).
-    let (created_at_ms, modified_at_ms) = match follow_symlinks {
-        true => (0, modified.max(0)),
-        false if has_birth_time => {
-            (unix_ms_of(stat.stx_btime.tv_sec, stat.stx_btime.tv_nsec), modified)
-        }
-        false => (0, modified),
-    };
-    Some(FsGetMetadataResponse {
-        is_directory: file_type == FileType::Directory,
-        is_file: file_type == FileType::RegularFile,
-        is_symlink: false,
-        size: stat.stx_size,
-        created_at_ms,
-        modified_at_ms,
-        mode: Some(u32::from(stat.stx_mode) & PERMISSION_BITS),
-    })
+    Some(metadata::of_statx(&stat, follow_symlinks))
 }
 
 /// An absolute path of plain names: `..` is resolved by the usual path's own rules.
@@ -147,7 +128,6 @@ mod tests {
     use tether_testkit::scratch::Scratch;
 
     use super::*;
-    use crate::fs::metadata;
 
     #[test]
     fn a_mountinfo_line_gives_its_id_and_whether_it_is_local() {

@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{FileType, StatxFlags, StatxTimestamp};
+use rustix::fs::{FileType, Statx, StatxFlags, StatxTimestamp};
 use tether_protocol::fs::FsGetMetadataResponse;
 
 use super::no_follow;
@@ -55,16 +55,29 @@ fn not_followed(path: &Path) -> io::Result<FsGetMetadataResponse> {
     if file_type == FileType::Symlink {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, CONTAINS_SYMLINK));
     }
+    Ok(of_statx(&stat, false))
+}
+
+/// What `statx` says of a file that is not a link (each mode answers a link in its own way),
+/// with the times of the mode asked for: following links, no creation time and times before
+/// 1970 as 0; not following them, the birth time where there is one and signed times.
+pub(crate) fn of_statx(stat: &Statx, follow_symlinks: bool) -> FsGetMetadataResponse {
+    let file_type = no_follow::file_type(stat);
     let has_birth_time = StatxFlags::from_bits_retain(stat.stx_mask).contains(StatxFlags::BTIME);
-    Ok(FsGetMetadataResponse {
+    let (created_at_ms, modified_at_ms) = match follow_symlinks {
+        true => (0, unix_ms(&stat.stx_mtime).max(0)),
+        false if has_birth_time => (unix_ms(&stat.stx_btime), unix_ms(&stat.stx_mtime)),
+        false => (0, unix_ms(&stat.stx_mtime)),
+    };
+    FsGetMetadataResponse {
         is_directory: file_type == FileType::Directory,
         is_file: file_type == FileType::RegularFile,
         is_symlink: false,
         size: stat.stx_size,
-        created_at_ms: if has_birth_time { unix_ms(&stat.stx_btime) } else { 0 },
-        modified_at_ms: unix_ms(&stat.stx_mtime),
+        created_at_ms,
+        modified_at_ms,
         mode: Some(u32::from(stat.stx_mode) & PERMISSION_BITS),
-    })
+    }
 }
 
 /// Milliseconds since 1970, 0 for earlier times.
