@@ -136,11 +136,20 @@ pub fn read_large_file(files: &crate::io_workloads::Files) -> anyhow::Result<f64
     Ok(files.large_bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
 
-/// MB/s of streaming the body with the engine's HTTP client, in this process.
+/// MB/s of streaming the body with the engine's HTTP client, in this process: the best of
+/// [`HTTP_CEILING_RUNS`] (the first also makes the peer's body, which it then keeps).
 pub async fn http_streamed(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
     let client = tether_engine::http::LocalHttpClient::new();
-    crate::io_workloads::stream_through(&client, peer_url, bytes).await
+    let mut best: f64 = 0.0;
+    for _ in 0..HTTP_CEILING_RUNS {
+        best = best.max(crate::io_workloads::stream_through(&client, peer_url, bytes).await?);
+    }
+    Ok(best)
 }
+
+/// In-process runs of the HTTP ceiling: a bound is the best the machine did, and one run
+/// can land in a slow moment.
+const HTTP_CEILING_RUNS: usize = 3;
 
 /// Median microseconds of a 200-byte request and its 200-byte answer over loopback TCP
 /// between two processes: `calls` round trips to an echoing child (this benchmark itself,

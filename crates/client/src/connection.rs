@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
 use tether_protocol::error::METHOD_NOT_FOUND;
+use tether_protocol::http::HttpRequestBodyDeltaNotification;
 use tether_protocol::process::ProcessOutputNotification;
 use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
@@ -33,6 +34,8 @@ use crate::options::ClientOptions;
 pub(crate) enum ConnectionEvent {
     /// A `process/output` notification, read by the fast path.
     Output(ProcessOutputNotification),
+    /// An `http/request/bodyDelta` notification, read by the fast path.
+    BodyDelta(HttpRequestBodyDeltaNotification),
     Notification(Notification),
     Closed {
         generation: u64,
@@ -286,6 +289,15 @@ impl Connection {
                 {
                     let _ = events.send(ConnectionEvent::Output(output)).await;
                     // Waiting for the router is not the server's silence.
+                    heard = tokio::time::Instant::now();
+                    continue;
+                }
+                // So is a streamed HTTP body.
+                if let Frame::Text(text) = &frame
+                    && let Some(delta) =
+                        HttpRequestBodyDeltaNotification::from_frame(text.as_bytes())
+                {
+                    let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
                     heard = tokio::time::Instant::now();
                     continue;
                 }

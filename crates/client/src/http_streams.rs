@@ -77,20 +77,21 @@ impl HttpStreams {
             }
             return Err(violation);
         }
-        let delta = match serde_json::from_value::<HttpRequestBodyDeltaNotification>(params) {
-            Ok(delta) => delta,
-            Err(error) => {
-                warn!(%error, "malformed http/request/bodyDelta ignored");
-                return Ok(());
-            }
-        };
-        let Some(stream) = lock(&self.routes).get(&delta.request_id).cloned() else {
-            return Ok(());
-        };
+        match serde_json::from_value::<HttpRequestBodyDeltaNotification>(params) {
+            Ok(delta) => self.deliver_decoded(delta),
+            Err(error) => warn!(%error, "malformed http/request/bodyDelta ignored"),
+        }
+        Ok(())
+    }
+
+    /// Takes one delta already decoded (by the connection's fast path,
+    /// `HttpRequestBodyDeltaNotification::from_frame`, which leaves a delta too long to be one
+    /// to [`Self::deliver`]).
+    pub(crate) fn deliver_decoded(&self, delta: HttpRequestBodyDeltaNotification) {
+        let Some(stream) = lock(&self.routes).get(&delta.request_id).cloned() else { return };
         if stream.push(delta, &self.queued_bytes) {
             self.unroute(&stream);
         }
-        Ok(())
     }
 
     /// Fails every stream of connection `generation`: it is gone, and their bodies with it.

@@ -38,6 +38,7 @@ pub(crate) async fn route_events(
                     chunk: n.chunk.0,
                 },
             ),
+            ConnectionEvent::BodyDelta(delta) => session.http_streams.deliver_decoded(delta),
             ConnectionEvent::Notification(notification) => {
                 route_notification(&session, notification)
             }

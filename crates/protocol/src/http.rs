@@ -143,12 +143,139 @@ pub struct HttpRequestBodyDeltaNotification {
     pub error: Option<String>,
 }
 
+impl HttpRequestBodyDeltaNotification {
+    /// The whole notification as JSON text, built directly, as
+    /// [`crate::process::ProcessOutputNotification::to_notification_text`] builds output: the
+    /// delta is base64-encoded straight into the message, with no intermediate string and no
+    /// escape scan of it. A streamed body is all deltas, so this is its hot path; the result is
+    /// byte for byte what serde would produce (see the tests).
+    pub fn to_notification_text(&self) -> String {
+        use std::fmt::Write as _;
+
+        let request_id = serde_json::to_string(&self.request_id).expect("a string serialises");
+        let error = serde_json::to_string(&self.error).expect("a string serialises");
+        let mut text = String::with_capacity(
+            112 + request_id.len() + error.len() + self.delta_base64.len().div_ceil(3) * 4,
+        );
+        text.push_str(r#"{"method":"http/request/bodyDelta","params":{"requestId":"#);
+        text.push_str(&request_id);
+        let _ = write!(text, r#","seq":{},"deltaBase64":""#, self.seq);
+        crate::bytes::encode_base64_into(&self.delta_base64.0, &mut text);
+        let _ = write!(text, r#"","done":{},"error":{error}}}}}"#, self.done);
+        text
+    }
+
+    /// A notification read straight from its frame, as
+    /// [`crate::process::ProcessOutputNotification::from_frame`] reads output: the delta's
+    /// base64 is found by its key and decoded where it lies; only the small rest goes through
+    /// the JSON parser (which refuses members the notification does not have, or repeated).
+    /// The key can only be found where it is a key: the quote that opens it follows a comma,
+    /// which no quote inside a JSON string does (there it is escaped).
+    ///
+    /// `None` for any other frame, and for one of unusual form (escapes in the delta, bad
+    /// base64): the general decoder then reads it, and reports what is wrong with it.
+    pub fn from_frame(frame: &[u8]) -> Option<Self> {
+        const PREFIX: &[u8] = br#"{"method":"http/request/bodyDelta","params":{"#;
+        const DELTA_KEY: &[u8] = br#","deltaBase64":""#;
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Head {
+            #[serde(rename = "method")]
+            _method: String,
+            params: HeadParams,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct HeadParams {
+            request_id: String,
+            seq: u64,
+            #[serde(default)]
+            done: bool,
+            #[serde(default)]
+            error: Option<String>,
+        }
+        let body = frame.strip_prefix(PREFIX)?;
+        let key = memchr::memmem::find(body, DELTA_KEY)?;
+        let open = key + DELTA_KEY.len();
+        // Base64 holds no quote (nor an escape): the next quote closes the delta.
+        let close = open + memchr::memchr(b'"', &body[open..])?;
+        let delta = &body[open..close];
+        // Too long to be a delta, or escaped: the general decoder says what is wrong.
+        if delta.len() > HTTP_BODY_DELTA_MAX_BASE64_LEN || memchr::memchr(b'\\', delta).is_some() {
+            return None;
+        }
+        let mut head = Vec::with_capacity(PREFIX.len() + body.len() - delta.len());
+        head.extend_from_slice(PREFIX);
+        head.extend_from_slice(&body[..key]);
+        head.extend_from_slice(&body[close + 1..]);
+        let head: Head = serde_json::from_slice(&head).ok()?;
+        let delta = crate::bytes::decode_base64(delta).ok()?;
+        Some(Self {
+            request_id: head.params.request_id,
+            seq: head.params.seq,
+            delta_base64: ByteChunk(delta),
+            done: head.params.done,
+            error: head.params.error,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
 
     use super::*;
     use crate::fixtures::{Ordered, round_trip, round_trip_in_order};
+
+    fn delta(
+        request_id: &str,
+        bytes: &[u8],
+        done: bool,
+        error: Option<&str>,
+    ) -> HttpRequestBodyDeltaNotification {
+        HttpRequestBodyDeltaNotification {
+            request_id: request_id.to_owned(),
+            seq: 7,
+            delta_base64: ByteChunk(bytes::Bytes::copy_from_slice(bytes)),
+            done,
+            error: error.map(str::to_owned),
+        }
+    }
+
+    /// The hand-built text is what serde writes, escapes in the id and the error included.
+    #[test]
+    fn a_body_delta_is_written_as_serde_writes_it() {
+        for delta in [
+            delta("http-1", b"some body \x00\xff bytes", false, None),
+            delta("an \"id\" with \\ and \u{e9}", b"", true, Some("error \"decoding\"\n body")),
+            delta("", &[0u8; 1000], false, None),
+        ] {
+            let serde = crate::envelope::encode_notification(
+                crate::method::HTTP_REQUEST_BODY_DELTA,
+                &delta,
+            );
+            assert_eq!(delta.to_notification_text(), serde);
+            assert_eq!(HttpRequestBodyDeltaNotification::from_frame(serde.as_bytes()), Some(delta));
+        }
+    }
+
+    /// What the fast reader does not take is left to the general decoder: another method,
+    /// members it does not know, a delta with an escape, bad base64. An id that holds the
+    /// delta's key is still only an id.
+    #[test]
+    fn a_body_delta_of_unusual_form_is_left_to_the_general_decoder() {
+        let read = |text: &str| HttpRequestBodyDeltaNotification::from_frame(text.as_bytes());
+        let wrong_method = r#"{"method":"process/output","params":{"requestId":"a","seq":1,"deltaBase64":"","done":false,"error":null}}"#;
+        assert_eq!(read(wrong_method), None);
+        let extra = r#"{"method":"http/request/bodyDelta","params":{"requestId":"a","seq":1,"deltaBase64":"","done":false,"error":null,"more":1}}"#;
+        assert_eq!(read(extra), None);
+        let escaped = r#"{"method":"http/request/bodyDelta","params":{"requestId":"a","seq":1,"deltaBase64":"QQ\u003d\u003d","done":false,"error":null}}"#;
+        assert_eq!(read(escaped), None);
+        let bad = r#"{"method":"http/request/bodyDelta","params":{"requestId":"a","seq":1,"deltaBase64":"!!!!","done":false,"error":null}}"#;
+        assert_eq!(read(bad), None);
+        let id = delta(r#"x","deltaBase64":"QUJD"#, b"real", false, None);
+        assert_eq!(read(&id.to_notification_text()), Some(id));
+    }
 
     /// Checks a captured exchange: the request decodes, the result and every notification
     /// decode and re-encode to the same JSON with members in the captured order.

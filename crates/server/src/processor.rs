@@ -35,7 +35,7 @@ use crate::metrics::SessionRefusal;
 use crate::rpc_error::{self, from_process_error, invalid_request};
 use crate::session::Session;
 use crate::state::ServerState;
-use crate::transport::{ConnectionId, Outbound, TransportKind};
+use crate::transport::{ConnectionId, Outbound, Payload, TransportKind};
 
 pub(crate) type Inbound = Pin<Box<dyn Stream<Item = InboundFrame> + Send>>;
 
@@ -264,7 +264,7 @@ impl Processor {
         match handlers::fs::run(&id, call, &self.state.fs, &mut self.fs).await {
             Ok(Reply { payload, hold }) => {
                 let permit = hold.map(|grant| grant.into_permit());
-                let _ = self.outbound.send_payload(payload, permit).await;
+                let _ = self.outbound.answer(payload, permit).await;
             }
             Err(error) => self.reply_error(&id, error).await,
         }
@@ -419,13 +419,15 @@ impl Processor {
         }
     }
 
+    /// Answers a request: written at once when nothing queued is ahead of it (see
+    /// `transport::direct`), queued otherwise.
     async fn send(&self, text: String) {
-        // A closed queue means the connection is going away; the reply has nowhere to go.
-        let _ = self.outbound.send(text).await;
+        // A closed connection is going away; the answer has nowhere to go.
+        let _ = self.outbound.answer(Payload::Text(text), None).await;
     }
 
     async fn reply_error(&self, id: &RequestId, error: JsonRpcError) {
-        let _ = self.outbound.send_error(id, &error).await;
+        let _ = self.outbound.answer_error(id, &error).await;
     }
 
     /// The connection is over: abandon its long-polls and let go of its session.

@@ -1,4 +1,5 @@
-//! `fs/getMetadata` answered on the calling thread when the kernel can answer it from memory.
+//! `fs/getMetadata` answered on the calling thread when the kernel can answer it from memory;
+//! [`resolve`] also serves small whole-file reads ([`super::cached_read`]).
 //!
 //! A `stat` usually takes a microsecond; handing it to the blocking pool and back costs two
 //! thread wake-ups, which on a small or virtual machine is tens of microseconds — most of what
@@ -10,20 +11,20 @@
 //! - the path resolves from the kernel's lookup cache alone (`openat2` with `RESOLVE_CACHED`,
 //!   which fails at once rather than read anything), and
 //! - the file lies on a filesystem whose attributes are in memory once its entry is: a
-//!   kernel-local one ([`LOCAL_FILESYSTEMS`]), found from the descriptor's mount (procfs reads,
-//!   which never touch the filesystem itself).
+//!   kernel-local one ([`LOCAL_FILESYSTEMS`]), found from the mount `statx` names (looked up
+//!   in the table of `/proc/self/mountinfo`, which never touches the filesystem itself).
 //!
 //! Anything else — a miss, a link where the answer needs the rules of
 //! [`super::metadata`], an error of any kind — returns `None`, and the caller takes the usual
 //! path, which answers exactly as before (errors included: this path never produces one).
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags, Statx, StatxFlags};
 use rustix::io::Errno;
 use tether_protocol::fs::FsGetMetadataResponse;
 
@@ -49,34 +50,54 @@ static MOUNTS: RwLock<Option<HashMap<u64, bool>>> = RwLock::new(None);
 
 /// The metadata of `path`, if the kernel has it in memory; `None` means "ask the usual way".
 pub(crate) fn lookup(path: &Path, follow_symlinks: bool) -> Option<FsGetMetadataResponse> {
+    let (_, stat) = resolve(path)?;
+    Some(metadata::of_statx(&stat, follow_symlinks))
+}
+
+/// `path` opened as a location only (`O_PATH`), and its `statx`, when the kernel can answer
+/// both from memory: every component in the lookup cache, none a link, the file on a
+/// [`LOCAL_FILESYSTEMS`] mount. Besides the metadata it asks for, the `statx` holds the
+/// file's inode, for a caller that opens the path again to check it found the same file.
+pub(crate) fn resolve(path: &Path) -> Option<(OwnedFd, Statx)> {
     if UNSUPPORTED.load(Ordering::Relaxed) || !is_plain(path) {
         return None;
     }
-    // Links are left to the usual path in both modes (below): refusing one along the way
-    // here only sends the call there sooner.
-    let resolve = ResolveFlags::CACHED | ResolveFlags::NO_SYMLINKS;
-    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let file = match rustix::fs::openat2(CWD, path, flags, Mode::empty(), resolve) {
-        Ok(file) => file,
-        Err(Errno::NOSYS | Errno::INVAL) => {
-            UNSUPPORTED.store(true, Ordering::Relaxed);
-            return None;
-        }
-        Err(_) => return None,
-    };
-    if !on_local_filesystem(&file) {
-        return None;
-    }
+    let file = open_cached(path, OFlags::PATH)?;
     let wanted = StatxFlags::TYPE
         | StatxFlags::MODE
         | StatxFlags::SIZE
         | StatxFlags::MTIME
-        | StatxFlags::BTIME;
+        | StatxFlags::BTIME
+        | StatxFlags::INO
+        | StatxFlags::MNT_ID;
     let stat = rustix::fs::statx(&file, "", AtFlags::EMPTY_PATH, wanted).ok()?;
+    // `statx` has said which mount since Linux 5.8, before `RESOLVE_CACHED` (5.12).
+    let has_mount = StatxFlags::from_bits_retain(stat.stx_mask).contains(StatxFlags::MNT_ID);
+    if !has_mount || !is_local_mount(stat.stx_mnt_id) {
+        return None;
+    }
     if no_follow::file_type(&stat) == FileType::Symlink {
         return None;
     }
-    Some(metadata::of_statx(&stat, follow_symlinks))
+    Some((file, stat))
+}
+
+/// Opens `path` with `flags` (and `O_NOFOLLOW`, `O_CLOEXEC`) from the kernel's lookup cache
+/// alone, through no link: a miss, a link on the way or at the end, or any other failure is
+/// `None`.
+pub(crate) fn open_cached(path: &Path, flags: OFlags) -> Option<OwnedFd> {
+    // Links are left to the usual path in both modes: refusing one along the way here only
+    // sends the call there sooner.
+    let resolve = ResolveFlags::CACHED | ResolveFlags::NO_SYMLINKS;
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat2(CWD, path, flags, Mode::empty(), resolve) {
+        Ok(file) => Some(file),
+        Err(Errno::NOSYS | Errno::INVAL) => {
+            UNSUPPORTED.store(true, Ordering::Relaxed);
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 /// An absolute path of plain names: `..` is resolved by the usual path's own rules.
@@ -85,9 +106,9 @@ fn is_plain(path: &Path) -> bool {
         && path.components().all(|part| matches!(part, Component::RootDir | Component::Normal(_)))
 }
 
-/// Whether `file` lies on a mount of a [`LOCAL_FILESYSTEMS`] kind.
-fn on_local_filesystem(file: &OwnedFd) -> bool {
-    let Some(mount) = mount_id(file) else { return false };
+/// Whether the mount `mount` (an id, as `statx` and `mountinfo` give it) is of a
+/// [`LOCAL_FILESYSTEMS`] kind.
+fn is_local_mount(mount: u64) -> bool {
     if let Some(local) = read_mounts().as_ref().and_then(|mounts| mounts.get(&mount)) {
         return *local;
     }
@@ -99,13 +120,6 @@ fn on_local_filesystem(file: &OwnedFd) -> bool {
 
 fn read_mounts() -> std::sync::RwLockReadGuard<'static, Option<HashMap<u64, bool>>> {
     MOUNTS.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The id of the mount `file` is on, from its `fdinfo` (procfs: no filesystem is asked).
-fn mount_id(file: &OwnedFd) -> Option<u64> {
-    let info =
-        std::fs::read_to_string(format!("/proc/thread-self/fdinfo/{}", file.as_raw_fd())).ok()?;
-    info.lines().find_map(|line| line.strip_prefix("mnt_id:")).and_then(|id| id.trim().parse().ok())
 }
 
 /// Every mount's id and whether its filesystem is local, from `/proc/self/mountinfo`.

@@ -2,7 +2,9 @@
 //!
 //! Each method checks the request (sandbox intent, then what else the reference checks before
 //! the path, then the path) and runs the filesystem work on the blocking pool, or in a helper
-//! inside the sandbox when the intent confines it ([`sandboxed`]). The work itself lives in one
+//! inside the sandbox when the intent confines it ([`sandboxed`]); a `stat` or a small read
+//! the kernel answers from memory is done on the calling thread ([`cached_metadata`],
+//! [`cached_read`]). The work itself lives in one
 //! module per concern: [`regular_file`], [`directory`](super::directory),
 //! [`metadata`](super::metadata), [`walk`], [`remove`](super::remove), [`copy`](super::copy),
 //! [`set_metadata`](super::set_metadata), [`put_file`](super::put_file); streams in [`stream`] and [`write_stream`].
@@ -21,7 +23,6 @@ use tether_protocol::fs::{
 use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
 
-use super::cached_metadata;
 use super::directory::Listing;
 use super::request::{Admission, Work, admit, native_path};
 use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
@@ -29,6 +30,7 @@ use super::whole_read::{ReadGrant, WholeReadBudget};
 use super::{
     FileReadStream, FileSystem, FileWriteStream, FsError, regular_file, stream, walk, write_stream,
 };
+use super::{cached_metadata, cached_read};
 
 /// File bytes that whole-file reads (`fs/readFile`) may hold at once, server-wide, by
 /// default: read, and then answered until the answer is written. A read peaks at about 2.4
@@ -69,9 +71,14 @@ impl LocalFileSystem {
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
         let (bytes, grant) = match admission {
-            Admission::InProcess => {
-                self.whole_reads.read(move || regular_file::open_for_reading(&path, follow)).await?
-            }
+            Admission::InProcess => match cached_read::read(&path, &self.whole_reads) {
+                // Read here when the kernel has the file in memory (see `cached_read`).
+                Some(read) => read,
+                None => {
+                    let open = move || regular_file::open_for_reading(&path, follow);
+                    self.whole_reads.read(open).await?
+                }
+            },
             Admission::Sandboxed(policy) => {
                 let how = OpenHow::Read { follow };
                 let file: File = sandboxed::run(&policy, FileOp::Open { path, how }).await?;

@@ -18,6 +18,7 @@
 
 pub(crate) mod blocking;
 mod cached_metadata;
+mod cached_read;
 mod copy;
 mod directory;
 mod handles;

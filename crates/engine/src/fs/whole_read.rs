@@ -137,6 +137,13 @@ impl WholeReadBudget {
         }
     }
 
+    /// `bytes` of the budget now, if it has them (and they are not past what a read may
+    /// take): for a read that would rather go the usual way than wait.
+    pub(crate) fn try_grant(&self, bytes: u64) -> Option<ReadGrant> {
+        let bytes = u32::try_from(bytes).ok().filter(|bytes| *bytes <= self.total)?;
+        self.bytes.clone().try_acquire_many_owned(bytes).ok().map(ReadGrant)
+    }
+
     async fn take(&self, bytes: u32) -> Result<OwnedSemaphorePermit, FsError> {
         self.bytes
             .clone()

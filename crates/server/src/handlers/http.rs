@@ -11,9 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use tether_engine::http::{HttpBodyStream, HttpClient};
-use tether_protocol::envelope::{encode_notification, encode_response};
+use tether_protocol::envelope::encode_response;
 use tether_protocol::http::{HttpRequestBodyDeltaNotification, HttpRequestParams};
-use tether_protocol::method::HTTP_REQUEST_BODY_DELTA;
 use tether_protocol::{ByteChunk, RequestId};
 use tracing::debug;
 
@@ -81,7 +80,7 @@ async fn stream_body(claim: StreamClaim<'_>, mut body: HttpBodyStream, outbound:
             done,
             error,
         };
-        encode_notification(HTTP_REQUEST_BODY_DELTA, &params)
+        params.to_notification_text()
     };
     let (mut seq, mut bytes) = (1, 0);
     let error = loop {

@@ -6,9 +6,12 @@
 //! - `liveness`: whether a WebSocket peer is still there, judged from its socket's reads and
 //!   writes, whatever the connection's tasks are doing.
 //! - [`websocket`]: axum's WebSocket upgrade on `/`, `GET /readyz`, pings, size caps.
+//! - `direct`: a connection's own answers written to its WebSocket where they are made, when
+//!   nothing queued is waiting to go out ahead of them.
 //! - [`stdio`]: newline-delimited JSON on stdin/stdout, one connection per server.
 
 pub mod accept;
+mod direct;
 mod liveness;
 pub(crate) mod stdio;
 pub mod tls;
@@ -22,23 +25,30 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tether_protocol::envelope::encode_error;
 use tether_protocol::{JsonRpcError, RequestId};
 
+use self::direct::{SharedSocket, Ticket, Unwritten};
 use crate::config::{OUTBOUND_QUEUE_MESSAGES, OUTPUT_IN_FLIGHT_BYTES};
 use crate::metrics::Metrics;
 
 /// The sending side of one connection's outbound queue: serialised messages, bounded by
 /// [`OUTBOUND_QUEUE_MESSAGES`], and — for process output — by [`OUTPUT_IN_FLIGHT_BYTES`].
+/// Over WebSocket, the processor's own answers may skip the queue ([`Outbound::answer`]).
 #[derive(Clone)]
 pub(crate) struct Outbound {
     queue: mpsc::Sender<Outgoing>,
     output_budget: Arc<Semaphore>,
     metrics: Arc<Metrics>,
+    /// Messages handed to the queue and not yet written.
+    unwritten: Unwritten,
+    /// The socket itself, where the transport lets answers be written where they are made.
+    direct: Option<Arc<SharedSocket>>,
 }
 
 /// A message on its way out. Its permit, if any, returns its bytes to the output budget once
-/// the message has been written to the socket.
+/// the message has been written to the socket; its ticket, its place among the unwritten.
 pub(crate) struct Outgoing {
     pub payload: Payload,
     _permit: Option<OwnedSemaphorePermit>,
+    _ticket: Ticket,
 }
 
 /// What a message is made of: JSON text, or — Tether's `binaryBlocks`, over WebSocket only —
@@ -55,9 +65,47 @@ pub(crate) struct Closed;
 impl Outbound {
     /// A new queue and its receiving end (the transport's writer).
     pub(crate) fn channel(metrics: Arc<Metrics>) -> (Self, mpsc::Receiver<Outgoing>) {
+        Self::with_socket(metrics, None)
+    }
+
+    /// A new queue, whose answers may also be written straight to `direct`, the socket the
+    /// writer writes the queue to.
+    fn with_socket(
+        metrics: Arc<Metrics>,
+        direct: Option<Arc<SharedSocket>>,
+    ) -> (Self, mpsc::Receiver<Outgoing>) {
         let (queue, receiver) = mpsc::channel(OUTBOUND_QUEUE_MESSAGES);
         let output_budget = Arc::new(Semaphore::new(OUTPUT_IN_FLIGHT_BYTES));
-        (Self { queue, output_budget, metrics }, receiver)
+        let unwritten = Unwritten::default();
+        (Self { queue, output_budget, metrics, unwritten, direct }, receiver)
+    }
+
+    /// The connection's processor's answer to a request: written to the socket at once where
+    /// the transport allows it and nothing queued is still unwritten (see `direct`), queued
+    /// otherwise. `permit` is held until it has been written, as with [`Self::send_payload`].
+    pub(crate) async fn answer(
+        &self,
+        payload: Payload,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), Closed> {
+        let payload = match &self.direct {
+            Some(socket) => match socket.try_write(&self.unwritten, payload).await {
+                Ok(written) => return written,
+                Err(payload) => payload,
+            },
+            None => payload,
+        };
+        self.send_payload(payload, permit).await
+    }
+
+    /// [`Self::answer`] with an error response (counted by code in the metrics).
+    pub(crate) async fn answer_error(
+        &self,
+        id: &RequestId,
+        error: &JsonRpcError,
+    ) -> Result<(), Closed> {
+        self.metrics.error_sent(error.code);
+        self.answer(Payload::Text(encode_error(id, error)), None).await
     }
 
     /// Queues an error response (counted by code in the metrics).
@@ -83,7 +131,8 @@ impl Outbound {
         payload: Payload,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<(), Closed> {
-        self.queue.send(Outgoing { payload, _permit: permit }).await.map_err(|_| Closed)
+        let outgoing = Outgoing { payload, _permit: permit, _ticket: self.unwritten.ticket() };
+        self.queue.send(outgoing).await.map_err(|_| Closed)
     }
 
     /// Queues process output (or a streamed HTTP body), waiting also while too many output bytes are written but not yet

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::{Extension, Router};
-use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
 
 use super::accept;
+use super::direct::{SharedSocket, Sink};
 use super::liveness::{Gone, SocketClock};
 use super::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
@@ -155,10 +156,12 @@ async fn run_connection(
         let _running = app.connections.token();
         debug!("websocket connected");
         let (sink, stream) = socket.split();
-        let (outbound, queue) = Outbound::channel(app.server.metrics.clone());
-        let pong_timeout = app.server.config.pong_timeout;
         // The peer is gone (see `liveness`): both halves stop at once.
         let gone = CancellationToken::new();
+        let sink = Arc::new(SharedSocket::new(sink, gone.clone()));
+        let (outbound, queue) =
+            Outbound::with_socket(app.server.metrics.clone(), Some(sink.clone()));
+        let pong_timeout = app.server.config.pong_timeout;
         let watchdog = tokio::spawn(watch(clock, pong_timeout, gone.clone()));
         let (close_with, close_frame) = tokio::sync::oneshot::channel();
         let ping_interval = app.server.config.ping_interval.min(pong_timeout / 2);
@@ -280,10 +283,12 @@ fn close_for(error: &axum::Error) -> Option<CloseFrame> {
 /// Writes the outbound queue to the socket and pings the client. Writes what is already
 /// queued with the first message and flushes once: a burst of output costs one socket write,
 /// not one per notification (output permits are held until the flush, so the in-flight budget
-/// counts what is really unsent). When the connection ends (`close_frame`), it writes what is
-/// still queued, then the Close frame if there is one, and closes.
+/// counts what is really unsent). The socket is shared with the processor, which writes its
+/// own answers when nothing is queued (`direct`); the writer takes it for each batch. When
+/// the connection ends (`close_frame`), it writes what is still queued, then the Close frame
+/// if there is one, and closes.
 async fn write(
-    mut sink: SplitSink<WebSocket, Message>,
+    socket: Arc<SharedSocket>,
     mut queue: mpsc::Receiver<Outgoing>,
     ping_interval: Duration,
     mut close_frame: tokio::sync::oneshot::Receiver<Option<CloseFrame>>,
@@ -302,18 +307,20 @@ async fn write(
                     None => break close_frame.await.ok().flatten(),
                 },
                 _ = ping.tick() => {
+                    let mut sink = socket.lock().await;
                     if sink.send(Message::Ping(Default::default())).await.is_err() {
                         return;
                     }
                     continue;
                 }
             }
-            if write_batch(&mut sink, &mut queue, batch).await.is_err() {
+            if write_batch(&mut *socket.lock().await, &mut queue, batch).await.is_err() {
                 return;
             }
         };
         // The connection is over: what was queued before the end still goes out, all of it
         // (a batch takes at most `WRITE_BATCH_MESSAGES`; the queue holds more).
+        let mut sink = socket.lock().await;
         while !queue.is_empty() {
             if write_batch(&mut sink, &mut queue, Vec::new()).await.is_err() {
                 return;
@@ -333,7 +340,7 @@ async fn write(
 
 /// Writes `batch` and whatever else is queued (up to [`WRITE_BATCH_MESSAGES`]), then flushes.
 async fn write_batch(
-    sink: &mut SplitSink<WebSocket, Message>,
+    sink: &mut Sink,
     queue: &mut mpsc::Receiver<Outgoing>,
     mut batch: Vec<Outgoing>,
 ) -> Result<(), axum::Error> {
@@ -344,11 +351,12 @@ async fn write_batch(
         }
     }
     for outgoing in &mut batch {
-        let message = match std::mem::replace(&mut outgoing.payload, Payload::Text(String::new())) {
-            Payload::Text(text) => Message::text(text),
-            Payload::Binary(bytes) => Message::binary(bytes),
-        };
-        sink.feed(message).await?;
+        let payload = std::mem::replace(&mut outgoing.payload, Payload::Text(String::new()));
+        sink.feed(payload.into_message()).await?;
     }
-    sink.flush().await
+    let flushed = sink.flush().await;
+    // Only now, the socket still held by the caller, do the batch's tickets go: its messages
+    // count as unwritten until they are flushed, so no direct answer overtakes them.
+    drop(batch);
+    flushed
 }

@@ -1,0 +1,129 @@
+//! A connection's own answers written to its socket by the processor that made them, when
+//! nothing is waiting to go out ahead of them.
+//!
+//! Everything else a connection sends (process output, answers of requests that run in tasks
+//! of their own, pings) goes through its outbound queue to the writer task. An answer could
+//! go that way too, but handing it over wakes the writer, and a woken task on a two-core
+//! machine often means a second thread woken and put back to sleep: profiled, that was three
+//! thread switches and two futex calls per small request, against the one switch a request
+//! needs (the processor woken by its socket). So an answer is written where it was made,
+//! under the socket's lock, when two things hold:
+//!
+//! - nothing handed to the queue is still unwritten ([`Unwritten`]: each queued message
+//!   carries a [`Ticket`] that the writer drops once the message is on the socket), so an
+//!   answer never overtakes a message queued before it; and
+//! - the lock is free at once: a writer busy with a batch keeps it, and the answer then goes
+//!   through the queue behind the batch, as before.
+//!
+//! A peer that stops reading fills the socket; a direct write then waits for room exactly as a
+//! queued one would wait for the queue, and stops when the connection is judged gone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::extract::ws::{Message, WebSocket};
+use futures_util::SinkExt;
+use futures_util::stream::SplitSink;
+use tokio::sync::{Mutex, MutexGuard};
+use tokio_util::sync::CancellationToken;
+
+use super::{Closed, Payload};
+
+/// The sending half of a WebSocket, shared by the connection's writer task and its processor.
+pub(crate) type Sink = SplitSink<WebSocket, Message>;
+
+/// How many messages were handed to a connection's queue and are not yet on its socket.
+#[derive(Clone, Default)]
+pub(crate) struct Unwritten(Arc<AtomicUsize>);
+
+impl Unwritten {
+    /// Counts one more message on its way; the count drops when the ticket does.
+    pub(crate) fn ticket(&self) -> Ticket {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        Ticket(self.0.clone())
+    }
+
+    fn none(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+}
+
+/// One queued message's place in [`Unwritten`]; dropped with the message after it was
+/// written (or when it never will be).
+pub(crate) struct Ticket(Arc<AtomicUsize>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A WebSocket's sending half, as its writer task and its processor share it.
+pub(crate) struct SharedSocket {
+    sink: Mutex<Sink>,
+    /// The peer is gone (see `liveness`): a write waiting for room gives up.
+    gone: CancellationToken,
+}
+
+impl SharedSocket {
+    pub(crate) fn new(sink: Sink, gone: CancellationToken) -> Self {
+        Self { sink: Mutex::new(sink), gone }
+    }
+
+    /// The sink, for the writer task: it waits its turn.
+    pub(crate) async fn lock(&self) -> MutexGuard<'_, Sink> {
+        self.sink.lock().await
+    }
+
+    /// Writes `payload` now if nothing queued is still unwritten and nobody holds the socket;
+    /// gives it back otherwise, for the queue.
+    pub(crate) async fn try_write(
+        &self,
+        unwritten: &Unwritten,
+        payload: Payload,
+    ) -> Result<Result<(), Closed>, Payload> {
+        if !unwritten.none() {
+            return Err(payload);
+        }
+        let Ok(mut sink) = self.sink.try_lock() else { return Err(payload) };
+        // Looked at again under the lock: the writer drops its tickets before it lets go, so
+        // a batch it has just written counts as written here, and one it has taken from the
+        // queue but not written yet still counts.
+        if !unwritten.none() {
+            return Err(payload);
+        }
+        let written = tokio::select! {
+            written = sink.send(payload.into_message()) => written.map_err(|_| Closed),
+            () = self.gone.cancelled() => Err(Closed),
+        };
+        Ok(written)
+    }
+}
+
+impl Payload {
+    /// The WebSocket message that carries it.
+    pub(crate) fn into_message(self) -> Message {
+        match self {
+            Payload::Text(text) => Message::text(text),
+            Payload::Binary(bytes) => Message::binary(bytes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unwritten_counts_tickets_until_they_are_dropped() {
+        let unwritten = Unwritten::default();
+        assert!(unwritten.none());
+        let first = unwritten.ticket();
+        let second = unwritten.ticket();
+        assert!(!unwritten.none());
+        drop(first);
+        assert!(!unwritten.none(), "one message is still on its way");
+        drop(second);
+        assert!(unwritten.none());
+    }
+}
