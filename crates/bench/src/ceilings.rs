@@ -147,7 +147,18 @@ pub async fn http_streamed(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
     Ok(best)
 }
 
-/// In-process runs of the HTTP ceiling: a bound is the best the machine did, and one run
+/// MB/s of fetching the body whole with the engine's HTTP client, in this process: the best
+/// of [`HTTP_CEILING_RUNS`].
+pub async fn http_buffered(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
+    let client = tether_engine::http::LocalHttpClient::new();
+    let mut best: f64 = 0.0;
+    for _ in 0..HTTP_CEILING_RUNS {
+        best = best.max(crate::io_workloads::buffered_through(&client, peer_url, bytes).await?);
+    }
+    Ok(best)
+}
+
+/// In-process runs of the HTTP ceilings: a bound is the best the machine did, and one run
 /// can land in a slow moment.
 const HTTP_CEILING_RUNS: usize = 3;
 

@@ -88,6 +88,32 @@ pub async fn http_streamed(url: &str, peer_url: &str, bytes: u64) -> anyhow::Res
     stream_through(&client, peer_url, bytes).await
 }
 
+/// MB/s of a buffered `http/request` of `bytes` from `peer_url`: the whole body in the
+/// answer.
+pub async fn http_buffered(url: &str, peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
+    let client = connect(url).await?;
+    buffered_through(&client, peer_url, bytes).await
+}
+
+/// Fetches `bytes` from `peer_url` whole through any HTTP client; MB/s.
+pub async fn buffered_through(
+    http: &dyn HttpClient,
+    peer_url: &str,
+    bytes: u64,
+) -> anyhow::Result<f64> {
+    let params: HttpRequestParams = serde_json::from_value(serde_json::json!({
+        "method": "GET",
+        "url": peer_url,
+        "requestId": "bench",
+    }))?;
+    let started = Instant::now();
+    let response = http.request(params).await?;
+    anyhow::ensure!(response.status == 200, "HTTP {}", response.status);
+    let received = response.body_base64.0.len() as u64;
+    anyhow::ensure!(received == bytes, "received {received} of {bytes} bytes");
+    Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
+}
+
 /// Streams `bytes` from `peer_url` through any HTTP client; MB/s.
 pub async fn stream_through(
     http: &dyn HttpClient,

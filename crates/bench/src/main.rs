@@ -32,6 +32,9 @@ const PTY_TARGET: f64 = 1.5;
 const SMALL_REQUEST_TARGET: f64 = 2.0;
 const HTTP_TARGET: f64 = 1.5;
 
+/// Bytes of the buffered HTTP row's body: 32 MB, whose base64 (43 MB) fits in one message.
+const BUFFERED_HTTP_BYTES: u64 = 32_000_000;
+
 /// Sessions streaming output while the loaded latency rows are timed: more than the cores, as
 /// an agent host running several builds at once.
 const LOADED_STREAMS: usize = 8;
@@ -277,6 +280,19 @@ async fn bench() -> anyhow::Result<()> {
         row.ceiling = Some(ceilings::http_streamed(url, bytes).await?);
         for_each_round(&args, &kinds, &mut row, |server| async move {
             io_workloads::http_streamed(&server.url, url, bytes).await
+        })
+        .await?;
+        table.push(row);
+        // A buffered body comes whole in one answer, so it must fit in one message (64 MiB
+        // for either server's client once in base64).
+        let bytes = BUFFERED_HTTP_BYTES;
+        let url: &'static str =
+            Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
+        let mut row = Row::new("buffered http/request of 32 MB (MB/s)", report::Better::Higher);
+        row.target = Some(Target::TimesBetter(HTTP_TARGET));
+        row.ceiling = Some(ceilings::http_buffered(url, bytes).await?);
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            io_workloads::http_buffered(&server.url, url, bytes).await
         })
         .await?;
         table.push(row);

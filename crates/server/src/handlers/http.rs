@@ -41,7 +41,7 @@ impl HttpConnection {
     pub(crate) async fn run(&self, id: RequestId, params: HttpRequestParams, outbound: Outbound) {
         if !params.stream_response {
             let _ = match self.client.request(params).await {
-                Ok(response) => outbound.send(encode_response(&id, &response)).await,
+                Ok(response) => outbound.send(response.to_response_text(&id)).await,
                 Err(error) => outbound.send_error(&id, &from_http_error(error)).await,
             };
             return;
