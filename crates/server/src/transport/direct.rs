@@ -13,7 +13,10 @@
 //!   carries a [`Ticket`] that the writer drops once the message is on the socket), so an
 //!   answer never overtakes a message queued before it; and
 //! - the lock is free at once: a writer busy with a batch keeps it, and the answer then goes
-//!   through the queue behind the batch, as before.
+//!   through the queue behind the batch, as before;
+//! - the answer is small ([`DIRECT_ANSWER_MAX_BYTES`]): a large one (a block of a file being
+//!   copied) is better handed to the writer, so that the processor reads the next request
+//!   while the socket takes it.
 //!
 //! A peer that stops reading fills the socket; a direct write then waits for room exactly as a
 //! queued one would wait for the queue, and stops when the connection is judged gone.
@@ -28,6 +31,13 @@ use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use super::{Closed, Payload};
+
+/// The largest answer written where it is made. A small answer's cost is the wake-up that
+/// handing it over would take; a large one's is the copy into the socket, which the writer
+/// can do while the processor serves the next request (four block reads in flight keep a
+/// copy streaming only if they overlap). 64 KiB is far above any small request's answer and
+/// a sixteenth of a block.
+pub(crate) const DIRECT_ANSWER_MAX_BYTES: usize = 64 * 1024;
 
 /// The sending half of a WebSocket, shared by the connection's writer task and its processor.
 pub(crate) type Sink = SplitSink<WebSocket, Message>;
@@ -75,14 +85,14 @@ impl SharedSocket {
         self.sink.lock().await
     }
 
-    /// Writes `payload` now if nothing queued is still unwritten and nobody holds the socket;
-    /// gives it back otherwise, for the queue.
+    /// Writes `payload` now if it is small, nothing queued is still unwritten and nobody holds
+    /// the socket; gives it back otherwise, for the queue.
     pub(crate) async fn try_write(
         &self,
         unwritten: &Unwritten,
         payload: Payload,
     ) -> Result<Result<(), Closed>, Payload> {
-        if !unwritten.none() {
+        if payload.len() > DIRECT_ANSWER_MAX_BYTES || !unwritten.none() {
             return Err(payload);
         }
         let Ok(mut sink) = self.sink.try_lock() else { return Err(payload) };
@@ -101,6 +111,14 @@ impl SharedSocket {
 }
 
 impl Payload {
+    /// Its size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Payload::Text(text) => text.len(),
+            Payload::Binary(bytes) => bytes.len(),
+        }
+    }
+
     /// The WebSocket message that carries it.
     pub(crate) fn into_message(self) -> Message {
         match self {
