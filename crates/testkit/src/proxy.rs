@@ -92,6 +92,10 @@ impl FaultProxy {
                     continue;
                 }
                 control.accepted.fetch_add(1, Ordering::Relaxed);
+                // Held from the choice of the link's first mode until it is listed: a `cut`
+                // meanwhile would otherwise miss a link that started frozen, which would then
+                // stay frozen for good (an HTTP client's pooled connection that never answers).
+                let mut links = control.links.lock().unwrap();
                 let initial = if *control.freeze_new.lock().unwrap() {
                     LinkMode::DownstreamFrozen
                 } else {
@@ -110,7 +114,7 @@ impl FaultProxy {
                     let held = control.held.clone();
                     tokio::spawn(relay(client, upstream, mode_changes, held, limit))
                 };
-                control.links.lock().unwrap().push(Link { mode, task: task.abort_handle() });
+                links.push(Link { mode, task: task.abort_handle() });
             }
         });
         Ok(Self { url, control, acceptor })
@@ -119,8 +123,11 @@ impl FaultProxy {
     /// Drops every open connection abruptly, both sides, as a network failure would (this also
     /// ends the hold of a [`cut_client_side`](Self::cut_client_side)).
     pub fn cut(&self) {
+        // Under the links' lock, as the acceptor lists a new link: a connection accepted
+        // during the cut is either cut with the others or starts open.
+        let mut links = self.control.links.lock().unwrap();
         *self.control.freeze_new.lock().unwrap() = false;
-        for link in self.control.links.lock().unwrap().drain(..) {
+        for link in links.drain(..) {
             link.task.abort();
         }
     }
