@@ -136,24 +136,18 @@ pub fn read_large_file(files: &crate::io_workloads::Files) -> anyhow::Result<f64
     Ok(files.large_bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
 }
 
-/// MB/s of streaming the body with the engine's HTTP client, in this process: the best of
-/// [`HTTP_CEILING_RUNS`] (the first also makes the peer's body, which it then keeps).
-pub async fn http_streamed(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
+/// MB/s of fetching the body with the engine's HTTP client, in this process, taken as `how`
+/// says: the best of [`HTTP_CEILING_RUNS`] (the first also makes the peer's body, which it
+/// then keeps).
+pub async fn http(
+    peer_url: &str,
+    bytes: u64,
+    how: crate::io_workloads::HttpBody,
+) -> anyhow::Result<f64> {
     let client = tether_engine::http::LocalHttpClient::new();
     let mut best: f64 = 0.0;
     for _ in 0..HTTP_CEILING_RUNS {
-        best = best.max(crate::io_workloads::stream_through(&client, peer_url, bytes).await?);
-    }
-    Ok(best)
-}
-
-/// MB/s of fetching the body whole with the engine's HTTP client, in this process: the best
-/// of [`HTTP_CEILING_RUNS`].
-pub async fn http_buffered(peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
-    let client = tether_engine::http::LocalHttpClient::new();
-    let mut best: f64 = 0.0;
-    for _ in 0..HTTP_CEILING_RUNS {
-        best = best.max(crate::io_workloads::buffered_through(&client, peer_url, bytes).await?);
+        best = best.max(crate::io_workloads::fetch_through(&client, peer_url, bytes, how).await?);
     }
     Ok(best)
 }

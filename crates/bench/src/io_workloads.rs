@@ -81,58 +81,49 @@ pub async fn read_large_file(url: &str, files: &Files) -> anyhow::Result<f64> {
     Ok(files.large_bytes as f64 / elapsed / 1e6)
 }
 
-/// MB/s of a streamed `http/request` of `bytes` from `peer_url`, counted as the client
-/// receives them.
-pub async fn http_streamed(url: &str, peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
-    let client = connect(url).await?;
-    stream_through(&client, peer_url, bytes).await
+/// How an `http/request` workload takes its body.
+#[derive(Clone, Copy)]
+pub enum HttpBody {
+    /// In `http/request/bodyDelta`s, counted as the client receives them.
+    Streamed,
+    /// Whole, in the answer.
+    Buffered,
 }
 
-/// MB/s of a buffered `http/request` of `bytes` from `peer_url`: the whole body in the
-/// answer.
-pub async fn http_buffered(url: &str, peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
+/// MB/s of an `http/request` of `bytes` from `peer_url`, its body taken as `how` says.
+pub async fn http(url: &str, peer_url: &str, bytes: u64, how: HttpBody) -> anyhow::Result<f64> {
     let client = connect(url).await?;
-    buffered_through(&client, peer_url, bytes).await
+    fetch_through(&client, peer_url, bytes, how).await
 }
 
-/// Fetches `bytes` from `peer_url` whole through any HTTP client; MB/s.
-pub async fn buffered_through(
+/// Fetches `bytes` from `peer_url` through any HTTP client, the body taken as `how` says;
+/// MB/s.
+pub async fn fetch_through(
     http: &dyn HttpClient,
     peer_url: &str,
     bytes: u64,
+    how: HttpBody,
 ) -> anyhow::Result<f64> {
+    let streamed = matches!(how, HttpBody::Streamed);
     let params: HttpRequestParams = serde_json::from_value(serde_json::json!({
         "method": "GET",
         "url": peer_url,
         "requestId": "bench",
+        "streamResponse": streamed,
     }))?;
     let started = Instant::now();
-    let response = http.request(params).await?;
-    anyhow::ensure!(response.status == 200, "HTTP {}", response.status);
-    let received = response.body_base64.0.len() as u64;
-    anyhow::ensure!(received == bytes, "received {received} of {bytes} bytes");
-    Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
-}
-
-/// Streams `bytes` from `peer_url` through any HTTP client; MB/s.
-pub async fn stream_through(
-    http: &dyn HttpClient,
-    peer_url: &str,
-    bytes: u64,
-) -> anyhow::Result<f64> {
-    let params: HttpRequestParams = serde_json::from_value(serde_json::json!({
-        "method": "GET",
-        "url": peer_url,
-        "requestId": "bench",
-        "streamResponse": true,
-    }))?;
-    let started = Instant::now();
-    let (head, mut body) = http.request_streamed(params).await?;
-    anyhow::ensure!(head.status == 200, "HTTP {}", head.status);
-    let mut received = 0u64;
-    while let Some(chunk) = body.next().await {
-        received += chunk?.len() as u64;
-    }
+    let (status, received) = if streamed {
+        let (head, mut body) = http.request_streamed(params).await?;
+        let mut received = 0u64;
+        while let Some(chunk) = body.next().await {
+            received += chunk?.len() as u64;
+        }
+        (head.status, received)
+    } else {
+        let response = http.request(params).await?;
+        (response.status, response.body_base64.0.len() as u64)
+    };
+    anyhow::ensure!(status == 200, "HTTP {status}");
     anyhow::ensure!(received == bytes, "received {received} of {bytes} bytes");
     Ok(bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
 }

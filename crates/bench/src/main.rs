@@ -22,6 +22,7 @@ mod wss_workloads;
 
 use clap::Parser;
 
+use io_workloads::HttpBody;
 use report::{Row, Table, Target};
 use servers::{Kind, Scratch, Server};
 
@@ -31,6 +32,9 @@ use servers::{Kind, Scratch, Server};
 const PTY_TARGET: f64 = 1.5;
 const SMALL_REQUEST_TARGET: f64 = 2.0;
 const HTTP_TARGET: f64 = 1.5;
+
+/// Bytes of the streamed HTTP row's body: 100 MB, long enough for a steady rate.
+const STREAMED_HTTP_BYTES: u64 = 100_000_000;
 
 /// Bytes of the buffered HTTP row's body: 32 MB, whose base64 (43 MB) fits in one message.
 const BUFFERED_HTTP_BYTES: u64 = 32_000_000;
@@ -272,30 +276,24 @@ async fn bench() -> anyhow::Result<()> {
     }
     if wants("http") {
         let peer = tether_testkit::HttpPeer::start().await?;
-        let bytes = 100_000_000u64;
-        let url: &'static str =
-            Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
-        let mut row = Row::new("streamed http/request of 100 MB (MB/s)", report::Better::Higher);
-        row.target = Some(Target::TimesBetter(HTTP_TARGET));
-        row.ceiling = Some(ceilings::http_streamed(url, bytes).await?);
-        for_each_round(&args, &kinds, &mut row, |server| async move {
-            io_workloads::http_streamed(&server.url, url, bytes).await
-        })
-        .await?;
-        table.push(row);
         // A buffered body comes whole in one answer, so it must fit in one message (64 MiB
         // for either server's client once in base64).
-        let bytes = BUFFERED_HTTP_BYTES;
-        let url: &'static str =
-            Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
-        let mut row = Row::new("buffered http/request of 32 MB (MB/s)", report::Better::Higher);
-        row.target = Some(Target::TimesBetter(HTTP_TARGET));
-        row.ceiling = Some(ceilings::http_buffered(url, bytes).await?);
-        for_each_round(&args, &kinds, &mut row, |server| async move {
-            io_workloads::http_buffered(&server.url, url, bytes).await
-        })
-        .await?;
-        table.push(row);
+        for (how, name, bytes) in [
+            (HttpBody::Streamed, "streamed", STREAMED_HTTP_BYTES),
+            (HttpBody::Buffered, "buffered", BUFFERED_HTTP_BYTES),
+        ] {
+            let url: &'static str =
+                Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
+            let label = format!("{name} http/request of {} MB (MB/s)", bytes / 1_000_000);
+            let mut row = Row::new(&label, report::Better::Higher);
+            row.target = Some(Target::TimesBetter(HTTP_TARGET));
+            row.ceiling = Some(ceilings::http(url, bytes, how).await?);
+            for_each_round(&args, &kinds, &mut row, |server| async move {
+                io_workloads::http(&server.url, url, bytes, how).await
+            })
+            .await?;
+            table.push(row);
+        }
         drop(peer);
     }
     if wants("config") {
