@@ -203,9 +203,9 @@ impl HttpRequestBodyDeltaNotification {
         const DELTA_KEY: &[u8] = br#","deltaBase64":""#;
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
-        struct Head {
+        struct Head<'a> {
             #[serde(rename = "method")]
-            _method: String,
+            _method: &'a str,
             params: HeadParams,
         }
         #[derive(Deserialize)]
@@ -232,7 +232,7 @@ impl HttpRequestBodyDeltaNotification {
         head.extend_from_slice(PREFIX);
         head.extend_from_slice(&body[..key]);
         head.extend_from_slice(&body[close + 1..]);
-        let head: Head = serde_json::from_slice(&head).ok()?;
+        let head: Head<'_> = serde_json::from_slice(&head).ok()?;
         let delta = crate::bytes::decode_base64(delta).ok()?;
         Some(Self {
             request_id: head.params.request_id,

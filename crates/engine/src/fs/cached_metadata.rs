@@ -50,15 +50,14 @@ static MOUNTS: RwLock<Option<HashMap<u64, bool>>> = RwLock::new(None);
 
 /// The metadata of `path`, if the kernel has it in memory; `None` means "ask the usual way".
 pub(crate) fn lookup(path: &Path, follow_symlinks: bool) -> Option<FsGetMetadataResponse> {
-    let (_, stat) = resolve(path)?;
-    Some(metadata::of_statx(&stat, follow_symlinks))
+    Some(metadata::of_statx(&resolve(path)?, follow_symlinks))
 }
 
-/// `path` opened as a location only (`O_PATH`), and its `statx`, when the kernel can answer
-/// both from memory: every component in the lookup cache, none a link, the file on a
-/// [`LOCAL_FILESYSTEMS`] mount. Besides the metadata it asks for, the `statx` holds the
+/// The `statx` of `path`, when the kernel can answer it from memory: every component in the
+/// lookup cache, none a link, the file on a [`LOCAL_FILESYSTEMS`] mount (the path is opened
+/// as a location only, `O_PATH`, for it). Besides the metadata it asks for, it holds the
 /// file's inode, for a caller that opens the path again to check it found the same file.
-pub(crate) fn resolve(path: &Path) -> Option<(OwnedFd, Statx)> {
+pub(crate) fn resolve(path: &Path) -> Option<Statx> {
     if UNSUPPORTED.load(Ordering::Relaxed) || !is_plain(path) {
         return None;
     }
@@ -79,7 +78,7 @@ pub(crate) fn resolve(path: &Path) -> Option<(OwnedFd, Statx)> {
     if no_follow::file_type(&stat) == FileType::Symlink {
         return None;
     }
-    Some((file, stat))
+    Some(stat)
 }
 
 /// Opens `path` with `flags` (and `O_NOFOLLOW`, `O_CLOEXEC`) from the kernel's lookup cache

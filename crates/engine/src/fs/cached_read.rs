@@ -35,7 +35,7 @@ pub(crate) const INLINE_READ_MAX_BYTES: u64 = 64 * 1024;
 /// The contents of `path` and their share of `budget`, if the file is small and in memory;
 /// `None` means "read it the usual way".
 pub(crate) fn read(path: &Path, budget: &WholeReadBudget) -> Option<(Vec<u8>, ReadGrant)> {
-    let (_, stat) = cached_metadata::resolve(path)?;
+    let stat = cached_metadata::resolve(path)?;
     if no_follow::file_type(&stat) != FileType::RegularFile || stat.stx_size > INLINE_READ_MAX_BYTES
     {
         return None;
