@@ -483,8 +483,73 @@ async fn file_blocks_travel_as_raw_bytes_in_binary_messages() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Tether only: stdio carries lines of text, so there `binaryBlocks` is not advertised and a
-/// read that asks for attached bytes is refused, saying why.
+/// Tether only (`attachedHttpBodies`): a body asked for with `attachBody` comes as binary
+/// messages. Buffered, the answer: its JSON with an empty `bodyBase64`, a NUL, the body as it
+/// is. Streamed, each delta: its JSON with an empty `deltaBase64`, a NUL, its bytes, at most
+/// 1 MiB, after the text answer and numbered as base64 deltas are; the terminal frame stays
+/// text, with the body's error when it broke off.
+#[tokio::test]
+async fn http_bodies_travel_as_raw_bytes_in_binary_messages() {
+    use tether_protocol::attached::split;
+    use tether_testkit::HttpPeer;
+    use tether_testkit::http_peer::large_body;
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let peer = HttpPeer::start().await.unwrap();
+    let info = client.ok("environment/info", json!({})).await.unwrap();
+    assert_eq!(info["capabilities"]["tetherExtensions"]["attachedHttpBodies"], true);
+
+    let len = 3 * 1024 * 1024 + 7;
+    let url = peer.url(&format!("/large?bytes={len}"));
+    let params = json!({"method": "GET", "url": url, "requestId": "b", "attachBody": true});
+    let id = client.send_request("http/request", params).await.unwrap();
+    let message = client.next_binary().await.unwrap();
+    let (json, attached) = split(&message).unwrap();
+    let answer: Value = serde_json::from_slice(json).unwrap();
+    assert_eq!((&answer["id"], &answer["result"]["status"]), (&json!(id), &json!(200)));
+    assert_eq!(answer["result"]["bodyBase64"], "");
+    assert!(attached == large_body(len).as_slice(), "the peer's body, byte for byte");
+
+    for (path, request_id, expected, error) in [
+        (format!("/large?bytes={len}"), "big", large_body(len), Value::Null),
+        ("/fail".to_owned(), "broken", b"partial".to_vec(), json!("error decoding response body")),
+    ] {
+        let params = json!({"method": "GET", "url": peer.url(&path), "requestId": request_id,
+            "streamResponse": true, "attachBody": true});
+        let id = client.send_request("http/request", params).await.unwrap();
+        let answer = client.next_text_or_binary().await.unwrap().unwrap();
+        assert_eq!((&answer["id"], &answer["result"]["bodyBase64"]), (&json!(id), &json!("")));
+        let (mut body, mut seq) = (Vec::new(), 1);
+        let terminal = loop {
+            match client.next_text_or_binary().await.unwrap() {
+                Err(message) => {
+                    let (json, attached) = split(&message).unwrap();
+                    let delta: Value = serde_json::from_slice(json).unwrap();
+                    assert_eq!(
+                        delta,
+                        json!({"method": "http/request/bodyDelta", "params": {
+                            "requestId": request_id, "seq": seq, "deltaBase64": "",
+                            "done": false, "error": null}})
+                    );
+                    assert!(!attached.is_empty() && attached.len() <= 1024 * 1024, "{seq}");
+                    body.extend_from_slice(attached);
+                    seq += 1;
+                }
+                Ok(text) => break text,
+            }
+        };
+        assert!(body == expected, "{path}: the peer's body, byte for byte");
+        assert_eq!(
+            terminal,
+            json!({"method": "http/request/bodyDelta", "params": {"requestId": request_id,
+                "seq": seq, "deltaBase64": "", "done": true, "error": error}})
+        );
+    }
+}
+
+/// Tether only: stdio carries lines of text, so there neither `binaryBlocks` nor
+/// `attachedHttpBodies` is advertised, and a read or a stream that asks for attached bytes is
+/// refused, saying why.
 #[tokio::test]
 async fn over_stdio_blocks_stay_in_the_json() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -507,6 +572,9 @@ async fn over_stdio_blocks_stay_in_the_json() {
         json!({"id": 4, "method": "fs/readBlock",
             "params": {"handleId": "r", "offset": 0, "len": 3, "attachChunk": true}}),
         json!({"id": 5, "method": "fs/readFile", "params": {"path": path, "attachData": true}}),
+        json!({"id": 6, "method": "http/request", "params": {"method": "GET",
+            "url": "http://127.0.0.1:9/", "requestId": "s", "streamResponse": true,
+            "attachBody": true}}),
     ];
     let mut stdin = child.stdin.take().unwrap();
     for line in lines {
@@ -514,18 +582,28 @@ async fn over_stdio_blocks_stay_in_the_json() {
     }
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut answers = Vec::new();
-    while answers.len() < 5 {
+    while answers.len() < 6 {
         let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await;
         answers.push(serde_json::from_str::<Value>(&line.unwrap().unwrap().unwrap()).unwrap());
     }
-    assert_eq!(answers[1]["result"]["capabilities"]["tetherExtensions"]["binaryBlocks"], false);
+    // The http/request runs in a task of its own: its answer may come before others'.
+    let by_id = |id: i64| answers.iter().find(|answer| answer["id"] == id).unwrap();
+    let extensions = &by_id(2)["result"]["capabilities"]["tetherExtensions"];
     assert_eq!(
-        answers[3],
+        (&extensions["binaryBlocks"], &extensions["attachedHttpBodies"]),
+        (&json!(false), &json!(false))
+    );
+    assert_eq!(
+        *by_id(4),
         json!({"error": {"code": -32600, "message": "attachChunk needs binary messages, which stdio does not carry: read the block without it"}, "id": 4})
     );
     assert_eq!(
-        answers[4],
+        *by_id(5),
         json!({"error": {"code": -32600, "message": "attachData needs binary messages, which stdio does not carry: read the file without it"}, "id": 5})
+    );
+    assert_eq!(
+        *by_id(6),
+        json!({"error": {"code": -32600, "message": "attachBody needs binary messages, which stdio does not carry: send the request without it"}, "id": 6})
     );
     drop(stdin);
     let _ = child.wait().await;

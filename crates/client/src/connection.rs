@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
 use tether_protocol::error::METHOD_NOT_FOUND;
-use tether_protocol::http::HttpRequestBodyDeltaNotification;
+use tether_protocol::http::{HTTP_BODY_DELTA_MAX_BYTES, HttpRequestBodyDeltaNotification};
 use tether_protocol::process::ProcessOutputNotification;
 use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
@@ -28,6 +28,9 @@ use tracing::debug;
 use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
 use crate::flow::PauseGate;
 use crate::options::ClientOptions;
+
+/// How a Tether server begins a body delta's JSON, with or without attached bytes.
+const BODY_DELTA_PREFIX: &[u8] = br#"{"method":"http/request/bodyDelta","#;
 
 /// What a connection reports to its client, in the order it happened.
 #[derive(Debug)]
@@ -301,6 +304,25 @@ impl Connection {
                     heard = tokio::time::Instant::now();
                     continue;
                 }
+                // And one whose bytes are attached (`attachedHttpBodies`), taken without a copy.
+                if let Frame::Binary(bytes) = &frame
+                    && let Some((json, _)) = tether_protocol::attached::split(bytes)
+                    && json.starts_with(BODY_DELTA_PREFIX)
+                {
+                    let attached = bytes.slice(json.len() + 1..);
+                    let Some(delta) =
+                        HttpRequestBodyDeltaNotification::from_attached(json, attached)
+                    else {
+                        break End::Broken(format!(
+                            "malformed http/request/bodyDelta with attached bytes from the \
+                             server (at most {HTTP_BODY_DELTA_MAX_BYTES} bytes, after JSON whose \
+                             deltaBase64 is empty)"
+                        ));
+                    };
+                    let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
+                    heard = tokio::time::Instant::now();
+                    continue;
+                }
                 // Decoded where the frame lies: an answer can be hundreds of MB.
                 let mut attached = None;
                 let decoded = match &frame {
@@ -337,6 +359,14 @@ impl Connection {
                     }
                     Ok(Message::Error(error)) => {
                         complete(&reader_calls, &error.id, Err(ClientError::from_rpc(error.error)));
+                    }
+                    Ok(Message::Notification(notification)) if attached.is_some() => {
+                        // Only a body delta carries bytes, and only in the form read above:
+                        // read here, its bytes would be lost without a word.
+                        break End::Broken(format!(
+                            "{} notification with attached bytes the client cannot read",
+                            notification.method
+                        ));
                     }
                     Ok(Message::Notification(notification)) => {
                         let _ = events.send(ConnectionEvent::Notification(notification)).await;

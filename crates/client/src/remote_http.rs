@@ -13,6 +13,7 @@ use tether_engine::http::{
     HttpBodyError, HttpBodyStream, HttpClient, HttpError, HttpSendError, InvalidHttpRequest,
     SendCause, TransportFailure,
 };
+use tether_protocol::ByteChunk;
 use tether_protocol::error::INVALID_PARAMS;
 use tether_protocol::http::{HttpRequestParams, HttpRequestResponse};
 use tether_protocol::method::Method;
@@ -28,7 +29,24 @@ impl HttpClient for ExecServerClient {
         mut params: HttpRequestParams,
     ) -> Result<HttpRequestResponse, HttpError> {
         params.stream_response = false;
-        self.call(Method::HttpRequest.name(), &params, Retry::Never).await.map_err(http_error)
+        params.attach_body = self.tether_extensions().attached_http_bodies;
+        if !params.attach_body {
+            return self
+                .call(Method::HttpRequest.name(), &params, Retry::Never)
+                .await
+                .map_err(http_error);
+        }
+        // The body raw beside the answer. Never resent, as without it.
+        let connection = self.connected().await.map_err(http_error)?;
+        let method = Method::HttpRequest.name();
+        let (head, body): (HttpRequestResponse, _) =
+            connection.call_for_attached(method, &params).await.map_err(|error| match error {
+                ClientError::Disconnected(end) => http_error(ClientError::Disconnected(
+                    end.context(format_args!("`{method}` may or may not have taken effect")),
+                )),
+                error => http_error(error),
+            })?;
+        Ok(HttpRequestResponse { body_base64: ByteChunk(body), ..head })
     }
 
     async fn request_streamed(
@@ -39,6 +57,8 @@ impl HttpClient for ExecServerClient {
         let streams = &self.session.http_streams;
         params.request_id = streams.next_request_id();
         params.stream_response = true;
+        // The bytes raw beside each delta, where the server can send them so.
+        params.attach_body = self.tether_extensions().attached_http_bodies;
         let body = streams.register(&params.request_id, connection.generation);
         // On the connection the route was registered for: a stream cannot move to another.
         let response = connection

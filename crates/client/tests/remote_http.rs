@@ -89,3 +89,55 @@ async fn a_buffered_request_is_not_resent_after_a_drop() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(peer.requests(), ["GET /slow-head?ms=1000"], "sent once");
 }
+
+/// A server that says it sends bodies attached (`attachedHttpBodies`) and then sends a delta
+/// the client cannot read so — bytes both in its base64 and attached — breaks the connection
+/// with a protocol error that the stream reports, instead of taking either half and losing the
+/// other. The server is scripted: no real one sends such a message.
+#[tokio::test]
+async fn an_attached_delta_that_also_carries_base64_breaks_the_connection() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let script = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(socket).await.unwrap();
+        let mut next_text = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| loop {
+            if let Message::Text(text) = ws.next().await.unwrap().unwrap() {
+                return serde_json::from_str::<serde_json::Value>(&text).unwrap();
+            }
+        };
+        let initialize = next_text(&mut ws).await;
+        let answer = json!({"id": initialize["id"], "result": {"sessionId": "scripted",
+            "environmentInfo": {"shell": {"name": "sh", "path": "/bin/sh"},
+                "capabilities": {"tetherExtensions": {"attachedHttpBodies": true}}}}});
+        ws.send(Message::text(answer.to_string())).await.unwrap();
+        assert_eq!(next_text(&mut ws).await["method"], "initialized");
+        let request = next_text(&mut ws).await;
+        let answer = json!({"id": request["id"],
+            "result": {"status": 200, "headers": [], "bodyBase64": ""}});
+        ws.send(Message::text(answer.to_string())).await.unwrap();
+        let delta = json!({"method": "http/request/bodyDelta", "params": {
+            "requestId": request["params"]["requestId"], "seq": 1, "deltaBase64": "aGk=",
+            "done": false, "error": null}});
+        let message = tether_protocol::attached::join(&delta.to_string(), b"more");
+        ws.send(Message::binary(message)).await.unwrap();
+        // Until the client lets go of the connection.
+        while let Some(Ok(_)) = ws.next().await {}
+        request["params"].clone()
+    });
+    let options = ClientOptions { recovery_timeout: Duration::ZERO, ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&url, options).await.unwrap();
+    let (head, mut body) = client.request_streamed(get("http://peer.invalid/")).await.unwrap();
+    assert_eq!(head.status, 200);
+    let error = body.next().await.unwrap().unwrap_err();
+    assert_eq!(
+        error.0,
+        "exec-server connection dropped (malformed http/request/bodyDelta with attached bytes \
+         from the server (at most 1048576 bytes, after JSON whose deltaBase64 is empty)); a \
+         streamed http/request body cannot be resumed"
+    );
+    let sent = script.await.unwrap();
+    assert_eq!((&sent["streamResponse"], &sent["attachBody"]), (&json!(true), &json!(true)));
+}

@@ -212,6 +212,7 @@ fn request(
         // Replaced by the session with one of its own for streamed requests.
         request_id: "mcp".to_owned(),
         stream_response: true,
+        attach_body: false,
     }
 }
 

@@ -75,6 +75,12 @@ pub struct HttpRequestParams {
     /// `http/request/bodyDelta` notifications.
     #[serde(default)]
     pub stream_response: bool,
+    /// Tether extension (`attachedHttpBodies`): the body's bytes travel raw, attached to binary
+    /// messages ([`crate::attached`]), instead of as base64 in the JSON. Buffered, the answer
+    /// is such a message, its `bodyBase64` empty; streamed, each delta that carries bytes is,
+    /// its `deltaBase64` empty, and the terminal frame stays text. WebSocket only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attach_body: bool,
 }
 
 /// A request header.
@@ -121,19 +127,35 @@ impl HttpRequestResponse {
     /// buffered body can be tens of MB). Byte for byte what serde would produce (see the
     /// tests).
     pub fn to_response_text(&self, id: &crate::RequestId) -> String {
+        self.write_json(id, true, 0)
+    }
+
+    /// The response to request `id` as a binary message (`attachedHttpBodies`): its JSON with
+    /// an empty `bodyBase64`, then the body's bytes as they are ([`crate::attached`]).
+    pub fn to_attached_message(&self, id: &crate::RequestId) -> Vec<u8> {
+        let mut message = self.write_json(id, false, 1 + self.body_base64.len()).into_bytes();
+        message.push(crate::attached::SEPARATOR);
+        message.extend_from_slice(&self.body_base64.0);
+        message
+    }
+
+    /// The response's JSON, the body base64-encoded into it or left empty, in a string with
+    /// room for `spare` more bytes.
+    fn write_json(&self, id: &crate::RequestId, with_body: bool, spare: usize) -> String {
         use std::fmt::Write as _;
 
         let id = serde_json::to_string(id).expect("an id serialises");
         let headers = serde_json::to_string(&self.headers).expect("headers serialise");
-        let mut text = String::with_capacity(
-            64 + id.len() + headers.len() + self.body_base64.len().div_ceil(3) * 4,
-        );
+        let body_len = if with_body { self.body_base64.len().div_ceil(3) * 4 } else { 0 };
+        let mut text = String::with_capacity(64 + id.len() + headers.len() + body_len + spare);
         let _ = write!(
             text,
             r#"{{"id":{id},"result":{{"status":{},"headers":{headers},"bodyBase64":""#,
             self.status
         );
-        crate::bytes::encode_base64_into(&self.body_base64.0, &mut text);
+        if with_body {
+            crate::bytes::encode_base64_into(&self.body_base64.0, &mut text);
+        }
         text.push_str("\"}}");
         text
     }
@@ -174,19 +196,53 @@ impl HttpRequestBodyDeltaNotification {
     /// escape scan of it. A streamed body is all deltas, so this is its hot path; the result is
     /// byte for byte what serde would produce (see the tests).
     pub fn to_notification_text(&self) -> String {
+        self.write_json(true, 0)
+    }
+
+    /// The notification as a binary message (`attachedHttpBodies`): its JSON with an empty
+    /// `deltaBase64`, then the delta's bytes as they are ([`crate::attached`]). The bytes are
+    /// copied once, into the message; nothing is encoded.
+    pub fn to_attached_message(&self) -> Vec<u8> {
+        let mut message = self.write_json(false, 1 + self.delta_base64.len()).into_bytes();
+        message.push(crate::attached::SEPARATOR);
+        message.extend_from_slice(&self.delta_base64.0);
+        message
+    }
+
+    /// The notification's JSON, the delta base64-encoded into it or left empty, in a string
+    /// with room for `spare` more bytes.
+    fn write_json(&self, with_delta: bool, spare: usize) -> String {
         use std::fmt::Write as _;
 
         let request_id = serde_json::to_string(&self.request_id).expect("a string serialises");
         let error = serde_json::to_string(&self.error).expect("a string serialises");
-        let mut text = String::with_capacity(
-            112 + request_id.len() + error.len() + self.delta_base64.len().div_ceil(3) * 4,
-        );
+        let delta_len = if with_delta { self.delta_base64.len().div_ceil(3) * 4 } else { 0 };
+        let mut text =
+            String::with_capacity(112 + request_id.len() + error.len() + delta_len + spare);
         text.push_str(r#"{"method":"http/request/bodyDelta","params":{"requestId":"#);
         text.push_str(&request_id);
         let _ = write!(text, r#","seq":{},"deltaBase64":""#, self.seq);
-        crate::bytes::encode_base64_into(&self.delta_base64.0, &mut text);
+        if with_delta {
+            crate::bytes::encode_base64_into(&self.delta_base64.0, &mut text);
+        }
         let _ = write!(text, r#"","done":{},"error":{error}}}}}"#, self.done);
         text
+    }
+
+    /// A notification read from a binary message's two parts (`attachedHttpBodies`): `json`,
+    /// read as [`Self::from_frame`] reads a text frame, whose `deltaBase64` must be empty, and
+    /// the `attached` bytes, which become the delta without a copy. `None` for anything else,
+    /// and for bytes beyond [`HTTP_BODY_DELTA_MAX_BYTES`].
+    pub fn from_attached(json: &[u8], attached: bytes::Bytes) -> Option<Self> {
+        if attached.len() > HTTP_BODY_DELTA_MAX_BYTES {
+            return None;
+        }
+        let mut delta = Self::from_frame(json)?;
+        if !delta.delta_base64.is_empty() {
+            return None;
+        }
+        delta.delta_base64 = ByteChunk(attached);
+        Some(delta)
     }
 
     /// A notification read straight from its frame, as
@@ -413,6 +469,83 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.to_string(), "unknown variant `bogus`, expected `follow` or `stop`");
+    }
+
+    #[test]
+    fn an_attached_delta_is_its_json_with_an_empty_delta_then_the_raw_bytes() {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).chain([0, b'"', b'\\']).collect();
+        let delta = HttpRequestBodyDeltaNotification {
+            request_id: "id \"quoted\"".into(),
+            seq: 7,
+            delta_base64: ByteChunk::from(bytes.clone()),
+            done: false,
+            error: None,
+        };
+        let message = delta.to_attached_message();
+        let (json, attached) = crate::attached::split(&message).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(json).unwrap();
+        assert_eq!(
+            value,
+            json!({"method": "http/request/bodyDelta", "params": {"requestId": "id \"quoted\"",
+                "seq": 7, "deltaBase64": "", "done": false, "error": null}})
+        );
+        assert_eq!(attached, &bytes[..]);
+        let read = HttpRequestBodyDeltaNotification::from_attached(
+            json,
+            bytes::Bytes::copy_from_slice(attached),
+        );
+        assert_eq!(read, Some(delta));
+    }
+
+    #[test]
+    fn an_attached_delta_is_refused_with_bytes_in_its_json_or_past_the_limit() {
+        let with_base64 = br#"{"method":"http/request/bodyDelta","params":{"requestId":"r","seq":1,"deltaBase64":"aGk=","done":false,"error":null}}"#;
+        let extra = bytes::Bytes::from_static(b"more");
+        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(with_base64, extra), None);
+        let empty = br#"{"method":"http/request/bodyDelta","params":{"requestId":"r","seq":1,"deltaBase64":"","done":false,"error":null}}"#;
+        let at_limit = bytes::Bytes::from(vec![1u8; HTTP_BODY_DELTA_MAX_BYTES]);
+        let read = HttpRequestBodyDeltaNotification::from_attached(empty, at_limit).unwrap();
+        assert_eq!(read.delta_base64.len(), HTTP_BODY_DELTA_MAX_BYTES);
+        let past = bytes::Bytes::from(vec![1u8; HTTP_BODY_DELTA_MAX_BYTES + 1]);
+        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(empty, past), None);
+        let other = br#"{"method":"process/output","params":{}}"#;
+        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(other, extra_bytes()), None);
+    }
+
+    fn extra_bytes() -> bytes::Bytes {
+        bytes::Bytes::from_static(b"x")
+    }
+
+    #[test]
+    fn an_attached_response_is_its_json_with_an_empty_body_then_the_raw_body() {
+        let response = HttpRequestResponse {
+            status: 201,
+            headers: vec![HttpResponseHeader { name: "a".into(), value: "b\"c".into() }],
+            body_base64: ByteChunk::from(b"\0raw\0body".to_vec()),
+        };
+        let message = response.to_attached_message(&crate::RequestId::Integer(4));
+        let (json, attached) = crate::attached::split(&message).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(json).unwrap();
+        assert_eq!(
+            value,
+            json!({"id": 4, "result": {"status": 201,
+                "headers": [{"name": "a", "value": "b\"c"}], "bodyBase64": ""}})
+        );
+        assert_eq!(attached, b"\0raw\0body");
+    }
+
+    #[test]
+    fn attach_body_is_left_out_unless_asked() {
+        let params: HttpRequestParams =
+            serde_json::from_value(json!({"method": "GET", "url": "http://x/", "requestId": "r"}))
+                .unwrap();
+        assert!(!params.attach_body);
+        assert!(!serde_json::to_string(&params).unwrap().contains("attachBody"));
+        let params: HttpRequestParams = serde_json::from_value(
+            json!({"method": "GET", "url": "http://x/", "requestId": "r", "attachBody": true}),
+        )
+        .unwrap();
+        assert!(params.attach_body);
     }
 
     #[test]

@@ -121,7 +121,7 @@ pub(crate) async fn serve_connection(
     let metrics = state.metrics.clone();
     metrics.connection_opened();
     let permits = Arc::new(Semaphore::new(state.config.concurrent_requests.max(1)));
-    let http = Arc::new(HttpConnection::new(state.http.clone()));
+    let http = Arc::new(HttpConnection::new(state.http.clone(), transport.carries_binary()));
     let fs = FsConnection::new(outbound.clone(), transport.carries_binary());
     let mut processor = Processor {
         state,
@@ -382,7 +382,7 @@ impl Processor {
     }
 
     /// What `environment/info` says on this connection: the server's, without
-    /// `binaryBlocks` where the transport has no binary messages.
+    /// `binaryBlocks` and `attachedHttpBodies` where the transport has no binary messages.
     fn environment_info(&self) -> std::borrow::Cow<'_, EnvironmentInfo> {
         let info = &self.state.environment_info;
         if self.transport.carries_binary() {
@@ -393,6 +393,7 @@ impl Processor {
             info.capabilities.as_mut().and_then(|c| c.tether_extensions.as_mut())
         {
             extensions.binary_blocks = false;
+            extensions.attached_http_bodies = false;
         }
         std::borrow::Cow::Owned(info)
     }

@@ -71,6 +71,7 @@ fn capabilities() -> Capabilities {
             fs_metadata: true,
             binary_blocks: true,
             session_ttl: true,
+            attached_http_bodies: true,
         }),
         ..Capabilities::default()
     }

@@ -180,6 +180,19 @@ impl RpcClient {
         }
     }
 
+    /// The next message as it came: JSON text, or a binary message's bytes (JSON, a NUL,
+    /// attached bytes). Nothing is kept or skipped but pings and pongs.
+    pub async fn next_text_or_binary(&mut self) -> anyhow::Result<Result<Value, Vec<u8>>> {
+        loop {
+            match self.next_frame().await? {
+                Message::Text(text) => return Ok(Ok(serde_json::from_str(&text)?)),
+                Message::Binary(bytes) => return Ok(Err(bytes.to_vec())),
+                Message::Close(_) => bail!("connection closed"),
+                _ => {}
+            }
+        }
+    }
+
     /// Whether the server closes the connection within `within` (reading and discarding
     /// anything it still sends).
     pub async fn is_closed_within(&mut self, within: Duration) -> bool {

@@ -5,6 +5,10 @@
 //! deltas numbered from 1, ending with exactly one `done: true` frame. The answer is queued
 //! before the first delta, on the same queue, so a client always knows the stream before its
 //! data. A stream belongs to its connection: it ends with it, without a terminal frame.
+//!
+//! With `attachBody` (Tether's `attachedHttpBodies`, WebSocket only) the body's bytes go
+//! attached to binary messages — the buffered answer, or each delta — instead of base64 in the
+//! JSON: a third fewer bytes on the wire, and no encoding here nor decoding at the client.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -16,8 +20,8 @@ use tether_protocol::http::{HttpRequestBodyDeltaNotification, HttpRequestParams}
 use tether_protocol::{ByteChunk, RequestId};
 use tracing::debug;
 
-use crate::rpc_error::{from_http_error, invalid_params};
-use crate::transport::Outbound;
+use crate::rpc_error::{from_http_error, invalid_params, invalid_request};
+use crate::transport::{Outbound, Payload};
 
 /// One connection's HTTP requests: the client they go through and the `requestId`s of its
 /// streams in progress.
@@ -27,11 +31,13 @@ pub(crate) struct HttpConnection {
     /// request is accepted, so two streams can never share an id. Buffered requests neither
     /// reserve nor check.
     active: Mutex<HashSet<String>>,
+    /// Whether deltas may go as binary messages (`attachBody`): WebSocket, not stdio.
+    carries_binary: bool,
 }
 
 impl HttpConnection {
-    pub(crate) fn new(client: Arc<dyn HttpClient>) -> Self {
-        Self { client, active: Mutex::new(HashSet::new()) }
+    pub(crate) fn new(client: Arc<dyn HttpClient>, carries_binary: bool) -> Self {
+        Self { client, active: Mutex::new(HashSet::new()), carries_binary }
     }
 
     /// Runs one request to completion, answering on `outbound` (and, for a streamed body,
@@ -39,8 +45,19 @@ impl HttpConnection {
     /// the connection's other requests. A streamed request's task lasts until its body ends,
     /// so it counts against the connection's concurrent requests for that long.
     pub(crate) async fn run(&self, id: RequestId, params: HttpRequestParams, outbound: Outbound) {
+        if params.attach_body && !self.carries_binary {
+            let message = "attachBody needs binary messages, which stdio does not carry: send \
+                           the request without it";
+            let _ = outbound.send_error(&id, &invalid_request(message)).await;
+            return;
+        }
+        let attach = params.attach_body;
         if !params.stream_response {
             let _ = match self.client.request(params).await {
+                Ok(response) if attach => {
+                    let message = response.to_attached_message(&id);
+                    outbound.send_payload(Payload::Binary(message), None).await
+                }
                 Ok(response) => outbound.send(response.to_response_text(&id)).await,
                 Err(error) => outbound.send_error(&id, &from_http_error(error)).await,
             };
@@ -61,33 +78,40 @@ impl HttpConnection {
             }
             Ok((response, body)) => {
                 if outbound.send(encode_response(&id, &response)).await.is_ok() {
-                    stream_body(claim, body, &outbound).await;
+                    stream_body(claim, body, attach, &outbound).await;
                 }
             }
         }
     }
 }
 
-/// Sends `body` as deltas after the response, then the one terminal frame. Stops quietly if
-/// the connection goes away.
-async fn stream_body(claim: StreamClaim<'_>, mut body: HttpBodyStream, outbound: &Outbound) {
+/// Sends `body` as deltas after the response (with their bytes `attach`ed to binary messages,
+/// or in base64), then the one terminal frame. Stops quietly if the connection goes away.
+async fn stream_body(
+    claim: StreamClaim<'_>,
+    mut body: HttpBodyStream,
+    attach: bool,
+    outbound: &Outbound,
+) {
     let request_id = claim.request_id.to_owned();
-    let delta = |seq, chunk: ByteChunk, done, error| {
-        let params = HttpRequestBodyDeltaNotification {
-            request_id: request_id.clone(),
-            seq,
-            delta_base64: chunk,
-            done,
-            error,
-        };
-        params.to_notification_text()
+    let delta = |seq, chunk: ByteChunk, done, error| HttpRequestBodyDeltaNotification {
+        request_id: request_id.clone(),
+        seq,
+        delta_base64: chunk,
+        done,
+        error,
     };
     let (mut seq, mut bytes) = (1, 0);
     let error = loop {
         match body.next().await {
             Some(Ok(chunk)) => {
                 bytes += chunk.len();
-                if outbound.send_output(delta(seq, ByteChunk(chunk), false, None)).await.is_err() {
+                let delta = delta(seq, ByteChunk(chunk), false, None);
+                let payload = match attach {
+                    true => Payload::Binary(delta.to_attached_message()),
+                    false => Payload::Text(delta.to_notification_text()),
+                };
+                if outbound.send_output_payload(payload).await.is_err() {
                     return;
                 }
                 seq += 1;
@@ -100,7 +124,8 @@ async fn stream_body(claim: StreamClaim<'_>, mut body: HttpBodyStream, outbound:
     // Released before the terminal frame is queued: a client that reuses the id as soon as it
     // sees that frame must never be told the id is still active.
     drop(claim);
-    let _ = outbound.send(delta(seq, ByteChunk::default(), true, error)).await;
+    let _ =
+        outbound.send(delta(seq, ByteChunk::default(), true, error).to_notification_text()).await;
 }
 
 /// A reserved stream `requestId`, released when dropped: at the stream's end, or when the

@@ -140,11 +140,17 @@ impl Outbound {
     /// resuming client can only get it back from what the server retained: keeping it well
     /// under the retained-output size is what makes a reconnect lossless.
     pub(crate) async fn send_output(&self, text: String) -> Result<(), Closed> {
-        self.metrics.output_sent(text.len());
-        let bytes = text.len().clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
+        self.send_output_payload(Payload::Text(text)).await
+    }
+
+    /// [`Self::send_output`] of a message of either kind.
+    pub(crate) async fn send_output_payload(&self, payload: Payload) -> Result<(), Closed> {
+        let len = payload.len();
+        self.metrics.output_sent(len);
+        let bytes = len.clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
         let permit =
             self.output_budget.clone().acquire_many_owned(bytes).await.map_err(|_| Closed)?;
-        self.send_payload(Payload::Text(text), Some(permit)).await
+        self.send_payload(payload, Some(permit)).await
     }
 }
 
