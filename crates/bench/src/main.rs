@@ -256,30 +256,39 @@ async fn bench() -> anyhow::Result<()> {
         files.remove();
     }
     if wants("small") {
-        let calls = request_workloads::CALLS;
-        let mut rows = request_workloads::METHODS.map(|method| {
-            let mut row = Row::new(&format!("{method} (median µs)"), report::Better::Lower);
-            row.target = Some(Target::TimesBetter(SMALL_REQUEST_TARGET));
-            row
-        });
-        // The floor moves with the machine from one minute to the next (the wake-up of a
-        // sleeping thread on the other CPU is most of it), so it is measured right before
-        // every server's calls, and the ceiling column is the median of those.
-        let floors = std::sync::Arc::new(std::sync::Mutex::new(Vec::<f64>::new()));
-        for_each_round_rows(Scratch::TempDir, &args, &kinds, &mut rows, |server| {
-            let floors = floors.clone();
-            async move {
-                let floor = ceilings::tcp_round_trip(calls)?;
-                eprintln!("  {:<58} before a server → {floor:.3}", "tcp round trip (µs)");
-                floors.lock().unwrap().push(floor);
-                request_workloads::small_requests(&server.url, calls).await
+        // Measured on the idle machine, then with every CPU but one busy: there a call's two
+        // wake-ups land on the CPU already awake, and what is left is mostly the servers' own
+        // work (see `busy`).
+        for busy in [false, true] {
+            let calls = request_workloads::CALLS;
+            let suffix = if busy { ", every CPU but one busy" } else { "" };
+            let mut rows = request_workloads::METHODS.map(|method| {
+                let label = format!("{method}{suffix} (median µs)");
+                let mut row = Row::new(&label, report::Better::Lower);
+                row.target = Some(Target::TimesBetter(SMALL_REQUEST_TARGET));
+                row
+            });
+            // The floor moves with the machine from one minute to the next (the wake-up of a
+            // sleeping thread on the other CPU is most of it), so it is measured right before
+            // every server's calls, and the ceiling column is the median of those.
+            let floors = std::sync::Arc::new(std::sync::Mutex::new(Vec::<f64>::new()));
+            for_each_round_rows(Scratch::TempDir, &args, &kinds, &mut rows, |server| {
+                let floors = floors.clone();
+                async move {
+                    let _busy = if busy { busy::BusyCpus::all_but_one()? } else { None };
+                    let floor = ceilings::tcp_round_trip(calls)?;
+                    let label = format!("tcp round trip{suffix} (µs)");
+                    eprintln!("  {label:<58} before a server → {floor:.3}");
+                    floors.lock().unwrap().push(floor);
+                    request_workloads::small_requests(&server.url, calls).await
+                }
+            })
+            .await?;
+            let floor = report::median(&mut floors.lock().unwrap());
+            for mut row in rows {
+                row.ceiling = Some(floor);
+                table.push(row);
             }
-        })
-        .await?;
-        let floor = report::median(&mut floors.lock().unwrap());
-        for mut row in rows {
-            row.ceiling = Some(floor);
-            table.push(row);
         }
     }
     if wants("http") {
