@@ -165,7 +165,8 @@ impl Connection {
         let timeout = options.connect_timeout;
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .max_message_size(Some(options.max_message_bytes))
-            .max_frame_size(Some(options.max_message_bytes));
+            .max_frame_size(Some(options.max_message_bytes))
+            .read_buffer_size(crate::options::WEBSOCKET_READ_BYTES);
         let mut request = url.into_client_request().map_err(|e| {
             ConnectError::new(ConnectErrorKind::InvalidUrl, format!("invalid exec-server URL: {e}"))
                 .caused_by(e)

@@ -11,6 +11,13 @@ use crate::flow::DEFAULT_FULL_HANDLE_PAUSE;
 /// with room for the envelope. The library's default, 64 MiB, would fail any file over 48 MiB.
 pub const MAX_INCOMING_MESSAGE_BYTES: usize = 720 * 1024 * 1024;
 
+/// Most bytes one read of the WebSocket asks for. The WebSocket library zero-fills that much
+/// of its buffer before every read, the read that finds nothing included: at its default
+/// (128 KiB) every small answer cost clearing up to 256 KiB (measured: 3–4 µs of a 19 µs call).
+/// 32 KiB holds any small answer whole and keeps a big one (a buffered HTTP body of tens of MB)
+/// as fast as before; 16 KiB made that 15% slower.
+pub const WEBSOCKET_READ_BYTES: usize = 32 * 1024;
+
 /// How long a connection attempt may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the server may take to answer `initialize`.

@@ -25,7 +25,7 @@ use super::accept;
 use super::direct::{SharedSocket, Sink};
 use super::liveness::{Gone, SocketClock};
 use super::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
-use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES};
+use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, WEBSOCKET_READ_BYTES};
 use crate::metrics::UpgradeRefusal;
 use crate::processor::{Ending, Inbound, InboundFrame, serve_connection};
 use crate::state::ServerState;
@@ -115,6 +115,7 @@ async fn upgrade(
     upgrade
         .max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
+        .read_buffer_size(WEBSOCKET_READ_BYTES)
         .on_upgrade(move |socket| async move {
             run_connection(socket, peer, app, clock).await;
             drop(permit);
