@@ -103,7 +103,7 @@ async fn an_attached_delta_that_also_carries_base64_breaks_the_connection() {
     let script = tokio::spawn(async move {
         let (socket, _) = listener.accept().await.unwrap();
         let mut ws = tokio_tungstenite::accept_async(socket).await.unwrap();
-        let mut next_text = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| loop {
+        let next_text = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| loop {
             if let Message::Text(text) = ws.next().await.unwrap().unwrap() {
                 return serde_json::from_str::<serde_json::Value>(&text).unwrap();
             }
