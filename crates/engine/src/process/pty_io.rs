@@ -5,8 +5,10 @@
 //! how fast it goes is how soon after each read the next one is made. Read through the runtime, each
 //! read costs a reactor round (`epoll_wait`, a task woken, a read that finds nothing), and while
 //! the pump is publishing a chunk nobody reads at all: the kernel's buffer fills and the program
-//! writing stops. The thread reads again at once, into a buffer the pump takes whole, so a chunk
-//! is published while the next few are being read. The buffer is bounded
+//! writing stops. The thread reads again at once, into a batch of its own that it hands to the
+//! pump's buffer when it holds a whole chunk or the terminal has nothing more for now — a
+//! streaming terminal costs a hand-over per chunk, not a lock and a copy per read, and a burst
+//! (an echo, a prompt) is handed over as soon as it has been read. The pump's buffer is bounded
 //! ([`PTY_BUFFERED_BYTES`]): past it the thread waits, the kernel's buffer fills and the program
 //! blocks, as it would on a slow terminal.
 //!
@@ -22,6 +24,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant};
@@ -32,9 +35,10 @@ use rustix::io::Errno;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
-/// Output read from the terminal but not yet taken by the pump. Two of the pump's chunks
-/// (64 KiB each): one being published while the next is read. Beyond it the thread waits, and
-/// the program writing to the terminal is held back by the kernel.
+/// Output handed to the pump but not yet taken by it. Two of the pump's chunks (64 KiB each):
+/// one being published while the next is read. Beyond it the thread waits with its batch (less
+/// than a chunk and a read more, [`CHUNK_BYTES`] + [`READ_BYTES`]), and the program writing to
+/// the terminal is held back by the kernel.
 pub const PTY_BUFFERED_BYTES: usize = 128 * 1024;
 
 /// While a terminal streams, how long output may wait for more before it is handed over: a
@@ -71,6 +75,7 @@ pub(crate) fn split(master: OwnedFd) -> io::Result<(PtyReader, PtyWriter)> {
             waker: None,
         }),
         space: Condvar::new(),
+        eager: AtomicBool::new(false),
     });
     let thread_shared = shared.clone();
     std::thread::Builder::new()
@@ -85,6 +90,9 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when the pump takes output, or the reader is dropped.
     space: Condvar,
+    /// [`State::eager`], for the thread to read without the lock: once the process exited,
+    /// each read is handed over at once, so that what it wrote is numbered before its exit.
+    eager: AtomicBool,
 }
 
 impl Shared {
@@ -135,33 +143,32 @@ impl State {
     }
 }
 
-/// The reading thread: reads while there is room, waits in `poll` when the terminal has
-/// nothing, stops at the terminal's end or when the reader is dropped (its stop pipe closes).
+/// The reading thread: reads into its batch while the terminal has output, hands the batch over
+/// at a whole chunk or when the terminal has nothing more for now, waits in `poll` when it has
+/// nothing, and stops at the terminal's end or when the reader is dropped (its stop pipe
+/// closes).
 fn read_terminal(master: &OwnedFd, stop: &OwnedFd, shared: &Shared) {
-    let mut chunk = vec![0u8; READ_BYTES];
+    let mut batch = BytesMut::with_capacity(CHUNK_BYTES + READ_BYTES);
     loop {
-        {
-            let mut state = shared.lock();
-            while state.buffer.len() >= PTY_BUFFERED_BYTES && !state.dropped {
-                state = shared.space.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-            if state.dropped {
-                return;
-            }
-        }
-        match rustix::io::read(master, &mut chunk) {
-            Ok(0) => break,
-            Ok(n) => {
-                let mut state = shared.lock();
-                let first = state.buffer.is_empty();
-                state.buffer.extend_from_slice(&chunk[..n]);
-                let waker = state.waker_due(first);
-                drop(state);
-                if let Some(waker) = waker {
-                    waker.wake();
+        batch.reserve(READ_BYTES);
+        let spare = batch.spare_capacity_mut();
+        let room = spare.len().min(READ_BYTES);
+        match rustix::io::read(master, &mut spare[..room]) {
+            Ok(([], _)) => break,
+            Ok((read, _)) => {
+                let n = read.len();
+                // SAFETY: `read` filled the first `n` bytes of the spare capacity.
+                unsafe { batch.set_len(batch.len() + n) };
+                let due = batch.len() >= CHUNK_BYTES || shared.eager.load(Ordering::Relaxed);
+                if due && !hand_over(&mut batch, shared) {
+                    return;
                 }
             }
             Err(Errno::AGAIN) => {
+                // Nothing more for now: what was read goes to the pump before waiting.
+                if !batch.is_empty() && !hand_over(&mut batch, shared) {
+                    return;
+                }
                 let mut fds =
                     [PollFd::new(master, PollFlags::IN), PollFd::new(stop, PollFlags::IN)];
                 match rustix::event::poll(&mut fds, None) {
@@ -176,6 +183,9 @@ fn read_terminal(master: &OwnedFd, stop: &OwnedFd, shared: &Shared) {
             Err(_) => break,
         }
     }
+    if !batch.is_empty() && !hand_over(&mut batch, shared) {
+        return;
+    }
     let mut state = shared.lock();
     state.ended = true;
     let waker = state.waker.take();
@@ -183,6 +193,33 @@ fn read_terminal(master: &OwnedFd, stop: &OwnedFd, shared: &Shared) {
     if let Some(waker) = waker {
         waker.wake();
     }
+}
+
+/// Moves `batch` into the pump's buffer — the buffer itself when the pump's is empty, a copy
+/// otherwise — once that has room, and wakes the pump if it should look. `false` if the
+/// reader was dropped meanwhile: the thread stops.
+fn hand_over(batch: &mut BytesMut, shared: &Shared) -> bool {
+    let mut state = shared.lock();
+    while state.buffer.len() >= PTY_BUFFERED_BYTES && !state.dropped {
+        state = shared.space.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+    if state.dropped {
+        return false;
+    }
+    let first = state.buffer.is_empty();
+    if first {
+        std::mem::swap(&mut state.buffer, batch);
+    } else {
+        state.buffer.extend_from_slice(batch);
+    }
+    let waker = state.waker_due(first);
+    drop(state);
+    // What the swap left here is the pump's old buffer, emptied by it: its room is reused.
+    batch.clear();
+    if let Some(waker) = waker {
+        waker.wake();
+    }
+    true
 }
 
 /// A terminal's output as the thread read it. Dropped, the thread stops (and closes its
@@ -247,6 +284,7 @@ pub(crate) struct PtyEager(Arc<Shared>);
 
 impl PtyEager {
     pub(crate) fn now(&self) {
+        self.0.eager.store(true, Ordering::Relaxed);
         self.0.lock().eager = true;
     }
 }
