@@ -127,27 +127,23 @@ impl HttpRequestResponse {
     /// buffered body can be tens of MB). Byte for byte what serde would produce (see the
     /// tests).
     pub fn to_response_text(&self, id: &crate::RequestId) -> String {
-        self.write_json(id, true, 0)
+        self.write_json(id, true)
     }
 
     /// The response to request `id` as a binary message (`attachedHttpBodies`): its JSON with
     /// an empty `bodyBase64`, then the body's bytes as they are ([`crate::attached`]).
     pub fn to_attached_message(&self, id: &crate::RequestId) -> Vec<u8> {
-        let mut message = self.write_json(id, false, 1 + self.body_base64.len()).into_bytes();
-        message.push(crate::attached::SEPARATOR);
-        message.extend_from_slice(&self.body_base64.0);
-        message
+        crate::attached::join(&self.write_json(id, false), &self.body_base64.0)
     }
 
-    /// The response's JSON, the body base64-encoded into it or left empty, in a string with
-    /// room for `spare` more bytes.
-    fn write_json(&self, id: &crate::RequestId, with_body: bool, spare: usize) -> String {
+    /// The response's JSON, the body base64-encoded into it or left empty.
+    fn write_json(&self, id: &crate::RequestId, with_body: bool) -> String {
         use std::fmt::Write as _;
 
         let id = serde_json::to_string(id).expect("an id serialises");
         let headers = serde_json::to_string(&self.headers).expect("headers serialise");
         let body_len = if with_body { self.body_base64.len().div_ceil(3) * 4 } else { 0 };
-        let mut text = String::with_capacity(64 + id.len() + headers.len() + body_len + spare);
+        let mut text = String::with_capacity(64 + id.len() + headers.len() + body_len);
         let _ = write!(
             text,
             r#"{{"id":{id},"result":{{"status":{},"headers":{headers},"bodyBase64":""#,
@@ -196,29 +192,24 @@ impl HttpRequestBodyDeltaNotification {
     /// escape scan of it. A streamed body is all deltas, so this is its hot path; the result is
     /// byte for byte what serde would produce (see the tests).
     pub fn to_notification_text(&self) -> String {
-        self.write_json(true, 0)
+        self.write_json(true)
     }
 
     /// The notification as a binary message (`attachedHttpBodies`): its JSON with an empty
     /// `deltaBase64`, then the delta's bytes as they are ([`crate::attached`]). The bytes are
     /// copied once, into the message; nothing is encoded.
     pub fn to_attached_message(&self) -> Vec<u8> {
-        let mut message = self.write_json(false, 1 + self.delta_base64.len()).into_bytes();
-        message.push(crate::attached::SEPARATOR);
-        message.extend_from_slice(&self.delta_base64.0);
-        message
+        crate::attached::join(&self.write_json(false), &self.delta_base64.0)
     }
 
-    /// The notification's JSON, the delta base64-encoded into it or left empty, in a string
-    /// with room for `spare` more bytes.
-    fn write_json(&self, with_delta: bool, spare: usize) -> String {
+    /// The notification's JSON, the delta base64-encoded into it or left empty.
+    fn write_json(&self, with_delta: bool) -> String {
         use std::fmt::Write as _;
 
         let request_id = serde_json::to_string(&self.request_id).expect("a string serialises");
         let error = serde_json::to_string(&self.error).expect("a string serialises");
         let delta_len = if with_delta { self.delta_base64.len().div_ceil(3) * 4 } else { 0 };
-        let mut text =
-            String::with_capacity(112 + request_id.len() + error.len() + delta_len + spare);
+        let mut text = String::with_capacity(112 + request_id.len() + error.len() + delta_len);
         text.push_str(r#"{"method":"http/request/bodyDelta","params":{"requestId":"#);
         text.push_str(&request_id);
         let _ = write!(text, r#","seq":{},"deltaBase64":""#, self.seq);
@@ -509,11 +500,8 @@ mod tests {
         let past = bytes::Bytes::from(vec![1u8; HTTP_BODY_DELTA_MAX_BYTES + 1]);
         assert_eq!(HttpRequestBodyDeltaNotification::from_attached(empty, past), None);
         let other = br#"{"method":"process/output","params":{}}"#;
-        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(other, extra_bytes()), None);
-    }
-
-    fn extra_bytes() -> bytes::Bytes {
-        bytes::Bytes::from_static(b"x")
+        let extra = bytes::Bytes::from_static(b"x");
+        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(other, extra), None);
     }
 
     #[test]

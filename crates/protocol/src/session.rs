@@ -130,8 +130,8 @@ pub struct TetherExtensions {
     /// `initialize {detachedTtlSecs}`: a session's own wait for a resume, up to the server's
     /// maximum.
     pub session_ttl: bool,
-    /// `http/request {streamResponse, attachBody}`: a streamed body's deltas as raw bytes in
-    /// binary WebSocket messages ([`crate::attached`]). Over WebSocket only.
+    /// `http/request {attachBody}`: the body as raw bytes in binary WebSocket messages — the
+    /// buffered answer, or each streamed delta ([`crate::attached`]). Over WebSocket only.
     pub attached_http_bodies: bool,
 }
 
