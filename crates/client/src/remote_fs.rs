@@ -62,7 +62,7 @@ impl FileSystem for ExecServerClient {
         }
         let method = Method::FsReadFile.name();
         let (FsReadFileAttachedResponse {}, data) =
-            self.session.call_for_attached(method, &params).await.map_err(fs_error)?;
+            self.session.call_for_attached(method, &params, Retry::Safe).await.map_err(fs_error)?;
         Ok(FsReadFileResponse { data_base64: ByteChunk(data) })
     }
 

@@ -30,22 +30,16 @@ impl HttpClient for ExecServerClient {
     ) -> Result<HttpRequestResponse, HttpError> {
         params.stream_response = false;
         params.attach_body = self.tether_extensions().attached_http_bodies;
+        let method = Method::HttpRequest.name();
         if !params.attach_body {
-            return self
-                .call(Method::HttpRequest.name(), &params, Retry::Never)
-                .await
-                .map_err(http_error);
+            return self.call(method, &params, Retry::Never).await.map_err(http_error);
         }
         // The body raw beside the answer. Never resent, as without it.
-        let connection = self.connected().await.map_err(http_error)?;
-        let method = Method::HttpRequest.name();
-        let (head, body): (HttpRequestResponse, _) =
-            connection.call_for_attached(method, &params).await.map_err(|error| match error {
-                ClientError::Disconnected(end) => http_error(ClientError::Disconnected(
-                    end.context(format_args!("`{method}` may or may not have taken effect")),
-                )),
-                error => http_error(error),
-            })?;
+        let (head, body): (HttpRequestResponse, _) = self
+            .session
+            .call_for_attached(method, &params, Retry::Never)
+            .await
+            .map_err(http_error)?;
         Ok(HttpRequestResponse { body_base64: ByteChunk(body), ..head })
     }
 

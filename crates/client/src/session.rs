@@ -131,9 +131,39 @@ impl Session {
         params: &P,
         retry: Retry,
     ) -> Result<R, ClientError> {
+        self.retrying(
+            method,
+            retry,
+            |connection| async move { connection.call(method, params).await },
+        )
+        .await
+    }
+
+    /// A call whose answer comes with attached bytes (`binaryBlocks`, `attachedHttpBodies`),
+    /// riding through recoveries as `retry` allows.
+    pub(crate) async fn call_for_attached<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+        retry: Retry,
+    ) -> Result<(R, bytes::Bytes), ClientError> {
+        self.retrying(method, retry, |connection| async move {
+            connection.call_for_attached(method, params).await
+        })
+        .await
+    }
+
+    /// Makes `attempt` on the current connection; after a drop, again on the next one if
+    /// `retry` is [`Retry::Safe`], otherwise fails saying the call may have taken effect.
+    async fn retrying<T, Attempt: Future<Output = Result<T, ClientError>>>(
+        &self,
+        method: &str,
+        retry: Retry,
+        attempt: impl Fn(Arc<Connection>) -> Attempt,
+    ) -> Result<T, ClientError> {
         loop {
             let connection = self.connected().await?;
-            match connection.call(method, params).await {
+            match attempt(connection).await {
                 Err(ClientError::Disconnected(_)) if retry == Retry::Safe => {
                     // Let the connection's tasks run and report the drop before trying again.
                     tokio::task::yield_now().await;
@@ -143,25 +173,6 @@ impl Session {
                     let end =
                         end.context(format_args!("`{method}` may or may not have taken effect"));
                     return Err(ClientError::Disconnected(end));
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// A read-only call whose answer comes with attached bytes (`binaryBlocks`), retried
-    /// across recoveries.
-    pub(crate) async fn call_for_attached<P: Serialize, R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: &P,
-    ) -> Result<(R, bytes::Bytes), ClientError> {
-        loop {
-            let connection = self.connected().await?;
-            match connection.call_for_attached(method, params).await {
-                Err(ClientError::Disconnected(_)) => {
-                    // Let the connection's tasks run and report the drop before trying again.
-                    tokio::task::yield_now().await;
                 }
                 other => return other,
             }
