@@ -70,7 +70,6 @@ pub(crate) fn split(master: OwnedFd) -> io::Result<(PtyReader, PtyWriter)> {
             buffer: BytesMut::with_capacity(PTY_BUFFERED_BYTES),
             ended: false,
             dropped: false,
-            eager: false,
             last_handed: None,
             waker: None,
         }),
@@ -90,8 +89,8 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when the pump takes output, or the reader is dropped.
     space: Condvar,
-    /// [`State::eager`], for the thread to read without the lock: once the process exited,
-    /// each read is handed over at once, so that what it wrote is numbered before its exit.
+    /// Hand over whatever is read, without lingering: the process exited, and what it wrote
+    /// before is numbered before its exit. Outside the lock, for the thread to read per read.
     eager: AtomicBool,
 }
 
@@ -108,9 +107,6 @@ struct State {
     ended: bool,
     /// The [`PtyReader`] is gone: the thread stops.
     dropped: bool,
-    /// Hand over whatever is there, without lingering: the process exited, and what it wrote
-    /// before is numbered before its exit.
-    eager: bool,
     /// When output was last handed over.
     last_handed: Option<Instant>,
     /// The pump, waiting for output.
@@ -119,14 +115,14 @@ struct State {
 
 impl State {
     /// When what is buffered may be handed over: now if there is a whole chunk, the terminal
-    /// ended, the process exited, or nothing was handed over for [`PTY_LINGER`]; else once
-    /// that much has passed since the last. `None` with nothing buffered.
-    fn hand_over_at(&self) -> Option<Instant> {
+    /// ended, the process exited (`eager`), or nothing was handed over for [`PTY_LINGER`];
+    /// else once that much has passed since the last. `None` with nothing buffered.
+    fn hand_over_at(&self, eager: bool) -> Option<Instant> {
         if self.buffer.is_empty() {
             return None;
         }
         let now = Instant::now();
-        if self.buffer.len() >= CHUNK_BYTES || self.ended || self.eager {
+        if self.buffer.len() >= CHUNK_BYTES || self.ended || eager {
             return Some(now);
         }
         Some(self.last_handed.map_or(now, |last| (last + PTY_LINGER).max(now)))
@@ -135,8 +131,8 @@ impl State {
     /// The pump's waker, if it waits and should look now: what is buffered may be handed
     /// over, or it is the `first` output since the last hand-over — lingering output is the
     /// pump's to wait for (it sets a timer when it sees it), so it must see it once.
-    fn waker_due(&mut self, first: bool) -> Option<Waker> {
-        match self.hand_over_at() {
+    fn waker_due(&mut self, first: bool, eager: bool) -> Option<Waker> {
+        match self.hand_over_at(eager) {
             Some(at) if first || at <= Instant::now() => self.waker.take(),
             _ => None,
         }
@@ -212,7 +208,7 @@ fn hand_over(batch: &mut BytesMut, shared: &Shared) -> bool {
     } else {
         state.buffer.extend_from_slice(batch);
     }
-    let waker = state.waker_due(first);
+    let waker = state.waker_due(first, shared.eager.load(Ordering::Relaxed));
     drop(state);
     // What the swap left here is the pump's old buffer, emptied by it: its room is reused.
     batch.clear();
@@ -241,7 +237,7 @@ impl AsyncRead for PtyReader {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let mut state = this.shared.lock();
-        let mut at = state.hand_over_at();
+        let mut at = state.hand_over_at(this.shared.eager.load(Ordering::Relaxed));
         if let Some(due) = at.filter(|&due| due > Instant::now()) {
             // Lingering: the timer wakes this task when it is due (or the thread, sooner, if a
             // whole chunk comes).
@@ -285,7 +281,6 @@ pub(crate) struct PtyEager(Arc<Shared>);
 impl PtyEager {
     pub(crate) fn now(&self) {
         self.0.eager.store(true, Ordering::Relaxed);
-        self.0.lock().eager = true;
     }
 }
 
