@@ -42,6 +42,21 @@ pub(crate) const DIRECT_ANSWER_MAX_BYTES: usize = 64 * 1024;
 /// The sending half of a WebSocket, shared by the connection's writer task and its processor.
 pub(crate) type Sink = SplitSink<WebSocket, Message>;
 
+/// Leaves no task registered to be woken for the socket's writes, after a write is done.
+///
+/// The WebSocket wakes the task that last wrote whenever the socket has something to read,
+/// not only when it has room to write. After the writer task's batch, that is the writer:
+/// woken for nothing by every request that arrives, alongside the processor that reads it, it
+/// makes two tasks ready at once, and the runtime hands one to a second thread. A flush with
+/// nothing to flush, under a waker that does nothing, takes the writer's place; should it find
+/// bytes it cannot write yet (a pong queued by the reading side), the reading side is the one
+/// woken for them.
+pub(crate) fn forget_writer(sink: &mut Sink) {
+    use futures_util::Sink as _;
+    let mut nobody = std::task::Context::from_waker(std::task::Waker::noop());
+    let _ = std::pin::Pin::new(sink).poll_flush(&mut nobody);
+}
+
 /// How many messages were handed to a connection's queue and are not yet on its socket.
 #[derive(Clone, Default)]
 pub(crate) struct Unwritten(Arc<AtomicUsize>);
@@ -130,7 +145,74 @@ impl Payload {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use axum::extract::ws::WebSocketUpgrade;
+    use futures_util::{FutureExt, StreamExt};
+
     use super::*;
+
+    /// Counts the wake-ups of a writer.
+    struct WakeCount(AtomicUsize);
+
+    impl Wake for WakeCount {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// How often a batch's writer is woken by the request that arrives after it: the server's
+    /// side of a real WebSocket writes a notification under a waker of its own, with
+    /// [`forget_writer`] after it or not, then reads the client's next request (a
+    /// current-thread runtime: the socket's wake-ups are over when the read returns).
+    async fn writer_wakes_on_a_request(forget: bool) -> usize {
+        let (upgraded, socket) = tokio::sync::oneshot::channel::<WebSocket>();
+        let upgraded = Arc::new(std::sync::Mutex::new(Some(upgraded)));
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(move |upgrade: WebSocketUpgrade| {
+                let upgraded = upgraded.lock().unwrap().take();
+                async move {
+                    upgrade.on_upgrade(move |socket| async move {
+                        if let Some(upgraded) = upgraded {
+                            let _ = upgraded.send(socket);
+                        }
+                    })
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let (mut client, _) =
+            tokio_tungstenite::connect_async(format!("ws://{address}")).await.unwrap();
+        let (mut sink, mut requests) = socket.await.unwrap().split();
+
+        let writes = Arc::new(WakeCount(AtomicUsize::new(0)));
+        let waker = Waker::from(writes.clone());
+        let mut notification = sink.send(Message::text("notification"));
+        let written = notification.poll_unpin(&mut Context::from_waker(&waker));
+        assert!(matches!(written, Poll::Ready(Ok(()))), "a small write waits");
+        drop(notification);
+        if forget {
+            forget_writer(&mut sink);
+        }
+        let before = writes.0.load(Ordering::SeqCst);
+        assert_eq!(client.next().await.unwrap().unwrap().into_text().unwrap(), "notification");
+        client.send(tokio_tungstenite::tungstenite::Message::text("request")).await.unwrap();
+        let request = requests.next().await.unwrap().unwrap();
+        assert_eq!(request.into_text().unwrap(), "request");
+        server.abort();
+        writes.0.load(Ordering::SeqCst) - before
+    }
+
+    #[tokio::test]
+    async fn a_written_batch_leaves_the_writer_asleep_when_a_request_comes() {
+        // The socket's behaviour this works around: the last writer is woken by a read.
+        assert!(writer_wakes_on_a_request(false).await > 0);
+        assert_eq!(writer_wakes_on_a_request(true).await, 0);
+    }
 
     #[test]
     fn unwritten_counts_tickets_until_they_are_dropped() {

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
 
 use super::accept;
-use super::direct::{SharedSocket, Sink};
+use super::direct::{SharedSocket, Sink, forget_writer};
 use super::liveness::{Gone, SocketClock};
 use super::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, WEBSOCKET_READ_BYTES};
@@ -312,6 +312,7 @@ async fn write(
                     if sink.send(Message::Ping(Default::default())).await.is_err() {
                         return;
                     }
+                    forget_writer(&mut sink);
                     continue;
                 }
             }
@@ -356,6 +357,9 @@ async fn write_batch(
         sink.feed(payload.into_message()).await?;
     }
     let flushed = sink.flush().await;
+    if flushed.is_ok() {
+        forget_writer(sink);
+    }
     // Only now, the socket still held by the caller, do the batch's tickets go: its messages
     // count as unwritten until they are flushed, so no direct answer overtakes them.
     drop(batch);
