@@ -306,53 +306,14 @@ impl Connection {
                     }
                     None => break End::Dropped(Disconnect::closed()),
                 };
-                // Output, the bulk of what arrives, is read straight into its event.
-                if let Frame::Text(text) = &frame
-                    && let Some(output) = ProcessOutputNotification::from_frame(text.as_bytes())
-                {
-                    let _ = events.send(ConnectionEvent::Output(output)).await;
-                    // Waiting for the router is not the server's silence.
-                    heard = tokio::time::Instant::now();
-                    continue;
-                }
-                // So is a streamed HTTP body.
-                if let Frame::Text(text) = &frame
-                    && let Some(delta) =
-                        HttpRequestBodyDeltaNotification::from_frame(text.as_bytes())
-                {
-                    let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
-                    heard = tokio::time::Instant::now();
-                    continue;
-                }
-                // And one whose bytes are attached (`attachedHttpBodies`), taken without a copy.
-                if let Frame::Binary(bytes) = &frame
-                    && let Some((json, _)) = tether_protocol::attached::split(bytes)
-                    && json.starts_with(BODY_DELTA_PREFIX)
-                {
-                    let attached = bytes.slice(json.len() + 1..);
-                    let Some(delta) =
-                        HttpRequestBodyDeltaNotification::from_attached(json, attached)
-                    else {
-                        break End::Broken(format!(
-                            "malformed http/request/bodyDelta with attached bytes from the \
-                             server (at most {HTTP_BODY_DELTA_MAX_BYTES} bytes, after JSON whose \
-                             deltaBase64 is empty)"
-                        ));
-                    };
-                    let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
-                    heard = tokio::time::Instant::now();
-                    continue;
-                }
-                // Decoded where the frame lies: an answer can be hundreds of MB.
-                let mut attached = None;
-                let decoded = match &frame {
-                    Frame::Text(text) => Message::decode(text.as_bytes()),
+                // A binary message may carry bytes after its JSON (`binaryBlocks`,
+                // `attachedHttpBodies`); decoded where the frame lies: an answer can be hundreds
+                // of MB.
+                let (json, attached) = match &frame {
+                    Frame::Text(text) => (text.as_bytes(), None),
                     Frame::Binary(bytes) => match tether_protocol::attached::split(bytes) {
-                        Some((json, _)) => {
-                            attached = Some(bytes.slice(json.len() + 1..));
-                            Message::decode(json)
-                        }
-                        None => Message::decode(bytes),
+                        Some((json, _)) => (json, Some(bytes.slice(json.len() + 1..))),
+                        None => (&bytes[..], None),
                     },
                     Frame::Close(Some(close)) if close.code == CloseCode::Away => {
                         let message = format!("the exec-server is going away: {}", close.reason);
@@ -372,7 +333,41 @@ impl Connection {
                     }
                     _ => continue,
                 };
-                match decoded {
+                match attached {
+                    // Output, the bulk of what arrives, is read straight into its event.
+                    None => {
+                        if let Some(output) = ProcessOutputNotification::from_frame(json) {
+                            let _ = events.send(ConnectionEvent::Output(output)).await;
+                            // Waiting for the router is not the server's silence.
+                            heard = tokio::time::Instant::now();
+                            continue;
+                        }
+                        // So is a streamed HTTP body.
+                        if let Some(delta) = HttpRequestBodyDeltaNotification::from_frame(json) {
+                            let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
+                            heard = tokio::time::Instant::now();
+                            continue;
+                        }
+                    }
+                    // And one whose bytes are attached (`attachedHttpBodies`), taken without a
+                    // copy.
+                    Some(attached) if json.starts_with(BODY_DELTA_PREFIX) => {
+                        let Some(delta) =
+                            HttpRequestBodyDeltaNotification::from_attached(json, attached)
+                        else {
+                            break End::Broken(format!(
+                                "malformed http/request/bodyDelta with attached bytes from the \
+                                 server (at most {HTTP_BODY_DELTA_MAX_BYTES} bytes, after JSON \
+                                 whose deltaBase64 is empty)"
+                            ));
+                        };
+                        let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
+                        heard = tokio::time::Instant::now();
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+                match Message::decode(json) {
                     Ok(Message::Response(response)) => {
                         let answer = Answer { result: response.result, attached };
                         complete(&reader_calls, &response.id, Ok(answer));

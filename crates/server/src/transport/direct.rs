@@ -126,14 +126,6 @@ impl SharedSocket {
 }
 
 impl Payload {
-    /// Its size in bytes.
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Payload::Text(text) => text.len(),
-            Payload::Binary(bytes) => bytes.len(),
-        }
-    }
-
     /// The WebSocket message that carries it.
     pub(crate) fn into_message(self) -> Message {
         match self {

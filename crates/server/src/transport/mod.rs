@@ -58,6 +58,16 @@ pub(crate) enum Payload {
     Binary(Vec<u8>),
 }
 
+impl Payload {
+    /// Its size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Payload::Text(text) => text.len(),
+            Payload::Binary(bytes) => bytes.len(),
+        }
+    }
+}
+
 /// The connection is gone; the message went nowhere.
 #[derive(Debug)]
 pub(crate) struct Closed;
