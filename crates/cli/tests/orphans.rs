@@ -23,7 +23,14 @@ async fn commands_that_would_outlive_the_server(client: &mut RpcClient) -> Vec<u
         ("ignores-term", "trap '' TERM; echo $$; while :; do sleep 1; done", false),
         // The shell exits at once; its child is an orphan the server never knew.
         ("orphan", "sleep 1000 >/dev/null 2>&1 & echo $!", false),
-        ("daemon", "setsid sleep 1000 >/dev/null 2>&1 & echo $!", false),
+        // Announced once it has its own session: announced before `setsid` ran, a kill that
+        // came first would find it still in the shell's group.
+        (
+            "daemon",
+            "setsid sleep 1000 >/dev/null 2>&1 & \
+             while [ \"$(cut -d' ' -f6 /proc/$!/stat)\" != \"$!\" ]; do :; done; echo $!",
+            false,
+        ),
     ];
     let mut pids = Vec::new();
     for (id, script, tty) in scripts {
