@@ -141,3 +141,27 @@ async fn an_attached_delta_that_also_carries_base64_breaks_the_connection() {
     let sent = script.await.unwrap();
     assert_eq!((&sent["streamResponse"], &sent["attachBody"]), (&json!(true), &json!(true)));
 }
+
+/// Tether only (the reference has no limit): a buffered body with its bytes attached stops at
+/// the buffered limit with the error a local client gives, which says how to get the body
+/// instead; a body of exactly the limit comes whole, and the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_buffered_body_stops_at_the_limit_with_the_way_out() {
+    use tether_engine::http::HTTP_BUFFERED_BODY_MAX_BYTES as LIMIT;
+
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    assert!(client.tether_extensions().attached_http_bodies);
+    let peer = HttpPeer::start().await.unwrap();
+
+    let over = client.request(get(&peer.url(&format!("/large?bytes={}", LIMIT + 1)))).await;
+    let error = over.unwrap_err();
+    assert!(matches!(error, HttpError::Body(_)), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "failed to read http/request response body: the body exceeds the 33554432-byte limit of \
+         a buffered response; send the request with `streamResponse: true` to receive it in frames"
+    );
+    let whole = client.request(get(&peer.url(&format!("/large?bytes={LIMIT}")))).await.unwrap();
+    assert_eq!(whole.body_base64.0, tether_testkit::http_peer::large_body(LIMIT));
+}

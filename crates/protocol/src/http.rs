@@ -136,6 +136,14 @@ impl HttpRequestResponse {
         crate::attached::join(&self.write_json(id, false), &self.body_base64.0)
     }
 
+    /// The start of the binary message [`Self::to_attached_message`] makes: the JSON and its
+    /// NUL, the body (whatever `body_base64` holds) left out, for a server to read the body
+    /// straight onto the end as it arrives — the head of an HTTP response is known before its
+    /// body, and a buffered body of tens of MB is then copied once, not twice.
+    pub fn attached_message_head(&self, id: &crate::RequestId) -> Vec<u8> {
+        crate::attached::join(&self.write_json(id, false), &[])
+    }
+
     /// The response's JSON, the body base64-encoded into it or left empty.
     fn write_json(&self, id: &crate::RequestId, with_body: bool) -> String {
         use std::fmt::Write as _;
@@ -520,6 +528,11 @@ mod tests {
                 "headers": [{"name": "a", "value": "b\"c"}], "bodyBase64": ""}})
         );
         assert_eq!(attached, b"\0raw\0body");
+
+        // A head with the body appended after it is the same message.
+        let mut built = response.attached_message_head(&crate::RequestId::Integer(4));
+        built.extend_from_slice(&response.body_base64.0);
+        assert_eq!(built, message);
     }
 
     #[test]

@@ -13,6 +13,11 @@ use tether_protocol::http::HTTP_BODY_DELTA_MAX_BYTES;
 #[error("{0}")]
 pub struct HttpBodyError(pub String);
 
+/// The largest body a buffered `http/request` answer carries: 32 MiB, which base64 makes 43 MiB,
+/// inside the 64 MiB message an answer may be. A body without end would otherwise grow the
+/// server until it is killed, and every session with it.
+pub const HTTP_BUFFERED_BODY_MAX_BYTES: usize = 32 * 1024 * 1024;
+
 /// The body of a streamed response: non-empty chunks of at most [`HTTP_BODY_DELTA_MAX_BYTES`],
 /// in order, as they arrive (a chunk is never held back to fill a bigger one, so a server-sent
 /// event reaches the client as soon as the peer sends it). Ends after the last chunk, or after
@@ -22,12 +27,46 @@ pub struct HttpBodyStream {
     /// What is left of a chunk bigger than one delta.
     rest: Bytes,
     finished: bool,
+    /// How long the peer said the body is (`content-length`), if it said: room a buffered
+    /// reader makes at once, instead of growing its buffer (and copying it) as the body comes.
+    length_hint: Option<u64>,
 }
 
 impl HttpBodyStream {
     /// Wraps any stream of body bytes, splitting bigger chunks and dropping empty ones.
     pub fn new(inner: impl Stream<Item = Result<Bytes, HttpBodyError>> + Send + 'static) -> Self {
-        Self { inner: Box::pin(inner), rest: Bytes::new(), finished: false }
+        Self { inner: Box::pin(inner), rest: Bytes::new(), finished: false, length_hint: None }
+    }
+
+    /// The same stream, with the length its peer announced.
+    pub fn with_length_hint(self, length_hint: Option<u64>) -> Self {
+        Self { length_hint, ..self }
+    }
+
+    /// Reads the whole body onto the end of `out`, and says how many bytes it was; an error
+    /// naming the limit once the body passes [`HTTP_BUFFERED_BODY_MAX_BYTES`] (the rest is not
+    /// read). Room for the announced length is made first, at most the limit: a peer that
+    /// announces more than it sends costs address space, not memory, and never more than one
+    /// buffered body's.
+    pub async fn read_whole_into(mut self, out: &mut Vec<u8>) -> Result<usize, HttpBodyError> {
+        use futures_util::StreamExt as _;
+
+        let announced = self.length_hint.unwrap_or(0).min(HTTP_BUFFERED_BODY_MAX_BYTES as u64);
+        out.reserve(announced as usize);
+        let mut read = 0;
+        while let Some(chunk) = self.next().await {
+            let chunk = chunk?;
+            if read + chunk.len() > HTTP_BUFFERED_BODY_MAX_BYTES {
+                return Err(HttpBodyError(format!(
+                    "the body exceeds the {HTTP_BUFFERED_BODY_MAX_BYTES}-byte limit of a \
+                     buffered response; send the request with `streamResponse: true` to \
+                     receive it in frames"
+                )));
+            }
+            out.extend_from_slice(&chunk);
+            read += chunk.len();
+        }
+        Ok(read)
     }
 
     /// The next chunk of `rest`, if any.
@@ -74,7 +113,10 @@ impl Stream for HttpBodyStream {
 
 impl std::fmt::Debug for HttpBodyStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpBodyStream").field("finished", &self.finished).finish_non_exhaustive()
+        f.debug_struct("HttpBodyStream")
+            .field("finished", &self.finished)
+            .field("length_hint", &self.length_hint)
+            .finish_non_exhaustive()
     }
 }
 
@@ -104,6 +146,40 @@ mod tests {
         let exact = Bytes::from(vec![1u8; HTTP_BODY_DELTA_MAX_BYTES]);
         let chunks = collect(vec![Ok(exact)]).await;
         assert_eq!(chunks.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_goes_onto_the_end_in_room_made_for_its_announced_length() {
+        let chunks = [Ok(Bytes::from_static(b"body")), Ok(Bytes::from_static(b"!"))];
+        let mut message = b"head\0".to_vec();
+        let announced = HttpBodyStream::new(stream::iter(chunks)).with_length_hint(Some(5));
+        assert_eq!(announced.read_whole_into(&mut message).await, Ok(5));
+        assert_eq!(message, b"head\0body!");
+        assert!(message.capacity() >= 10);
+
+        // A peer that announces more than a buffered body may be gets room for the limit, no
+        // more.
+        let mut message = b"head\0".to_vec();
+        let chunks = [Ok(Bytes::from_static(b"small"))];
+        let boastful = HttpBodyStream::new(stream::iter(chunks)).with_length_hint(Some(u64::MAX));
+        assert_eq!(boastful.read_whole_into(&mut message).await, Ok(5));
+        assert!(message.capacity() >= HTTP_BUFFERED_BODY_MAX_BYTES);
+        assert!(message.capacity() <= HTTP_BUFFERED_BODY_MAX_BYTES + 64, "{}", message.capacity());
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_past_the_limit_is_refused_with_the_way_out() {
+        let big = Bytes::from(vec![0u8; HTTP_BUFFERED_BODY_MAX_BYTES]);
+        let chunks = [Ok(big), Ok(Bytes::from_static(b"1")), Ok(Bytes::from_static(b"never"))];
+        let error = HttpBodyStream::new(stream::iter(chunks))
+            .read_whole_into(&mut Vec::new())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.0,
+            "the body exceeds the 33554432-byte limit of a buffered response; send the request \
+             with `streamResponse: true` to receive it in frames"
+        );
     }
 
     #[tokio::test]

@@ -76,7 +76,8 @@ impl HttpClient for LocalHttpClient {
     async fn request(&self, params: HttpRequestParams) -> Result<HttpRequestResponse, HttpError> {
         let response = self.send(params).await?;
         let (status, headers) = head(&response);
-        let body = buffered_body(response).await?;
+        let mut body = Vec::new();
+        body_stream(response).read_whole_into(&mut body).await.map_err(HttpError::Body)?;
         debug!(bytes = body.len(), "http body read");
         Ok(HttpRequestResponse { status, headers, body_base64: ByteChunk(body.into()) })
     }
@@ -87,10 +88,17 @@ impl HttpClient for LocalHttpClient {
     ) -> Result<(HttpRequestResponse, HttpBodyStream), HttpError> {
         let response = self.send(params).await?;
         let (status, headers) = head(&response);
-        let body = response.bytes_stream().map(|chunk| chunk.map_err(body_error));
+        let body = body_stream(response);
         let response = HttpRequestResponse { status, headers, body_base64: ByteChunk::default() };
-        Ok((response, HttpBodyStream::new(body)))
+        Ok((response, body))
     }
+}
+
+/// The response's body as a stream, with the length the peer announced.
+fn body_stream(response: Response) -> HttpBodyStream {
+    let length = response.content_length();
+    let chunks = response.bytes_stream().map(|chunk| chunk.map_err(body_error));
+    HttpBodyStream::new(chunks).with_length_hint(length)
 }
 
 impl HttpSendError {
@@ -169,29 +177,6 @@ fn transport(error: reqwest::Error) -> HttpSendError {
     let detail = causes(&error);
     debug!(cause = cause.as_str(), error = %detail, "http send failed");
     HttpSendError::Transport(TransportFailure { message, cause, detail: Some(detail) })
-}
-
-/// The largest body a buffered `http/request` answer carries: 32 MiB, which base64 makes 43 MiB,
-/// inside the 64 MiB message an answer may be. A body without end would otherwise grow the
-/// server until it is killed, and every session with it.
-pub const HTTP_BUFFERED_BODY_MAX_BYTES: usize = 32 * 1024 * 1024;
-
-/// The whole body, or an error naming the limit once it passes [`HTTP_BUFFERED_BODY_MAX_BYTES`]
-/// (the rest is not read: the connection is dropped).
-async fn buffered_body(response: Response) -> Result<Vec<u8>, HttpError> {
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|e| HttpError::Body(body_error(e)))?;
-        if body.len() + chunk.len() > HTTP_BUFFERED_BODY_MAX_BYTES {
-            return Err(HttpError::Body(HttpBodyError(format!(
-                "the body exceeds the {HTTP_BUFFERED_BODY_MAX_BYTES}-byte limit of a buffered \
-                 response; send the request with `streamResponse: true` to receive it in frames"
-            ))));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// The HTTP client's text without the URL (`error decoding response body`), as the reference

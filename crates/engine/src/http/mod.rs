@@ -23,7 +23,7 @@ mod redirect;
 use async_trait::async_trait;
 use tether_protocol::http::{HttpRequestParams, HttpRequestResponse};
 
-pub use body::{HttpBodyError, HttpBodyStream};
+pub use body::{HTTP_BUFFERED_BODY_MAX_BYTES, HttpBodyError, HttpBodyStream};
 pub use local::LocalHttpClient;
 pub use redirect::MAX_REDIRECTS;
 pub use tether_protocol::http::HTTP_BODY_DELTA_MAX_BYTES;

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
-use tether_engine::http::{HttpBodyStream, HttpClient};
+use tether_engine::http::{HttpBodyStream, HttpClient, HttpError};
 use tether_protocol::envelope::encode_response;
 use tether_protocol::http::{HttpRequestBodyDeltaNotification, HttpRequestParams};
 use tether_protocol::{ByteChunk, RequestId};
@@ -52,12 +52,15 @@ impl HttpConnection {
             return;
         }
         let attach = params.attach_body;
+        if !params.stream_response && attach {
+            let _ = match attached_answer(self.client.as_ref(), &id, params).await {
+                Ok(message) => outbound.send_payload(Payload::Binary(message), None).await,
+                Err(error) => outbound.send_error(&id, &from_http_error(error)).await,
+            };
+            return;
+        }
         if !params.stream_response {
             let _ = match self.client.request(params).await {
-                Ok(response) if attach => {
-                    let message = response.to_attached_message(&id);
-                    outbound.send_payload(Payload::Binary(message), None).await
-                }
                 Ok(response) => outbound.send(response.to_response_text(&id)).await,
                 Err(error) => outbound.send_error(&id, &from_http_error(error)).await,
             };
@@ -83,6 +86,23 @@ impl HttpConnection {
             }
         }
     }
+}
+
+/// The buffered answer to request `id` with its body attached (`attachBody`), built around the
+/// body as it arrives: the message's JSON is known once the response's head is, so the body is
+/// read straight onto its end, in room made for the length the peer announced. Reading the
+/// body whole and then joining it to the JSON would copy a buffered body (up to 32 MiB) twice,
+/// into two fresh buffers. Limits and errors are a buffered request's.
+async fn attached_answer(
+    client: &dyn HttpClient,
+    id: &RequestId,
+    params: HttpRequestParams,
+) -> Result<Vec<u8>, HttpError> {
+    let (head, body) = client.request_streamed(params).await?;
+    let mut message = head.attached_message_head(id);
+    let bytes = body.read_whole_into(&mut message).await.map_err(HttpError::Body)?;
+    debug!(bytes, "http body read");
+    Ok(message)
 }
 
 /// Sends `body` as deltas after the response (with their bytes `attach`ed to binary messages,
