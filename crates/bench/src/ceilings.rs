@@ -135,13 +135,22 @@ pub fn read_small_files(files: &crate::io_workloads::Files) -> anyhow::Result<f6
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// MB/s of reading the large file whole, in this process.
+/// MB/s of reading the large file whole, in this process: the best of [`FILE_CEILING_RUNS`].
 pub fn read_large_file(files: &crate::io_workloads::Files) -> anyhow::Result<f64> {
-    let started = Instant::now();
-    let contents = std::fs::read(&files.large)?;
-    anyhow::ensure!(contents.len() as u64 == files.large_bytes, "short read");
-    Ok(files.large_bytes as f64 / started.elapsed().as_secs_f64() / 1e6)
+    let mut best: f64 = 0.0;
+    for _ in 0..FILE_CEILING_RUNS {
+        let started = Instant::now();
+        let contents = std::fs::read(&files.large)?;
+        anyhow::ensure!(contents.len() as u64 == files.large_bytes, "short read");
+        best = best.max(files.large_bytes as f64 / started.elapsed().as_secs_f64() / 1e6);
+    }
+    Ok(best)
 }
+
+/// Runs of the file ceiling: the first buffer of 100 MB a process maps can land on memory
+/// this virtual machine has never touched, which its host then backs page by page (a few
+/// hundred MB/s instead of GB/s), and a bound is the best the machine did.
+const FILE_CEILING_RUNS: usize = 3;
 
 /// MB/s of fetching the body with the engine's HTTP client, in this process, taken as `how`
 /// says: the best of [`HTTP_CEILING_RUNS`] (the first also makes the peer's body, which it

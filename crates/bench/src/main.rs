@@ -27,6 +27,11 @@ use io_workloads::HttpBody;
 use report::{Row, Table, Target};
 use servers::{Kind, Scratch, Server};
 
+/// The allocator `tether` uses, so the client both servers are measured through is tuned as
+/// `tether`'s own is (see `tether_engine::allocator`).
+#[global_allocator]
+static ALLOCATOR: tether_engine::allocator::HugePageHint = tether_engine::allocator::HugePageHint;
+
 /// Tether's targets against the reference, as times better (issue-level goals, judged on the
 /// medians of one run): PTY output half again as fast; small requests — what an agent sends
 /// many of a turn — in half the time; a streamed HTTP body half again as fast.

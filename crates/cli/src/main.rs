@@ -17,6 +17,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+/// The system allocator, with huge pages asked for behind big buffers (see
+/// `tether_engine::allocator`).
+#[global_allocator]
+static ALLOCATOR: tether_engine::allocator::HugePageHint = tether_engine::allocator::HugePageHint;
+
 #[derive(Parser)]
 #[command(name = "tether", version, about = "Remote execution server for AI coding agents")]
 struct Cli {

@@ -12,6 +12,17 @@
 //! JSON frame of as much again — would be mapped fresh and faulted in page by page, a third
 //! of a streamed file copy's time. Buffers up to [`HEAP_ALLOCATION_MAX_BYTES`] come from the
 //! heap instead, and are reused.
+//!
+//! Bigger buffers still are mapped fresh for each use: a whole file read, a buffered HTTP body,
+//! the WebSocket's buffers for such a message, each up to tens of MB. Faulted in 4 KiB at a
+//! time, they spent over a third of a 100 MB `fs/readFile`'s server time in page faults and
+//! their accounting. [`HugePageHint`], the global allocator of `tether` and of the bench, asks
+//! the kernel to back them with transparent huge pages (2 MiB, one fault for 512 of the small
+//! ones) where it allows (`/sys/kernel/mm/transparent_hugepage/enabled` set to `madvise` or
+//! `always`): the same thing glibc's `glibc.malloc.hugetlb=1` tunable does, without an
+//! environment variable that children would inherit.
+
+use std::alloc::{GlobalAlloc, Layout, System};
 
 /// Freed heap kept for reuse before it is returned to the kernel.
 pub const KEPT_FREE_HEAP_BYTES: usize = 8 * 1024 * 1024;
@@ -30,5 +41,127 @@ pub fn tune_for_streaming() {
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE_HEAP_BYTES as libc::c_int);
         libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_ALLOCATION_MAX_BYTES as libc::c_int);
+    }
+}
+
+/// The smallest allocation [`HugePageHint`] asks huge pages for: the size from which glibc maps
+/// a buffer on its own ([`HEAP_ALLOCATION_MAX_BYTES`]), so the hint covers a mapping no other
+/// buffer shares. Below it, buffers come from the heap and are reused, already faulted in.
+pub const HUGE_PAGE_HINT_MIN_BYTES: usize = HEAP_ALLOCATION_MAX_BYTES;
+
+/// The size of a transparent huge page on x86-64 and on arm64 with 4 KiB pages: only the part
+/// of a buffer made of whole, aligned huge pages is advised.
+const HUGE_PAGE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The system allocator, asking for transparent huge pages behind every buffer of at least
+/// [`HUGE_PAGE_HINT_MIN_BYTES`] (see the module's documentation). Memory is allocated, freed
+/// and moved by the system allocator alone; the hint changes how the kernel backs it, never
+/// what it holds. Elsewhere than on Linux it is the system allocator.
+pub struct HugePageHint;
+
+// SAFETY: every call is the system allocator's, with the caller's arguments; `advise` only
+// gives the kernel a hint about memory that allocation returned.
+unsafe impl GlobalAlloc for HugePageHint {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is `System.alloc`'s.
+        let pointer = unsafe { System.alloc(layout) };
+        advise(pointer, layout.size());
+        pointer
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        let pointer = unsafe { System.alloc_zeroed(layout) };
+        advise(pointer, layout.size());
+        pointer
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: `pointer` came from `System` through this allocator, with this layout.
+        unsafe { System.dealloc(pointer, layout) }
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as `dealloc`; the caller's contract is `System.realloc`'s.
+        let moved = unsafe { System.realloc(pointer, layout, new_size) };
+        // A buffer that grew into a mapping of its own (glibc moves it there, or grows its
+        // mapping in place) is advised as a new one would be.
+        if new_size > layout.size() {
+            advise(moved, new_size);
+        }
+        moved
+    }
+}
+
+/// Asks for huge pages behind the whole huge pages of `size` bytes at `pointer`, when the
+/// buffer is big enough. A refusal (a kernel without transparent huge pages) changes nothing,
+/// so it is not reported.
+fn advise(pointer: *mut u8, size: usize) {
+    #[cfg(target_os = "linux")]
+    if !pointer.is_null() && size >= HUGE_PAGE_HINT_MIN_BYTES {
+        let start = (pointer as usize).next_multiple_of(HUGE_PAGE_BYTES);
+        let end = (pointer as usize + size) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+        if end > start {
+            // SAFETY: `start..end` lies within the allocation just made; `MADV_HUGEPAGE` only
+            // marks how the kernel may back it, never its contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (pointer, size);
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The `VmFlags` line of the mapping that holds `address`, from `/proc/self/smaps`.
+    fn vm_flags_at(address: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ')
+                && let Some((from, to)) = range.split_once('-')
+                && let (Ok(from), Ok(to)) =
+                    (usize::from_str_radix(from, 16), usize::from_str_radix(to, 16))
+            {
+                inside = (from..to).contains(&address);
+            } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.trim().to_owned();
+            }
+        }
+        panic!("no mapping holds {address:#x}");
+    }
+
+    #[test]
+    fn a_big_buffer_is_advised_to_use_huge_pages_and_holds_what_is_written() {
+        let layout = Layout::from_size_align(64 * 1024 * 1024, 8).unwrap();
+        // SAFETY: a non-zero size; freed below with the same layout.
+        let pointer = unsafe { HugePageHint.alloc(layout) };
+        assert!(!pointer.is_null());
+        // SAFETY: the allocation is 64 MiB long.
+        let buffer = unsafe { std::slice::from_raw_parts_mut(pointer, layout.size()) };
+        buffer.fill(7);
+        assert!(buffer.iter().all(|&byte| byte == 7));
+        // `hg`: the kernel's mark of `MADV_HUGEPAGE` on the mapping.
+        let middle = pointer as usize + layout.size() / 2;
+        let flags = vm_flags_at(middle);
+        assert!(flags.split(' ').any(|flag| flag == "hg"), "{flags}");
+
+        // Grown, the buffer keeps its contents and its mark.
+        let grown = 128 * 1024 * 1024;
+        // SAFETY: `pointer` came from this allocator with `layout`.
+        let pointer = unsafe { HugePageHint.realloc(pointer, layout, grown) };
+        assert!(!pointer.is_null());
+        // SAFETY: the first 64 MiB were kept by the move.
+        let kept = unsafe { std::slice::from_raw_parts(pointer, layout.size()) };
+        assert!(kept.iter().all(|&byte| byte == 7));
+        let flags = vm_flags_at(pointer as usize + grown - HUGE_PAGE_BYTES * 2);
+        assert!(flags.split(' ').any(|flag| flag == "hg"), "{flags}");
+        let grown = Layout::from_size_align(grown, 8).unwrap();
+        // SAFETY: as allocated, with the size it was grown to.
+        unsafe { HugePageHint.dealloc(pointer, grown) };
     }
 }
