@@ -67,25 +67,38 @@ impl LocalFileSystem {
         &self,
         params: FsReadFileParams,
     ) -> Result<(FsReadFileResponse, ReadGrant), FsError> {
+        let (bytes, grant) = self.read_file_onto(params, Vec::new()).await?;
+        Ok((FsReadFileResponse { data_base64: ByteChunk::from(bytes) }, grant))
+    }
+
+    /// As [`Self::read_file_granted`], the file's bytes read onto the end of `head`: the start
+    /// of a binary answer, so that a large file is read straight into its message rather than
+    /// copied there once read (a copy of up to the whole read budget into a fresh buffer).
+    pub async fn read_file_onto(
+        &self,
+        params: FsReadFileParams,
+        head: Vec<u8>,
+    ) -> Result<(Vec<u8>, ReadGrant), FsError> {
         let admission = admit(params.sandbox.as_ref(), Work::Read)?;
         let follow = params.follows_symlinks();
         let path = native_path(&params.path)?;
-        let (bytes, grant) = match admission {
+        Ok(match admission {
             Admission::InProcess => match cached_read::read(&path, &self.whole_reads) {
-                // Read here when the kernel has the file in memory (see `cached_read`).
-                Some(read) => read,
+                // Read here when the kernel has the file in memory (see `cached_read`): a small
+                // file, joined to the head.
+                Some((bytes, grant)) if head.is_empty() => (bytes, grant),
+                Some((bytes, grant)) => ([head, bytes].concat(), grant),
                 None => {
                     let open = move || regular_file::open_for_reading(&path, follow);
-                    self.whole_reads.read(open).await?
+                    self.whole_reads.read(open, head).await?
                 }
             },
             Admission::Sandboxed(policy) => {
                 let how = OpenHow::Read { follow };
                 let file: File = sandboxed::run(&policy, FileOp::Open { path, how }).await?;
-                self.whole_reads.read(move || Ok(file)).await?
+                self.whole_reads.read(move || Ok(file), head).await?
             }
-        };
-        Ok((FsReadFileResponse { data_base64: ByteChunk::from(bytes) }, grant))
+        })
     }
 }
 

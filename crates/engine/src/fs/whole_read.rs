@@ -27,8 +27,8 @@ enum First {
     Done(Vec<u8>, OwnedSemaphorePermit),
     /// Longer than it said: read so far, with the share taken.
     Longer(File, Vec<u8>, OwnedSemaphorePermit),
-    /// The budget had no room: opened, waiting for this share.
-    Wait(File, u32),
+    /// The budget had no room: opened, waiting for this share, the head kept.
+    Wait(File, Vec<u8>, u32),
     /// Bigger than the whole budget.
     OverBudget,
 }
@@ -60,8 +60,10 @@ impl WholeReadBudget {
         Self { bytes: Arc::new(Semaphore::new(total as usize)), total }
     }
 
-    /// Opens a file with `open` and reads all of it, at most [`FS_READ_FILE_MAX_BYTES`],
-    /// holding its bytes' share of the budget, which the grant goes on holding.
+    /// Opens a file with `open` and reads all of it onto the end of `head`, at most
+    /// [`FS_READ_FILE_MAX_BYTES`], holding its bytes' share of the budget, which the grant goes
+    /// on holding. `head` is what the answer puts before the file (its JSON, for a binary
+    /// message): a large file is then read straight into its answer, not copied there after.
     ///
     /// The usual read — the budget has room, the file is as long as it says — is one trip to
     /// the blocking pool, as a read without a budget is: a thousand small reads in a row must
@@ -70,8 +72,10 @@ impl WholeReadBudget {
     pub(crate) async fn read(
         &self,
         open: impl FnOnce() -> io::Result<File> + Send + 'static,
+        head: Vec<u8>,
     ) -> Result<(Vec<u8>, ReadGrant), FsError> {
         let (budget, total) = (self.bytes.clone(), self.total);
+        let start = head.len();
         let first = blocking(move || {
             let file = open()?;
             let size = file.metadata()?.len();
@@ -84,11 +88,12 @@ impl WholeReadBudget {
                 return Ok(First::OverBudget);
             }
             let Ok(grant) = budget.try_acquire_many_owned(want) else {
-                return Ok(First::Wait(file, want));
+                return Ok(First::Wait(file, head, want));
             };
-            let mut bytes = Vec::with_capacity(size as usize);
+            let mut bytes = head;
+            bytes.reserve_exact(size as usize);
             (&file).take(u64::from(want)).read_to_end(&mut bytes)?;
-            Ok(match bytes.len() < want as usize {
+            Ok(match bytes.len() - start < want as usize {
                 true => First::Done(bytes, grant),
                 false => First::Longer(file, bytes, grant),
             })
@@ -97,31 +102,34 @@ impl WholeReadBudget {
         let (file, bytes, grant) = match first {
             First::Done(bytes, grant) => return Ok((bytes, ReadGrant(grant))),
             First::OverBudget => return Err(self.over_budget()),
-            First::Wait(file, want) => (file, Vec::new(), self.take(want).await?),
+            First::Wait(file, head, want) => (file, head, self.take(want).await?),
             First::Longer(file, bytes, grant) => (file, bytes, grant),
         };
-        self.read_on(Arc::new(file), bytes, grant).await
+        self.read_on(Arc::new(file), bytes, start, grant).await
     }
 
-    /// The rest of a read that had to wait, or found the file longer than it said.
+    /// The rest of a read that had to wait, or found the file longer than it said: the file's
+    /// bytes are those of `bytes` from `start` on.
     async fn read_on(
         &self,
         file: Arc<File>,
         mut bytes: Vec<u8>,
+        start: usize,
         mut grant: OwnedSemaphorePermit,
     ) -> Result<(Vec<u8>, ReadGrant), FsError> {
         loop {
-            if bytes.len() as u64 > FS_READ_FILE_MAX_BYTES {
+            let read_so_far = bytes.len() - start;
+            if read_so_far as u64 > FS_READ_FILE_MAX_BYTES {
                 return Err(too_large().into());
             }
-            if bytes.len() == grant.num_permits() {
+            if read_so_far == grant.num_permits() {
                 let more = GROWTH_STEP_BYTES.min(self.total - grant.num_permits() as u32);
                 if more == 0 {
                     return Err(self.over_budget());
                 }
                 grant.merge(self.take(more).await?);
             }
-            let room = grant.num_permits() - bytes.len();
+            let room = grant.num_permits() - read_so_far;
             let reading = file.clone();
             let (read, filled) = blocking(move || {
                 let before = bytes.len();
@@ -180,15 +188,30 @@ mod tests {
         let budget = WholeReadBudget::new(64 * 1024 * 1024);
         let free = budget.bytes.available_permits();
         let opened = path.clone();
-        let (bytes, grant) = budget.read(move || File::open(opened)).await.unwrap();
+        let (bytes, grant) = budget.read(move || File::open(opened), Vec::new()).await.unwrap();
         assert_eq!(bytes, vec![7u8; 3000]);
         assert_eq!(budget.bytes.available_permits(), free - 3001);
         drop(grant);
         assert_eq!(budget.bytes.available_permits(), free);
         // A file that says it is empty and is not (as `/proc` files do) takes more as it goes.
-        let (bytes, grant) = budget.read(|| File::open("/proc/self/maps")).await.unwrap();
+        let (bytes, grant) =
+            budget.read(|| File::open("/proc/self/maps"), Vec::new()).await.unwrap();
         assert!(!bytes.is_empty());
         assert!(grant.0.num_permits() > bytes.len());
+        drop(grant);
+
+        // After a head, the file's bytes alone count against the budget: a file as long as it
+        // says, and one longer than it says.
+        let opened = path.clone();
+        let (bytes, grant) =
+            budget.read(move || File::open(opened), b"head".to_vec()).await.unwrap();
+        assert_eq!((&bytes[..4], &bytes[4..]), (&b"head"[..], &vec![7u8; 3000][..]));
+        assert_eq!(grant.0.num_permits(), 3001);
+        drop(grant);
+        let maps = || File::open("/proc/self/maps");
+        let (bytes, grant) = budget.read(maps, b"head".to_vec()).await.unwrap();
+        assert!(bytes.starts_with(b"head") && bytes.len() > 4);
+        assert!(grant.0.num_permits() > bytes.len() - 4);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -124,11 +124,14 @@ pub(crate) async fn run(
                      file without it",
                 ));
             }
+            if attached {
+                // The file read straight onto the end of its answer's JSON.
+                let head = FsReadFileResponse::attached_message_head(id);
+                let (message, grant) = fs.read_file_onto(p, head).await.map_err(to_rpc)?;
+                return Ok(Reply { payload: Payload::Binary(message), hold: Some(grant) });
+            }
             let (response, grant) = fs.read_file_granted(p).await.map_err(to_rpc)?;
-            let payload = match attached {
-                true => Payload::Binary(response.to_attached_message(id)),
-                false => Payload::Text(response.to_response_text(id)),
-            };
+            let payload = Payload::Text(response.to_response_text(id));
             return Ok(Reply { payload, hold: Some(grant) });
         }
         FsCall::WriteFile(p) => {
