@@ -9,7 +9,7 @@
 //!
 //! - `prepare`: validation of the params, all of it before any network I/O.
 //! - `redirect`: how a redirect is followed (method, body, headers that must not travel).
-//! - `body`: the body stream and its chunking.
+//! - `body`: the body stream, its chunking, and reading it whole under the buffered limit.
 //! - `local`: the reqwest implementation.
 //!
 //! The `requestId` of the params is not the engine's business: it names a stream on one
