@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tracing::debug;
 
 use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
-use crate::flow::PauseGate;
+use crate::flow::{PauseGate, Queued};
 use crate::options::ClientOptions;
 
 /// How a Tether server begins a body delta's JSON, with or without attached bytes.
@@ -35,10 +35,11 @@ const BODY_DELTA_PREFIX: &[u8] = br#"{"method":"http/request/bodyDelta","#;
 /// What a connection reports to its client, in the order it happened.
 #[derive(Debug)]
 pub(crate) enum ConnectionEvent {
-    /// A `process/output` notification, read by the fast path.
-    Output(ProcessOutputNotification),
-    /// An `http/request/bodyDelta` notification, read by the fast path.
-    BodyDelta(HttpRequestBodyDeltaNotification),
+    /// A `process/output` notification, read by the fast path, with its bytes' room in the
+    /// queue to the router.
+    Output(ProcessOutputNotification, Queued),
+    /// An `http/request/bodyDelta` notification, read by the fast path, with its bytes' room.
+    BodyDelta(HttpRequestBodyDeltaNotification, Queued),
     Notification(Notification),
     Closed {
         generation: u64,
@@ -337,14 +338,16 @@ impl Connection {
                     // Output, the bulk of what arrives, is read straight into its event.
                     None => {
                         if let Some(output) = ProcessOutputNotification::from_frame(json) {
-                            let _ = events.send(ConnectionEvent::Output(output)).await;
+                            let queued = gate.queue(output.chunk.len()).await;
+                            let _ = events.send(ConnectionEvent::Output(output, queued)).await;
                             // Waiting for the router is not the server's silence.
                             heard = tokio::time::Instant::now();
                             continue;
                         }
                         // So is a streamed HTTP body.
                         if let Some(delta) = HttpRequestBodyDeltaNotification::from_frame(json) {
-                            let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
+                            let queued = gate.queue(delta.delta_base64.len()).await;
+                            let _ = events.send(ConnectionEvent::BodyDelta(delta, queued)).await;
                             heard = tokio::time::Instant::now();
                             continue;
                         }
@@ -361,7 +364,8 @@ impl Connection {
                                  whose deltaBase64 is empty)"
                             ));
                         };
-                        let _ = events.send(ConnectionEvent::BodyDelta(delta)).await;
+                        let queued = gate.queue(delta.delta_base64.len()).await;
+                        let _ = events.send(ConnectionEvent::BodyDelta(delta, queued)).await;
                         heard = tokio::time::Instant::now();
                         continue;
                     }

@@ -2,8 +2,8 @@
 //!
 //! The server's retained output is the backlog; the client holds only a window of it. Each
 //! process handle holds at most [`HANDLE_BUFFER_BYTES`] of updates its caller has not taken
-//! (plus what is in flight between the socket and the handle, [`CONNECTION_EVENT_QUEUE`]
-//! events). When a handle is full, [`crate::ClientOptions::full_handle_pause`] decides:
+//! (plus what is in flight between the socket and the handle: at most
+//! [`CONNECTION_EVENT_QUEUE`] events and [`CONNECTION_QUEUE_BYTES`] of their bytes). When a handle is full, [`crate::ClientOptions::full_handle_pause`] decides:
 //!
 //! - For a moment (the default, [`DEFAULT_FULL_HANDLE_PAUSE`]), the connection pauses as
 //!   below: a caller that was only slow for a moment (a busy machine) loses nothing and holds
@@ -20,10 +20,10 @@
 //!   one stream into a slow consumer (`tether exec … | less`); wrong for a caller that keeps
 //!   handles it does not read.
 
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 /// How long a full handle may hold the connection paused before it falls behind instead:
 /// long enough to ride out a caller descheduled on a busy machine (at 700 MB/s, a 4 MiB
@@ -43,9 +43,22 @@ pub const HELD_EVENT_BYTES: usize = HANDLE_BUFFER_BYTES;
 /// Events queued between a connection's socket reader and the client's router. The router
 /// never waits (handles are bounded by dropping to the server's backlog or by pausing the
 /// reader, never by blocking the router), so this only absorbs scheduling jitter; a reader that
-/// finds it full stops reading the socket until the router catches up. With the server's
-/// output chunks at most 64 KiB, 64 events are 4 MiB.
+/// finds it full stops reading the socket until the router catches up.
 pub const CONNECTION_EVENT_QUEUE: usize = 64;
+
+/// Bytes of output and body deltas queued between a connection's socket reader and the
+/// router, bounded as the events are: a reader whose next event's bytes do not fit waits for
+/// the router. 4 MiB is 64 output chunks of the server's 64 KiB, as many as the queue holds
+/// events, or four body deltas of 1 MiB, which 64 events would otherwise make 64 MiB.
+pub const CONNECTION_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
+/// An event's share of [`CONNECTION_QUEUE_BYTES`], given back when the event is dropped, once
+/// the router has routed it.
+#[derive(Debug, Default)]
+pub(crate) struct Queued {
+    /// Held, never read: dropping it gives the room back.
+    _room: Option<OwnedSemaphorePermit>,
+}
 
 /// Something that holds a connection paused and can fall behind instead (a registration).
 pub(crate) trait FallBehind: Send + Sync {
@@ -57,6 +70,9 @@ pub(crate) trait FallBehind: Send + Sync {
 /// readers: a reader whose connection is the session's current one reads nothing while it is
 /// above zero — for at most `patience`, after which the full handles fall behind instead.
 pub(crate) struct PauseGate {
+    /// What is left of [`CONNECTION_QUEUE_BYTES`]: shared by a session's connections, which
+    /// all feed its one router.
+    queue_bytes: Arc<Semaphore>,
     full_handles: watch::Sender<usize>,
     /// The handles that have paused the connection at some point and may still be pausing
     /// it: each at most once, so the list is no longer than the client's handles.
@@ -66,7 +82,20 @@ pub(crate) struct PauseGate {
 
 impl PauseGate {
     pub(crate) fn new(patience: Option<Duration>) -> Self {
-        Self { full_handles: watch::channel(0).0, holders: Mutex::new(Vec::new()), patience }
+        Self {
+            queue_bytes: Arc::new(Semaphore::new(CONNECTION_QUEUE_BYTES)),
+            full_handles: watch::channel(0).0,
+            holders: Mutex::new(Vec::new()),
+            patience,
+        }
+    }
+
+    /// Room for an event of `bytes` in the queue to the router, once the router has made it
+    /// (an event bigger than the whole queue waits for all of it).
+    pub(crate) async fn queue(&self, bytes: usize) -> Queued {
+        let bytes = bytes.min(CONNECTION_QUEUE_BYTES) as u32;
+        // The semaphore is never closed.
+        Queued { _room: self.queue_bytes.clone().acquire_many_owned(bytes).await.ok() }
     }
 
     /// How long the connection may stay paused; `None`: as long as it takes.
@@ -105,5 +134,35 @@ impl PauseGate {
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<usize> {
         self.full_handles.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt as _;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_queue_to_the_router_holds_at_most_its_bytes() {
+        let gate = PauseGate::new(None);
+        let most = gate.queue(CONNECTION_QUEUE_BYTES - 10).await;
+        let rest = gate.queue(10).await;
+        // Full: the next event waits until the router lets one go.
+        let mut next = Box::pin(gate.queue(1));
+        assert!(next.as_mut().now_or_never().is_none());
+        drop(rest);
+        let next = next.await;
+
+        // An event bigger than the whole queue waits for all of it, then goes.
+        let mut big = Box::pin(gate.queue(2 * CONNECTION_QUEUE_BYTES));
+        assert!(big.as_mut().now_or_never().is_none());
+        drop(next);
+        assert!(big.as_mut().now_or_never().is_none());
+        drop(most);
+        let big = big.await;
+        assert!(gate.queue(1).now_or_never().is_none());
+        drop(big);
+        assert!(gate.queue(CONNECTION_QUEUE_BYTES).now_or_never().is_some());
     }
 }

@@ -343,7 +343,8 @@ mod tests {
             stream: ExecOutputStream::Stdout,
             chunk: ByteChunk::from(b"x".to_vec()),
         };
-        client.session.events.send(ConnectionEvent::Output(senseless)).await.unwrap();
+        let event = ConnectionEvent::Output(senseless, Default::default());
+        client.session.events.send(event).await.unwrap();
 
         let update = tokio::time::timeout(Duration::from_secs(10), victim.next_update()).await;
         assert!(

@@ -29,7 +29,8 @@ pub(crate) async fn route_events(
     while let Some(event) = events.recv().await {
         let Some(session) = session.upgrade() else { return };
         match event {
-            ConnectionEvent::Output(n) => route_event(
+            // An event's room in the queue (`_queued`) is given back once it is routed.
+            ConnectionEvent::Output(n, _queued) => route_event(
                 &session,
                 ProcessEvent::Output {
                     process_id: n.process_id,
@@ -38,7 +39,9 @@ pub(crate) async fn route_events(
                     chunk: n.chunk.0,
                 },
             ),
-            ConnectionEvent::BodyDelta(delta) => session.http_streams.deliver_decoded(delta),
+            ConnectionEvent::BodyDelta(delta, _queued) => {
+                session.http_streams.deliver_decoded(delta)
+            }
             ConnectionEvent::Notification(notification) => {
                 route_notification(&session, notification)
             }
