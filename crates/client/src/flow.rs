@@ -3,7 +3,8 @@
 //! The server's retained output is the backlog; the client holds only a window of it. Each
 //! process handle holds at most [`HANDLE_BUFFER_BYTES`] of updates its caller has not taken
 //! (plus what is in flight between the socket and the handle: at most
-//! [`CONNECTION_EVENT_QUEUE`] events and [`CONNECTION_QUEUE_BYTES`] of their bytes). When a handle is full, [`crate::ClientOptions::full_handle_pause`] decides:
+//! [`CONNECTION_EVENT_QUEUE`] events and [`CONNECTION_QUEUE_BYTES`] of their bytes). When a
+//! handle is full, [`crate::ClientOptions::full_handle_pause`] decides:
 //!
 //! - For a moment (the default, [`DEFAULT_FULL_HANDLE_PAUSE`]), the connection pauses as
 //!   below: a caller that was only slow for a moment (a busy machine) loses nothing and holds

@@ -128,16 +128,8 @@ impl FsReadFileResponse {
         text
     }
 
-    /// The response to request `id` as a binary message, the file's bytes attached after the
-    /// JSON (`binaryBlocks`).
-    pub fn to_attached_message(&self, id: &crate::RequestId) -> Vec<u8> {
-        let mut message = Self::attached_message_head(id);
-        message.extend_from_slice(&self.data_base64.0);
-        message
-    }
-
-    /// The start of the binary message [`Self::to_attached_message`] makes: its JSON and the
-    /// NUL, for a server to read the file straight onto the end.
+    /// The start of the response to request `id` as a binary message (`binaryBlocks`): its
+    /// JSON and the NUL, for a server to read the file's bytes straight onto the end.
     pub fn attached_message_head(id: &crate::RequestId) -> Vec<u8> {
         let result = FsReadFileAttachedResponse {};
         crate::attached::join(&crate::envelope::encode_response(id, &result), &[])
