@@ -142,7 +142,7 @@ impl ExecServerClient {
     }
 
     /// Whether the session was lost because the server said it was going away (it stopped, or
-    /// a proxy in front of it did) and did not come back within [`GOING_AWAY_RECOVERY`]. A
+    /// a proxy in front of it did) and did not come back within [`GOING_AWAY_RECOVERY`](crate::GOING_AWAY_RECOVERY). A
     /// stopping server ends its sessions' processes.
     pub fn server_went_away(&self) -> bool {
         self.session.server_went_away.load(Ordering::Acquire)

@@ -18,7 +18,7 @@ use crate::error::ClientError;
 use crate::registration::{Finished, Registration};
 use crate::session::{Retry, Session};
 
-/// A process started through an [`ExecServerClient`]. Its updates arrive in sequence order,
+/// A process started through an [`ExecServerClient`](crate::ExecServerClient). Its updates arrive in sequence order,
 /// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
 /// stops following the process; it does not kill it.
 ///

@@ -28,6 +28,10 @@
 //! Architecture invariant: this crate knows the protocol's data types but nothing of JSON-RPC,
 //! connections or sessions. Errors are typed ([`ProcessError`]); the server maps them to codes.
 
+// The module docs are maps for readers of the code, private modules included: they resolve
+// under `cargo doc --document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod allocator;
 pub mod capabilities;
 pub mod codex_config;

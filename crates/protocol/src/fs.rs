@@ -71,7 +71,7 @@ pub const FS_WALK_MAX_ENTRIES: usize = 50_000;
 pub struct FsEmptyResponse {}
 
 /// `fs/readFile` params. Regular files only: a directory, FIFO or device is refused
-/// (`path `<p>` is not a file`) without being opened for reading, so a FIFO cannot block it.
+/// (``path `<p>` is not a file``) without being opened for reading, so a FIFO cannot block it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FsReadFileParams {

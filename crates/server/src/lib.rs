@@ -17,6 +17,10 @@
 //! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
 //! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
 
+// The module docs are maps for readers of the code, private modules included: they resolve
+// under `cargo doc --document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod auth;
 pub mod config;
 pub mod descriptors;

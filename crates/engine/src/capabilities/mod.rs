@@ -2,7 +2,7 @@
 //!
 //! - [`discover_roots`] (`capabilityRoots/discoverV1`): the raw capability files under roots the
 //!   client names, one bounded [`scan`] per root.
-//! - [`discover_installed`] (`capabilities/discoverV2`): the parsed [`inventory`] of the
+//! - [`discover_installed`] (`capabilities/discoverV2`): the parsed [`inventory`](mod@inventory) of the
 //!   executor's plugin cache ([`plugin_cache`]) and skill roots, with each skill's
 //!   [`front_matter`] and [`skill_metadata`].
 //!
