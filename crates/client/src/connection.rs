@@ -10,12 +10,11 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
 use tether_protocol::error::METHOD_NOT_FOUND;
 use tether_protocol::http::{HTTP_BODY_DELTA_MAX_BYTES, HttpRequestBodyDeltaNotification};
 use tether_protocol::process::ProcessOutputNotification;
-use tether_protocol::{JsonRpcError, Message, Notification, RequestId};
+use tether_protocol::{Incoming, JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::Message as Frame;
@@ -55,7 +54,9 @@ type Reply = oneshot::Sender<Result<Answer, ClientError>>;
 /// A call's result, and the bytes attached to it (Tether's `binaryBlocks`: an answer in a
 /// binary message, its JSON and a block's bytes after a NUL).
 struct Answer {
-    result: Value,
+    /// The result's JSON, checked with its frame by the hardened reader, decoded by the caller
+    /// into the type it expects.
+    result: Bytes,
     attached: Option<Bytes>,
 }
 
@@ -310,11 +311,22 @@ impl Connection {
                 // A binary message may carry bytes after its JSON (`binaryBlocks`,
                 // `attachedHttpBodies`); decoded where the frame lies: an answer can be hundreds
                 // of MB.
-                let (json, attached) = match &frame {
-                    Frame::Text(text) => (text.as_bytes(), None),
-                    Frame::Binary(bytes) => match tether_protocol::attached::split(bytes) {
-                        Some((json, _)) => (json, Some(bytes.slice(json.len() + 1..))),
-                        None => (&bytes[..], None),
+                let (message, json_len, attached) = match frame {
+                    Frame::Text(text) => {
+                        let message = Bytes::from(text);
+                        let json_len = message.len();
+                        (message, json_len, None)
+                    }
+                    Frame::Binary(bytes) => match tether_protocol::attached::split(&bytes) {
+                        Some((json, _)) => {
+                            let json_len = json.len();
+                            let attached = bytes.slice(json_len + 1..);
+                            (bytes, json_len, Some(attached))
+                        }
+                        None => {
+                            let json_len = bytes.len();
+                            (bytes, json_len, None)
+                        }
                     },
                     Frame::Close(Some(close)) if close.code == CloseCode::Away => {
                         let message = format!("the exec-server is going away: {}", close.reason);
@@ -334,6 +346,7 @@ impl Connection {
                     }
                     _ => continue,
                 };
+                let json = &message[..json_len];
                 match attached {
                     // Output, the bulk of what arrives, is read straight into its event.
                     None => {
@@ -371,15 +384,23 @@ impl Connection {
                     }
                     Some(_) => {}
                 }
-                match Message::decode(json) {
-                    Ok(Message::Response(response)) => {
-                        let answer = Answer { result: response.result, attached };
-                        complete(&reader_calls, &response.id, Ok(answer));
+                match Incoming::decode(json) {
+                    Ok(Incoming::Answer { id, result }) => {
+                        let answer = Answer { result: message.slice(result), attached };
+                        complete(&reader_calls, &RequestId::Integer(id), Ok(answer));
                     }
-                    Ok(Message::Error(error)) => {
+                    Ok(Incoming::Other(Message::Response(response))) => {
+                        // A `null` result, or an id that is not this client's: rare, so made
+                        // text again.
+                        let result = Bytes::from(response.result.to_string());
+                        complete(&reader_calls, &response.id, Ok(Answer { result, attached }));
+                    }
+                    Ok(Incoming::Other(Message::Error(error))) => {
                         complete(&reader_calls, &error.id, Err(ClientError::from_rpc(error.error)));
                     }
-                    Ok(Message::Notification(notification)) if attached.is_some() => {
+                    Ok(Incoming::Other(Message::Notification(notification)))
+                        if attached.is_some() =>
+                    {
                         // Only a body delta carries bytes, and only in the form read above:
                         // read here, its bytes would be lost without a word.
                         break End::Broken(format!(
@@ -387,11 +408,11 @@ impl Connection {
                             notification.method
                         ));
                     }
-                    Ok(Message::Notification(notification)) => {
+                    Ok(Incoming::Other(Message::Notification(notification))) => {
                         let _ = events.send(ConnectionEvent::Notification(notification)).await;
                         heard = tokio::time::Instant::now();
                     }
-                    Ok(Message::Request(request)) => {
+                    Ok(Incoming::Other(Message::Request(request))) => {
                         // The server asks something of us (network policy decisions); this
                         // client makes none, and says so.
                         let error = JsonRpcError::new(
@@ -469,7 +490,7 @@ impl Connection {
         encode: impl FnOnce(&RequestId) -> String,
     ) -> Result<R, ClientError> {
         let answer = self.exchange(|id| Frame::text(encode(id))).await?;
-        decode_result(method, answer.result)
+        decode_result(method, &answer.result)
     }
 
     /// Sends the binary message `encode` makes (Tether's `binaryBlocks`: a request with a
@@ -480,7 +501,7 @@ impl Connection {
         encode: impl FnOnce(&RequestId) -> Vec<u8>,
     ) -> Result<R, ClientError> {
         let answer = self.exchange(|id| Frame::binary(encode(id))).await?;
-        decode_result(method, answer.result)
+        decode_result(method, &answer.result)
     }
 
     /// Sends a request whose answer comes with attached bytes (`binaryBlocks`), and returns
@@ -496,7 +517,7 @@ impl Connection {
                 "exec-server protocol error: `{method}` was answered without the attached bytes it asked for"
             )));
         };
-        Ok((decode_result(method, answer.result)?, attached))
+        Ok((decode_result(method, &answer.result)?, attached))
     }
 
     /// Sends the frame `encode` makes for a fresh request id and waits for the answer.
@@ -558,9 +579,13 @@ impl Drop for Connection {
     }
 }
 
-/// A call's result as the type the caller expects.
-fn decode_result<R: DeserializeOwned>(method: &str, result: Value) -> Result<R, ClientError> {
-    serde_json::from_value(result)
+/// A call's result as the type the caller expects, read straight from its text. A type that
+/// reads a number only from a JSON value (serde buffers what a flattened field holds, and with
+/// `arbitrary_precision` a buffered fraction read from text is no longer a number) is read
+/// through one, so that the client takes every answer it took when it read them all that way.
+fn decode_result<R: DeserializeOwned>(method: &str, result: &[u8]) -> Result<R, ClientError> {
+    serde_json::from_slice(result)
+        .or_else(|_| tether_protocol::decode::parse_value(result).and_then(serde_json::from_value))
         .map_err(|e| ClientError::Protocol(format!("unexpected `{method}` result: {e}")))
 }
 
@@ -747,5 +772,27 @@ mod tests {
         // The socket's behaviour this works around: the last writer is woken by a read.
         assert!(writer_wakes_on_an_answer(false).await > 0);
         assert_eq!(writer_wakes_on_an_answer(true).await, 0);
+    }
+
+    /// A result type serde reads through a buffer (a flattened field) cannot read a
+    /// fractional number straight from text under `arbitrary_precision`; it is read through a
+    /// value instead.
+    #[test]
+    fn a_result_that_needs_a_value_still_decodes() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct Outer {
+            #[serde(flatten)]
+            inner: Inner,
+        }
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct Inner {
+            f: f64,
+        }
+        let text = br#"{"f":1.5}"#;
+        assert!(serde_json::from_slice::<Outer>(text).is_err(), "read straight after all");
+        let outer = decode_result::<Outer>("m", text).unwrap();
+        assert_eq!(outer, Outer { inner: Inner { f: 1.5 } });
+        let error = decode_result::<Outer>("m", br#"{"g":1}"#).unwrap_err().to_string();
+        assert!(error.contains("unexpected `m` result"), "{error}");
     }
 }

@@ -5,10 +5,17 @@
 //! and refusing duplicate object keys (which `serde_json` would otherwise resolve silently, last
 //! one wins — a classic way to smuggle a second `id` or `method` past a proxy). Long strings are
 //! fine: they are one node each. Nesting depth is bounded by `serde_json`'s own recursion limit.
+//!
+//! [`check`] makes the same checks without building anything, for a reader that then decodes
+//! the text straight into its own types: a small answer's tree costs more than the rest of its
+//! decode put together.
 
+use std::borrow::Cow;
 use std::cell::Cell;
+use std::collections::HashSet;
 use std::fmt;
 
+use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -27,8 +34,34 @@ pub fn parse_value(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     Ok(value)
 }
 
+/// Checks one JSON document as [`parse_value`] reads it — the value budget, no duplicate keys,
+/// nothing after it — without building it.
+pub fn check(bytes: &[u8]) -> Result<(), serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let budget = Cell::new(MAX_JSON_VALUES);
+    Counted { budget: &budget }.deserialize(&mut deserializer)?;
+    deserializer.end()
+}
+
 /// The key serde_json's `arbitrary_precision` feature uses to pass a number through a map.
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// Takes one value from what a message has left, or refuses the message.
+fn spend<E: de::Error>(budget: &Cell<usize>) -> Result<(), E> {
+    match budget.get() {
+        0 => Err(E::custom(format_args!(
+            "JSON-RPC message exceeds the limit of {MAX_JSON_VALUES} JSON values"
+        ))),
+        left => {
+            budget.set(left - 1);
+            Ok(())
+        }
+    }
+}
+
+fn duplicate_key<E: de::Error>(key: &str) -> E {
+    E::custom(format_args!("duplicate JSON object key `{key}`"))
+}
 
 struct Limited<'a> {
     budget: &'a Cell<usize>,
@@ -36,15 +69,7 @@ struct Limited<'a> {
 
 impl Limited<'_> {
     fn spend<E: de::Error>(&self) -> Result<(), E> {
-        match self.budget.get() {
-            0 => Err(E::custom(format_args!(
-                "JSON-RPC message exceeds the limit of {MAX_JSON_VALUES} JSON values"
-            ))),
-            left => {
-                self.budget.set(left - 1);
-                Ok(())
-            }
-        }
+        spend(self.budget)
     }
 }
 
@@ -125,11 +150,141 @@ impl<'de> Visitor<'de> for Limited<'_> {
             first = false;
             let value = map.next_value_seed(Limited { budget: self.budget })?;
             if object.contains_key(&key) {
-                return Err(de::Error::custom(format_args!("duplicate JSON object key `{key}`")));
+                return Err(duplicate_key(&key));
             }
             object.insert(key, value);
         }
         Ok(Value::Object(object))
+    }
+}
+
+/// [`Limited`] without the tree: it spends the same budget and refuses the same keys.
+struct Counted<'a> {
+    budget: &'a Cell<usize>,
+}
+
+impl<'de> DeserializeSeed<'de> for Counted<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Counted<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        spend(self.budget)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        spend(self.budget)?;
+        while seq.next_element_seed(Counted { budget: self.budget })?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        spend(self.budget)?;
+        let mut keys = Keys::default();
+        while let Some(Key(key)) = map.next_key()? {
+            if keys.is_empty() && key == NUMBER_TOKEN {
+                // A number, as `Limited::visit_map` reads it: one value, already spent.
+                let Key(text) = map.next_value()?;
+                return text.parse::<serde_json::Number>().map(drop).map_err(de::Error::custom);
+            }
+            map.next_value_seed(Counted { budget: self.budget })?;
+            keys.insert(key).map_err(|key| duplicate_key(&key))?;
+        }
+        Ok(())
+    }
+}
+
+/// An object's key, borrowed from the message unless it has escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Keys seen in one object: a short list scanned in turn, as most objects are small, then a
+/// set, so that a huge object costs no quadratic scan.
+#[derive(Default)]
+struct Keys<'de> {
+    list: Vec<Cow<'de, str>>,
+    set: HashSet<Cow<'de, str>>,
+}
+
+/// Keys of an object compared one by one before they go into a set: a scan of 16 short
+/// strings is cheaper than hashing each.
+const KEYS_SCANNED_MAX: usize = 16;
+
+impl<'de> Keys<'de> {
+    fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.set.is_empty()
+    }
+
+    /// Adds `key`, or gives it back if the object had it already.
+    fn insert(&mut self, key: Cow<'de, str>) -> Result<(), Cow<'de, str>> {
+        if self.set.is_empty() && self.list.len() < KEYS_SCANNED_MAX {
+            if self.list.contains(&key) {
+                return Err(key);
+            }
+            self.list.push(key);
+            return Ok(());
+        }
+        self.set.extend(self.list.drain(..));
+        if self.set.contains(&key) {
+            return Err(key);
+        }
+        self.set.insert(key);
+        Ok(())
     }
 }
 
@@ -175,5 +330,37 @@ mod tests {
     fn rejects_trailing_characters() {
         let err = parse_value(br#"{"a":1} {"b":2}"#).unwrap_err();
         assert!(err.to_string().starts_with("trailing characters"), "{err}");
+    }
+
+    /// `check` takes and refuses what `parse_value` does, with the same words.
+    #[test]
+    fn check_agrees_with_parse_value() {
+        let many_keys = (0..40).map(|i| format!("\"k{i}\":{i}")).collect::<Vec<_>>().join(",");
+        let over_budget = format!("[{}]", vec!["0"; MAX_JSON_VALUES].join(","));
+        let at_budget = format!("[{}]", vec!["0"; MAX_JSON_VALUES - 1].join(","));
+        let documents = [
+            r#"{"id":1,"method":"x","params":{"a":[1,"two",null,true,-2.5,1e400]}}"#.to_owned(),
+            format!("{{{many_keys}}}"),
+            format!("{{{many_keys},\"k39\":0}}"),
+            format!("{{{many_keys},\"k3\":0}}"),
+            r#"{"id":1,"id":2}"#.to_owned(),
+            r#"{"a":{"b":1,"b":1}}"#.to_owned(),
+            r#"{"k\u0065y":1,"key":2}"#.to_owned(),
+            r#"{"$serde_json::private::Number":"12"}"#.to_owned(),
+            r#"{"$serde_json::private::Number":"x"}"#.to_owned(),
+            r#"{"$serde_json::private::Number":[1]}"#.to_owned(),
+            r#"{"a":1} {"b":2}"#.to_owned(),
+            "{bad".to_owned(),
+            "[1,2".to_owned(),
+            over_budget,
+            at_budget,
+        ];
+        for document in &documents {
+            let parsed = parse_value(document.as_bytes()).map(drop).map_err(|e| e.to_string());
+            let checked = check(document.as_bytes()).map_err(|e| e.to_string());
+            let shown = &document[..document.len().min(80)];
+            assert_eq!(checked, parsed, "{shown}");
+        }
+        assert!(check(br#"{"k\u0065y":1,"key":2}"#).unwrap_err().to_string().contains("`key`"));
     }
 }

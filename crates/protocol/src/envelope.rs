@@ -6,8 +6,9 @@
 //! `id` + `result` a response.
 
 use std::fmt;
+use std::ops::Range;
 
-use serde::de::{DeserializeOwned, Error as _};
+use serde::de::{self, DeserializeOwned, Error as _};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -136,6 +137,63 @@ impl Message {
                 "expected a JSON-RPC request, notification, response or error",
             ))
         }
+    }
+}
+
+/// A frame as a client's reader takes it: an answer's result left as text, for the caller to
+/// decode straight into the type it expects (a small answer's [`Value`] tree costs more than
+/// the rest of its decode), anything else as [`Message::decode`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A response to an integer id, and where its `result` lies in the frame: JSON that passed
+    /// the hardened reader's checks with the rest of the frame.
+    Answer {
+        id: i64,
+        result: Range<usize>,
+    },
+    Other(Message),
+}
+
+impl Incoming {
+    /// Takes what [`Message::decode`] takes and refuses what it refuses, with the same words;
+    /// an answer it would read as a [`Response`] with an integer id comes as
+    /// [`Incoming::Answer`] (but for a `null` result, which comes as the response).
+    pub fn decode(frame: &[u8]) -> Result<Incoming, serde_json::Error> {
+        /// The members that tell an answer from the rest, the others skipped unread.
+        #[derive(Deserialize)]
+        struct Shape<'a> {
+            id: Option<i64>,
+            #[serde(borrow)]
+            result: Option<&'a serde_json::value::RawValue>,
+            #[serde(default)]
+            method: Present,
+            #[serde(default)]
+            error: Present,
+        }
+        /// Whether a member is there at all: `"error": null` makes an error, not an answer.
+        #[derive(Default)]
+        struct Present(bool);
+        impl<'de> Deserialize<'de> for Present {
+            fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                de::IgnoredAny::deserialize(deserializer).map(|_| Present(true))
+            }
+        }
+        decode::check(frame)?;
+        // An object: serde would read a struct from an array too.
+        let object = frame.trim_ascii_start().starts_with(b"{");
+        if object
+            && let Ok(Shape {
+                id: Some(id),
+                result: Some(result),
+                method: Present(false),
+                error: Present(false),
+            }) = serde_json::from_slice(frame)
+        {
+            // The raw value borrows from the frame: its place is where it lies.
+            let start = result.get().as_ptr() as usize - frame.as_ptr() as usize;
+            return Ok(Incoming::Answer { id, result: start..start + result.get().len() });
+        }
+        Message::decode(frame).map(Incoming::Other)
     }
 }
 

@@ -42,7 +42,7 @@ pub mod session;
 
 pub use bytes::ByteChunk;
 pub use envelope::{
-    ErrorResponse, JsonRpcError, Message, Notification, Request, RequestId, Response,
+    ErrorResponse, Incoming, JsonRpcError, Message, Notification, Request, RequestId, Response,
 };
 pub use method::Method;
 pub use path_uri::PathUri;

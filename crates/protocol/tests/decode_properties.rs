@@ -3,8 +3,9 @@
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use tether_protocol::decode::parse_value;
 use tether_protocol::envelope::{encode_notification, encode_request};
-use tether_protocol::{Message, RequestId};
+use tether_protocol::{Incoming, Message, RequestId, Response};
 
 /// Any JSON value, a few levels deep, with the shapes JSON-RPC uses and the ones it does not.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -42,12 +43,22 @@ proptest! {
     #[test]
     fn any_bytes_decode_or_fail_cleanly(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let _ = Message::decode(&bytes);
+        same_as_message(&bytes)?;
     }
 
     #[test]
     fn any_json_decodes_or_fails_cleanly(value in json_value()) {
         let text = serde_json::to_vec(&value).unwrap();
         let _ = Message::decode(&text);
+        same_as_message(&text)?;
+    }
+
+    #[test]
+    fn any_answer_is_taken_as_text(id in any::<i64>(), result in json_value()) {
+        let text = serde_json::to_vec(&json!({"id": id, "jsonrpc": "2.0", "result": result})).unwrap();
+        let incoming = Incoming::decode(&text).unwrap();
+        prop_assert!(result.is_null() || matches!(incoming, Incoming::Answer { .. }), "{incoming:?}");
+        same_as_message(&text)?;
     }
 
     #[test]
@@ -74,4 +85,22 @@ proptest! {
             other => prop_assert!(false, "decoded as {:?}", other),
         }
     }
+}
+
+/// What [`Incoming::decode`] reads a frame as is what [`Message::decode`] does: the same error
+/// text, the same message, or an answer whose result text parses to the response's result.
+fn same_as_message(frame: &[u8]) -> Result<(), TestCaseError> {
+    let message = Message::decode(frame).map_err(|e| e.to_string());
+    match (Incoming::decode(frame).map_err(|e| e.to_string()), message) {
+        (Ok(Incoming::Answer { id, result }), Ok(Message::Response(response))) => {
+            let result = parse_value(&frame[result]).unwrap();
+            prop_assert_eq!(Response { id: RequestId::Integer(id), result }, response);
+        }
+        (Ok(Incoming::Other(incoming)), Ok(message)) => prop_assert_eq!(incoming, message),
+        (Err(incoming), Err(message)) => prop_assert_eq!(incoming, message),
+        (incoming, message) => {
+            prop_assert!(false, "Incoming {:?} but Message {:?}", incoming, message)
+        }
+    }
+    Ok(())
 }
