@@ -68,9 +68,10 @@ fn run() -> anyhow::Result<()> {
     tether_engine::helper::run_if_helper();
     tether_engine::allocator::tune_for_streaming();
     let cli = Cli::parse();
-    if let Command::Serve(_) = &cli.command {
+    match &cli.command {
         // Before any thread exists: see `guardian`.
-        guardian::split();
+        Command::Serve(_) => guardian::split(),
+        _ => tether_engine::allocator::one_heap(),
     }
     // Logs go to stderr: stdout carries the bound URL, and on stdio the protocol itself.
     tracing_subscriber::fmt()

@@ -216,6 +216,55 @@ async fn exec_until_ready(url: &str, flags: &[&str]) -> tokio::process::Child {
     child
 }
 
+/// `tether exec` allocates from one heap (`allocator::one_heap`): glibc's arenas beyond the
+/// main heap are 64 MiB reservations, each ending in an inaccessible mapping on a 64 MiB
+/// boundary, and there are none while output streams through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_allocates_from_one_heap() {
+    use tokio::io::AsyncReadExt;
+    const ARENA_BYTES: u64 = 64 << 20;
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut child = exec_until_ready(&server.url, &[]).await;
+    // Output in flight on every runtime thread before the heaps are counted.
+    let mut more = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--no-stdin", "--"])
+        .args(["sh", "-c", "head -c 20000000 /dev/zero; echo; echo ready; sleep 60"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = more.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    while !seen.ends_with(b"\nready\n") {
+        let n = stdout.read(&mut buffer).await.unwrap();
+        assert!(n > 0, "tether exec ended early");
+        seen.extend_from_slice(&buffer[..n]);
+        let keep = seen.len().saturating_sub(16);
+        seen.drain(..keep);
+    }
+    for pid in [child.id().unwrap(), more.id().unwrap()] {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let arenas: Vec<&str> = maps
+            .lines()
+            .filter(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let (Some(range), Some(&"---p"), 5) = (fields.first(), fields.get(1), fields.len())
+                else {
+                    return false;
+                };
+                let (start, end) = range.split_once('-').unwrap();
+                let start = u64::from_str_radix(start, 16).unwrap();
+                let end = u64::from_str_radix(end, 16).unwrap();
+                end % ARENA_BYTES == 0 && end - start > 1 << 20
+            })
+            .collect();
+        assert!(arenas.is_empty(), "tether exec has heaps beside the main one: {arenas:?}");
+    }
+    child.kill().await.unwrap();
+    more.kill().await.unwrap();
+}
+
 /// A reader that pauses (a pager, a slow consumer) holds the command back on the server, as
 /// ssh would: `tether exec` stays small while nobody reads, then delivers every byte.
 async fn exec_into_a_stalled_pipe_stays_small_and_delivers_every_byte(target: Target) {

@@ -49,9 +49,11 @@ pub const CONNECTION_EVENT_QUEUE: usize = 64;
 
 /// Bytes of output and body deltas queued between a connection's socket reader and the
 /// router, bounded as the events are: a reader whose next event's bytes do not fit waits for
-/// the router. 4 MiB is 64 output chunks of the server's 64 KiB, as many as the queue holds
-/// events, or four body deltas of 1 MiB, which 64 events would otherwise make 64 MiB.
-pub const CONNECTION_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+/// the router (an event bigger than the whole queue, a 1 MiB body delta, goes alone). It only
+/// has to keep the reader moving; the socket's own buffer absorbs the rest. 512 KiB is what 64
+/// events of the reference's 8 KiB chunks hold: eight of Tether's 64 KiB chunks. At 4 MiB, a
+/// stalled `tether exec` held 1.3 MB more of Tether's chunks than of the reference's.
+pub const CONNECTION_QUEUE_BYTES: usize = 512 * 1024;
 
 /// An event's share of [`CONNECTION_QUEUE_BYTES`], given back when the event is dropped, once
 /// the router has routed it.
