@@ -473,8 +473,8 @@ async fn a_sandbox_intent_hides_what_it_hides_from_discovery(target: Target) {
     );
 }
 
-/// Tether keeps the inventory between calls, and any change below a location is seen by the
-/// very next call. (The reference keeps answering with the first text it read of an edited
+/// Tether keeps the inventory between calls (an unchanged one is answered at once, on the
+/// connection's thread), and any change below a location is seen by the very next call. (The reference keeps answering with the first text it read of an edited
 /// `SKILL.md`, so this is Tether's alone.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installs_edits_and_removals_are_seen_by_the_next_discovery() {
@@ -483,6 +483,8 @@ async fn installs_edits_and_removals_are_seen_by_the_next_discovery() {
     let (_server, mut client) = fixture.started(Target::Tether).await;
     let descriptions = |found: &Value| texts(&found["skills"], "description");
 
+    assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept"]);
+    // Unchanged: the kept answer, sent at once; then a change is seen all the same.
     assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept"]);
     fixture.skill("home/.codex/skills/new", "name: new\ndescription: one");
     assert_eq!(descriptions(&fixture.installed(&mut client).await), ["kept", "one"]);

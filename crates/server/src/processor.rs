@@ -339,8 +339,13 @@ impl Processor {
 
     /// Discovery reads many files, so each call runs in its own task: the connection's other
     /// requests go on meanwhile, and the work stops (at its next root) when the connection
-    /// ends.
+    /// ends. An answer already at hand is sent at once.
     async fn discover(&mut self, id: RequestId, call: handlers::capabilities::DiscoveryCall) {
+        // A kept inventory is answered here and now: the task, the blocking pool and the
+        // writer would be most of its time.
+        if let Some(text) = handlers::capabilities::answer_now(&id, &call, &self.state.inventory) {
+            return self.send(text).await;
+        }
         let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
         let outbound = self.outbound.clone();
         let cache = self.state.inventory.clone();

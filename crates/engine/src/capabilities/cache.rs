@@ -17,7 +17,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustix::fd::OwnedFd;
 use rustix::fs::inotify;
@@ -53,7 +53,8 @@ pub struct InventoryCache {
 
 struct Kept {
     locations: Locations,
-    inventory: DiscoverV2Response,
+    /// Shared with the answers made from it: a reused inventory is not copied.
+    inventory: Arc<DiscoverV2Response>,
     watch: Watch,
 }
 
@@ -66,26 +67,52 @@ impl std::fmt::Debug for InventoryCache {
 impl InventoryCache {
     /// The inventory of `locations`, from memory when nothing changed since it was read.
     /// Blocks (it may read the whole tree): call it from the blocking pool.
-    pub(crate) fn inventory(&self, locations: &Locations) -> DiscoverV2Response {
+    pub(crate) fn inventory(&self, locations: &Locations) -> Arc<DiscoverV2Response> {
         let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(current) = kept.as_ref()
-            && current.locations == *locations
-            && !current.watch.saw_changes()
-        {
-            return current.inventory.clone();
+        if let Some(inventory) = still_current(&mut kept, locations) {
+            return inventory;
         }
-        *kept = None;
         let mut learned = Vec::new();
         let first = inventory_noting(locations, &mut learned);
-        let Some(watch) = Watch::on(learned) else { return first };
+        let Some(watch) = Watch::on(learned) else { return Arc::new(first) };
         let mut read = Vec::new();
-        let inventory = inventory_noting(locations, &mut read);
+        let inventory = Arc::new(inventory_noting(locations, &mut read));
         if read.iter().all(|dir| watch.watched.contains(dir)) && !watch.saw_changes() {
-            *kept =
-                Some(Kept { locations: locations.clone(), inventory: inventory.clone(), watch });
+            *kept = Some(Kept {
+                locations: locations.clone(),
+                inventory: Arc::clone(&inventory),
+                watch,
+            });
         }
         inventory
     }
+
+    /// The kept inventory of `locations` if nothing changed since it was read; `None` when it
+    /// must be read, or while another call holds the cache (reading the tree, perhaps). Never
+    /// blocks — its check is one non-blocking read of the watch — so a connection's own thread
+    /// may ask, and only go to the blocking pool when the answer is not at hand.
+    pub(crate) fn current(&self, locations: &Locations) -> Option<Arc<DiscoverV2Response>> {
+        let mut kept = match self.kept.try_lock() {
+            Ok(kept) => kept,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        still_current(&mut kept, locations)
+    }
+}
+
+/// The kept inventory, if it is of `locations` and its watch has seen nothing. One whose
+/// watch saw a change is forgotten: its events are read now, and a later look would find none.
+fn still_current(
+    kept: &mut Option<Kept>,
+    locations: &Locations,
+) -> Option<Arc<DiscoverV2Response>> {
+    let current = kept.as_ref().filter(|current| current.locations == *locations)?;
+    if current.watch.saw_changes() {
+        *kept = None;
+        return None;
+    }
+    Some(Arc::clone(&current.inventory))
 }
 
 /// An inotify instance watching a set of directories.
@@ -173,10 +200,22 @@ mod tests {
         skill(&root, "codex/skills/a/b/c", "deep");
         skill(&root, "home/.agents/skills/x", "agents");
         assert_eq!(descriptions(&cache.inventory(&at)), ["edited", "deep", "agents"]);
-        // Unchanged: the kept answer.
-        assert_eq!(descriptions(&cache.inventory(&at)), ["edited", "deep", "agents"]);
-        // Removed.
+        // Unchanged: the kept answer, at hand without a read.
+        let kept = cache.current(&at).expect("kept");
+        assert_eq!(descriptions(&kept), ["edited", "deep", "agents"]);
+        assert!(Arc::ptr_eq(&kept, &cache.inventory(&at)), "the kept answer, not a copy");
+        // Not while another call holds the cache: that call may be reading the tree.
+        {
+            let _held = cache.kept.lock().unwrap();
+            assert!(cache.current(&at).is_none());
+        }
+        // Nor for other locations.
+        assert!(cache.current(&locations(&root.join("elsewhere"))).is_none());
+        // Removed: not at hand any more, however often asked, until read again.
+        assert!(cache.current(&at).is_some());
         std::fs::remove_dir_all(root.join("codex/skills/a/b")).unwrap();
+        assert!(cache.current(&at).is_none());
+        assert!(cache.current(&at).is_none(), "a change seen once is not forgotten");
         assert_eq!(descriptions(&cache.inventory(&at)), ["edited", "agents"]);
         // Renamed away, and a plugin installed.
         std::fs::rename(root.join("codex/skills"), root.join("codex/old-skills")).unwrap();

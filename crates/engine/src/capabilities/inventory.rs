@@ -49,6 +49,16 @@ pub(crate) struct Locations {
 }
 
 impl Locations {
+    pub(crate) fn of(sources: &crate::codex_config::Sources) -> Self {
+        Locations {
+            codex_home: sources.codex_home.clone(),
+            home: sources.home.clone(),
+            system_dir: sources.system_dir.clone(),
+        }
+    }
+}
+
+impl Locations {
     /// The standalone skill roots, in the order their skills are listed, each once.
     fn skill_roots(&self) -> Vec<(&'static str, PathBuf)> {
         let mut roots = vec![("codex-home-skills", self.codex_home.join("skills"))];

@@ -77,19 +77,31 @@ pub async fn discover_installed(
     params: DiscoverV2Params,
     sources: &Sources,
     cache: &Arc<InventoryCache>,
-) -> Result<DiscoverV2Response, DiscoveryError> {
-    let locations = Locations {
-        codex_home: sources.codex_home.clone(),
-        home: sources.home.clone(),
-        system_dir: sources.system_dir.clone(),
-    };
+) -> Result<Arc<DiscoverV2Response>, DiscoveryError> {
+    let locations = Locations::of(sources);
     match admit(params.sandbox.as_ref(), Work::Read)? {
         Admission::InProcess => {
             let cache = Arc::clone(cache);
             Ok(blocking(move || Ok(cache.inventory(&locations))).await?)
         }
-        confined => Ok(confined.perform(FileOp::Inventory { locations }).await?),
+        confined => Ok(Arc::new(confined.perform(FileOp::Inventory { locations }).await?)),
     }
+}
+
+/// `capabilities/discoverV2` answered at once, from `cache`, when it holds the inventory and
+/// the intent lets it be read in-process; `None` when the call must go to
+/// [`discover_installed`] (a first call, a change since, a confined read, another call reading
+/// now). Never blocks, so a server may answer on the connection's own thread, without the hop
+/// to the blocking pool that most of a kept answer's time was.
+pub fn discover_installed_now(
+    params: &DiscoverV2Params,
+    sources: &Sources,
+    cache: &InventoryCache,
+) -> Option<Arc<DiscoverV2Response>> {
+    let Ok(Admission::InProcess) = admit(params.sandbox.as_ref(), Work::Read) else {
+        return None;
+    };
+    cache.current(&Locations::of(sources))
 }
 
 /// `capabilityRoots/discoverV1`: each root's files, in the request's order. A root that cannot

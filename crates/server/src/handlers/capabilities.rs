@@ -27,13 +27,25 @@ pub(crate) async fn run(
         DiscoveryCall::Installed(params) => {
             let sources = Sources::from_env();
             let found = capabilities::discover_installed(*params, &sources, cache).await;
-            found.map(|response| encode_response(id, &response)).map_err(to_rpc)
+            found.map(|response| encode_response(id, &*response)).map_err(to_rpc)
         }
         DiscoveryCall::Roots(params) => capabilities::discover_roots(params)
             .await
             .map(|response| encode_response(id, &response))
             .map_err(to_rpc),
     }
+}
+
+/// The answer to `call` when it is at hand without waiting (a `discoverV2` whose inventory
+/// the cache holds, read in-process), encoded; `None`: [`run`] it.
+pub(crate) fn answer_now(
+    id: &RequestId,
+    call: &DiscoveryCall,
+    cache: &InventoryCache,
+) -> Option<String> {
+    let DiscoveryCall::Installed(params) = call else { return None };
+    let inventory = capabilities::discover_installed_now(params, &Sources::from_env(), cache)?;
+    Some(encode_response(id, &*inventory))
 }
 
 fn to_rpc(error: DiscoveryError) -> JsonRpcError {
