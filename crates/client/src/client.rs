@@ -49,6 +49,12 @@ pub enum ConnectionStatus {
 }
 
 /// A handle to one exec-server session. Cheap to clone; every clone is the same session.
+///
+/// Answers are read by a task on the runtime. A call made from a task takes its answer on
+/// the same worker thread. A call made from the thread that runs `Runtime::block_on` (the
+/// body of `#[tokio::main]`) waits for that thread to be woken for each answer: on a 2-CPU
+/// machine, an empty `process/read` took ~19 µs that way against ~12 µs from a task. For many
+/// small calls in a row, make them from a spawned task.
 #[derive(Clone)]
 pub struct ExecServerClient {
     pub(crate) session: Arc<Session>,
