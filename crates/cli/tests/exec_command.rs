@@ -237,7 +237,10 @@ async fn exec_allocates_from_one_heap() {
     let mut seen = Vec::new();
     let mut buffer = vec![0u8; 1 << 20];
     while !seen.ends_with(b"\nready\n") {
-        let n = stdout.read(&mut buffer).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(60), stdout.read(&mut buffer))
+            .await
+            .expect("the command never said it was ready")
+            .unwrap();
         assert!(n > 0, "tether exec ended early");
         seen.extend_from_slice(&buffer[..n]);
         let keep = seen.len().saturating_sub(16);
