@@ -130,12 +130,14 @@ async fn bench() -> anyhow::Result<()> {
     }
     if wants("loaded") {
         let streams = LOADED_STREAMS;
-        let mut rows = ["50", "99"].map(|percentile| {
+        let latency = |percentile: &str| {
             let label = format!(
                 "start → closed, /bin/true, {streams} sessions streaming (p{percentile} ms)"
             );
             Row::new(&label, report::Better::Lower)
-        });
+        };
+        let load = format!("… the {streams} sessions' output meanwhile (MB/s total)");
+        let mut rows = [latency("50"), latency("99"), Row::new(&load, report::Better::Higher)];
         let runs = args.latency_runs;
         for_each_round_rows(Scratch::TempDir, &args, &kinds, &mut rows, |server| async move {
             workloads::latency_under_load(&server.url, streams, runs).await

@@ -1,6 +1,8 @@
 //! The workloads, each returning one figure for one fresh server.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -213,6 +215,8 @@ pub async fn stalled_reader(server: &Server, bytes: u64, stall: Duration) -> any
 /// The 50th and 99th percentile milliseconds of `process/start` of `/bin/true` to its close,
 /// `runs` times one after another, while `streams` other sessions each stream output as fast
 /// as the server carries it: what an agent waits for a command while others' builds print.
+/// Third, the MB/s the streams moved meanwhile: the more a server carries, the less of the
+/// machine is left for the starts, so the percentiles are read beside it.
 pub async fn latency_under_load(
     url: &str,
     streams: usize,
@@ -227,6 +231,7 @@ pub async fn latency_under_load(
     }
     // Every stream is flowing before the first sample: each has delivered output.
     let stop = tokio::sync::watch::channel(()).0;
+    let moved = Arc::new(AtomicU64::new(0));
     let mut streaming = Vec::with_capacity(streams);
     for (client, mut process) in load {
         match process.next_update().await.context("a load stream ended")? {
@@ -235,14 +240,17 @@ pub async fn latency_under_load(
             ProcessUpdate::Failed(message) => bail!("a load stream failed: {message}"),
         }
         let mut stop = stop.subscribe();
+        let moved = moved.clone();
         streaming.push(tokio::spawn(async move {
             let _client = client;
             loop {
                 tokio::select! {
                     update = process.next_update() => {
-                        if !matches!(update, Some(ProcessUpdate::Event(ProcessEvent::Output { .. }))) {
+                        let Some(ProcessUpdate::Event(ProcessEvent::Output { chunk, .. })) = update
+                        else {
                             return;
-                        }
+                        };
+                        moved.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                     }
                     _ = stop.changed() => {
                         let _ = process.terminate().await;
@@ -253,7 +261,11 @@ pub async fn latency_under_load(
         }));
     }
     let client = connect(url).await?;
+    let (moved_before, started) = (moved.load(Ordering::Relaxed), Instant::now());
     let samples = start_to_close(&client, runs).await;
+    let mb_per_s = (moved.load(Ordering::Relaxed) - moved_before) as f64
+        / started.elapsed().as_secs_f64()
+        / 1e6;
     stop.send_replace(());
     for stream in streaming {
         stream.await?;
@@ -261,7 +273,7 @@ pub async fn latency_under_load(
     // The load is stopped first, whether or not every start went through.
     let mut samples = samples?;
     samples.sort_by(f64::total_cmp);
-    Ok(vec![percentile(&samples, 50.0), percentile(&samples, 99.0)])
+    Ok(vec![percentile(&samples, 50.0), percentile(&samples, 99.0), mb_per_s])
 }
 
 /// The nearest-rank percentile of sorted `samples`.

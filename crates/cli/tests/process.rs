@@ -27,6 +27,9 @@ against_both!(
     bare_program_names_are_found_with_an_empty_env,
     signal_deaths_report_128_plus_the_signal,
     pipe_processes_lead_their_own_session,
+    pipe_processes_start_with_default_signals,
+    executables_without_an_interpreter_line_are_refused,
+    a_missing_working_directory_is_an_error,
 );
 
 async fn started(target: Target) -> (ServerProcess, RpcClient) {
@@ -363,4 +366,54 @@ async fn pipe_processes_lead_their_own_session(target: Target) {
     assert_eq!(ids[1], ids[0], "the group is the child's own: {out}");
     assert_eq!(ids[2], ids[0], "the session is the child's own: {out}");
     assert_eq!(lines.next(), Some("no-terminal"));
+}
+
+/// A pipe child starts with no signal blocked and `SIGPIPE` at its default, whatever the
+/// server itself ignores: `yes | head -1` ends because `yes` dies of the closed pipe.
+async fn pipe_processes_start_with_default_signals(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let script = "grep -E '^Sig(Blk|Ign)' /proc/self/status; yes | head -1";
+    client.ok("process/start", exec("s", script)).await.unwrap();
+    let events = client.process_events("s").await.unwrap();
+    let out = String::from_utf8(output_of(&events, "stdout")).unwrap();
+    let field = |name: &str| {
+        let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{out}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    assert_eq!(field("SigBlk:"), 0, "nothing blocked: {out}");
+    let sigpipe = 1 << (13 - 1);
+    assert_eq!(field("SigIgn:") & sigpipe, 0, "SIGPIPE not ignored: {out}");
+    assert!(out.ends_with("y\n"), "{out}");
+    assert_eq!(exit_code(&events), 0);
+}
+
+/// An executable file with no `#!` line is not run (a shell would run it with itself): the
+/// start fails with the kernel's reason, as the reference's does.
+async fn executables_without_an_interpreter_line_are_refused(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let script = std::env::temp_dir()
+        .join(format!("tether-test-no-interpreter-{}-{target:?}", std::process::id()));
+    std::fs::write(&script, "echo ran by sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut errors = Vec::new();
+    for tty in [false, true] {
+        let params = json!({"processId": format!("p{tty}"), "argv": [script], "cwd": "file:///tmp",
+            "env": {"PATH": "/usr/bin:/bin"}, "tty": tty});
+        errors.push(client.err("process/start", params).await);
+    }
+    std::fs::remove_file(&script).unwrap();
+    for error in errors {
+        let error = error.unwrap();
+        assert_eq!(error.message, "Exec format error (os error 8)", "{error:?}");
+    }
+}
+
+/// A working directory that does not exist fails the start with the system's reason.
+async fn a_missing_working_directory_is_an_error(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let mut params = exec("p", "echo never");
+    params["cwd"] = json!("file:///nonexistent-tether-directory");
+    let error = client.err("process/start", params).await.unwrap();
+    assert!(error.message.contains("No such file or directory (os error 2)"), "{error:?}");
 }

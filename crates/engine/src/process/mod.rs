@@ -5,6 +5,8 @@
 //! close are numbered and published strictly in sequence order — a client never has to reorder
 //! what one Tether process sends.
 
+mod child;
+mod posix_spawn;
 pub mod proc_stat;
 mod pty_io;
 mod pump;

@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tether_protocol::process::ExecOutputStream;
 use tokio::io::AsyncReadExt;
-use tokio::process::Child;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, trace};
@@ -172,7 +171,7 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 /// Waits for the child and turns its status into the exit code clients see: the status, or
 /// 128 + the signal number (the shell convention) when a signal killed it; -1 if the status
 /// could not be read.
-async fn wait_for_exit(child: &mut Child) -> i32 {
+async fn wait_for_exit(child: &mut super::child::Child) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     match child.wait().await {
         Ok(status) => status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1),

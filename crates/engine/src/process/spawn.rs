@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::process::Child;
+
+use super::child::Child;
+use super::posix_spawn::{self, Start, Stdio as SpawnStdio};
 
 use crate::environment::find_in;
 use crate::sandbox::Launch;
@@ -139,7 +141,54 @@ fn resolve_program(program: &str, env: &BTreeMap<String, String>) -> PathBuf {
     found.unwrap_or_else(|| PathBuf::from(program))
 }
 
+/// Whether `line` can start without `fork` ([`posix_spawn`]): all but a network filter,
+/// which must be installed in the child, where the kernel has pidfds.
+fn spawns_without_fork(line: &CommandLine) -> bool {
+    line.filter.is_none() && posix_spawn::available()
+}
+
+/// Starts `line` with `posix_spawn`. An executable without a `#!` line fails with ENOEXEC, as
+/// the reference's does (`fork`'s `execvp` would run it with `/bin/sh`).
+fn spawn_without_fork(
+    request: &SpawnRequest<'_>,
+    line: &CommandLine,
+    env: &BTreeMap<String, String>,
+    stdio: SpawnStdio<'_>,
+) -> std::io::Result<posix_spawn::Started> {
+    let inherited: Vec<i32> = line.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    posix_spawn::spawn(&Start {
+        program: &line.program,
+        arg0: line.arg0.as_deref().map_or(line.program.as_os_str(), OsStr::new),
+        args: &line.args,
+        cwd: &request.cwd,
+        env,
+        stdio,
+        inherited: &inherited,
+    })
+}
+
 fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
+    if !spawns_without_fork(line) {
+        return spawn_forked_pipes(request, line);
+    }
+    let stdio = SpawnStdio::Pipes { stdin: request.pipe_stdin };
+    let started = spawn_without_fork(request, line, &request.env, stdio)?;
+    let pipes = started.pipes.expect("a pipe start has pipes");
+    let child = Child::Spawned(started.child);
+    Ok(Spawned {
+        pid: child_pid(&child)?,
+        child,
+        primary: Box::new(pipes.stdout),
+        secondary: Some(Box::new(pipes.stderr)),
+        stdin: pipes.stdin.map(|s| Box::new(s) as Writer),
+        terminal: None,
+        pty_eager: None,
+        sandbox: None,
+    })
+}
+
+/// A pipe child started by `fork` and exec, with `pre_exec_hook` run between them.
+fn spawn_forked_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
     let mut command = tokio::process::Command::new(&line.program);
     command
         .args(&line.args)
@@ -164,13 +213,13 @@ fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Resul
         });
     }
     let mut child = command.spawn()?;
-    let pid = child_pid(&child)?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let stdin = child.stdin.take().map(|s| Box::new(s) as Writer);
+    let child = Child::Forked(child);
     Ok(Spawned {
+        pid: child_pid(&child)?,
         child,
-        pid,
         primary: Box::new(stdout),
         secondary: Some(Box::new(stderr)),
         stdin,
@@ -199,6 +248,41 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     let terminal = master.try_clone()?;
     let (reader, writer) = super::pty_io::split(master)?;
     let pty_eager = reader.eager_handle();
+    let child = match spawns_without_fork(line) {
+        true => {
+            let path = rustix::pty::ptsname(&terminal, Vec::new())?;
+            let mut env = request.env.clone();
+            env.extend(shell.map(|(key, value)| (key.to_owned(), value.to_owned())));
+            let stdio = SpawnStdio::Terminal(&path);
+            let started = spawn_without_fork(request, line, &env, stdio);
+            // Held open until the child has the terminal: a master with no terminal side open
+            // reads as ended (EIO), and the reader is already reading it. From here on the
+            // terminal ends when the child and its descendants let it go.
+            drop(pts);
+            Child::Spawned(started?.child)
+        }
+        false => Child::Forked(spawn_forked_pty(request, line, shell, pts)?),
+    };
+    let pid = child_pid(&child)?;
+    Ok(Spawned {
+        child,
+        pid,
+        primary: Box::new(reader),
+        secondary: None,
+        stdin: Some(Box::new(writer)),
+        terminal: Some(terminal),
+        pty_eager: Some(pty_eager),
+        sandbox: None,
+    })
+}
+
+/// A PTY child started by `fork` and exec (`pty_process`), with `pre_exec_hook` run between.
+fn spawn_forked_pty(
+    request: &SpawnRequest<'_>,
+    line: &CommandLine,
+    shell: Option<(&str, &str)>,
+    pts: pty_process::Pts,
+) -> std::io::Result<tokio::process::Child> {
     let mut command = pty_process::Command::new(&line.program)
         .args(&line.args)
         .current_dir(&request.cwd)
@@ -216,18 +300,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     // The child becomes a session leader with the PTY as its controlling terminal. `pts` is
     // consumed: once the child exits, reads on the master report EIO (end of output) unless a
     // grandchild still holds the terminal.
-    let child = command.spawn(pts).map_err(pty_error)?;
-    let pid = child_pid(&child)?;
-    Ok(Spawned {
-        child,
-        pid,
-        primary: Box::new(reader),
-        secondary: None,
-        stdin: Some(Box::new(writer)),
-        terminal: Some(terminal),
-        pty_eager: Some(pty_eager),
-        sandbox: None,
-    })
+    command.spawn(pts).map_err(pty_error)
 }
 
 fn child_pid(child: &Child) -> std::io::Result<rustix::process::Pid> {
@@ -242,5 +315,52 @@ fn pty_error(error: pty_process::Error) -> std::io::Error {
         pty_process::Error::Io(e) => e,
         pty_process::Error::Rustix(e) => e.into(),
         other => std::io::Error::other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(argv: &[String], tty: bool, launch: Launch) -> SpawnRequest<'_> {
+        SpawnRequest {
+            argv,
+            arg0: None,
+            cwd: PathBuf::from("/"),
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            tty,
+            pipe_stdin: false,
+            pty_size: (PTY_COLS, PTY_ROWS),
+            launch,
+        }
+    }
+
+    /// Pipe and terminal children start without `fork` (whose cost grows with the server's
+    /// memory), and still lead their own session; a terminal child has its terminal as its
+    /// controlling terminal.
+    #[tokio::test]
+    async fn pipe_and_terminal_children_start_without_fork() {
+        assert!(posix_spawn::available(), "this kernel has pidfds");
+        // Exits 0 when it leads its session and `/dev/tty` opens exactly when it has a terminal.
+        let script = "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] || exit 3; \
+            if (: > /dev/tty) 2>/dev/null; then [ -t 0 ] || exit 4; else [ ! -t 0 ] || exit 5; fi";
+        let argv: Vec<String> = ["sh", "-c", script].map(String::from).to_vec();
+        for tty in [false, true] {
+            let mut spawned = spawn(request(&argv, tty, Launch::Direct)).unwrap();
+            assert!(matches!(spawned.child, Child::Spawned(_)), "tty {tty}");
+            let status = spawned.child.wait().await.unwrap();
+            assert_eq!(status.code(), Some(0), "tty {tty}");
+        }
+    }
+
+    /// A network filter has to be installed in the child before its exec: that start forks.
+    #[tokio::test]
+    async fn a_filtered_child_is_forked() {
+        use crate::sandbox::seccomp::{NetworkRule, program};
+        let argv: Vec<String> = ["true"].map(String::from).to_vec();
+        let launch = Launch::Filtered(program(NetworkRule::Restricted));
+        let mut spawned = spawn(request(&argv, false, launch)).unwrap();
+        assert!(matches!(spawned.child, Child::Forked(_)));
+        assert!(spawned.child.wait().await.unwrap().success());
     }
 }
