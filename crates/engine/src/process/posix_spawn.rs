@@ -145,7 +145,16 @@ pub(crate) fn spawn(start: &Start<'_>) -> std::io::Result<Started> {
     }
     let pid = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| std::io::Error::other("posix_spawn gave no pid"))?;
-    let child = SpawnedChild::new(pid)?;
+    let child = match SpawnedChild::new(pid) {
+        Ok(child) => child,
+        Err(error) => {
+            // No descriptor left for the pidfd: a child nothing could wait for is not left
+            // running; SIGKILL is delivered at once, so the wait is short.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+            return Err(error);
+        }
+    };
     let pipes = match pipes {
         None => None,
         Some((stdin, stdout, stderr)) => Some(Pipes {
