@@ -14,6 +14,7 @@ mod retained;
 mod spawn;
 mod spill;
 mod stdin;
+mod terminal;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

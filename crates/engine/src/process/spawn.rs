@@ -9,6 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::child::Child;
 use super::posix_spawn::{self, Start, Stdio as SpawnStdio};
+use super::terminal::Terminal;
 
 use crate::environment::find_in;
 use crate::sandbox::Launch;
@@ -230,38 +231,26 @@ fn spawn_forked_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io
 }
 
 fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
-    // A terminal session gets a SHELL even from an empty environment, as the reference's PTY
-    // layer gives it: programs that open a subshell look there.
-    let login_shell;
-    let shell = match request.env.contains_key("SHELL") {
-        true => None,
-        false => {
-            login_shell = crate::environment::login_shell().path;
-            Some(("SHELL", login_shell.as_str()))
-        }
-    };
-    let (pty, pts) = pty_process::open().map_err(pty_error)?;
     let (cols, rows) = request.pty_size;
-    pty.resize(pty_process::Size::new(rows, cols)).map_err(pty_error)?;
+    let Terminal { master, path } = super::terminal::open(cols, rows)?;
+    // Held open until the child has the terminal: a master with no terminal side open reads
+    // as ended (EIO), and the reader starts reading it at once. From then on the terminal
+    // ends when the child and its descendants let it go.
+    let side = super::terminal::open_side(&path)?;
     // The master leaves the runtime: its output is read by a thread of its own (`pty_io`).
-    let master = std::os::fd::OwnedFd::from(pty);
-    let terminal = master.try_clone()?;
+    let resizer = master.try_clone()?;
     let (reader, writer) = super::pty_io::split(master)?;
     let pty_eager = reader.eager_handle();
+    // A terminal session gets a SHELL even from an empty environment, as the reference's PTY
+    // layer gives it: programs that open a subshell look there.
+    let mut env = request.env.clone();
+    env.entry("SHELL".to_owned()).or_insert_with(|| crate::environment::login_shell().path);
     let child = match spawns_without_fork(line) {
         true => {
-            let path = rustix::pty::ptsname(&terminal, Vec::new())?;
-            let mut env = request.env.clone();
-            env.extend(shell.map(|(key, value)| (key.to_owned(), value.to_owned())));
             let stdio = SpawnStdio::Terminal(&path);
-            let started = spawn_without_fork(request, line, &env, stdio);
-            // Held open until the child has the terminal: a master with no terminal side open
-            // reads as ended (EIO), and the reader is already reading it. From here on the
-            // terminal ends when the child and its descendants let it go.
-            drop(pts);
-            Child::Spawned(started?.child)
+            Child::Spawned(spawn_without_fork(request, line, &env, stdio)?.child)
         }
-        false => Child::Forked(spawn_forked_pty(request, line, shell, pts)?),
+        false => Child::Forked(spawn_forked_pty(request, line, &env, side)?),
     };
     let pid = child_pid(&child)?;
     Ok(Spawned {
@@ -270,37 +259,44 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
         primary: Box::new(reader),
         secondary: None,
         stdin: Some(Box::new(writer)),
-        terminal: Some(terminal),
+        terminal: Some(resizer),
         pty_eager: Some(pty_eager),
         sandbox: None,
     })
 }
 
-/// A PTY child started by `fork` and exec (`pty_process`), with `pre_exec_hook` run between.
+/// A PTY child started by `fork` and exec, with `pre_exec_hook` run between: it leads a new
+/// session whose controlling terminal is `side`, its stdin, stdout and stderr.
 fn spawn_forked_pty(
     request: &SpawnRequest<'_>,
     line: &CommandLine,
-    shell: Option<(&str, &str)>,
-    pts: pty_process::Pts,
+    env: &BTreeMap<String, String>,
+    side: std::os::fd::OwnedFd,
 ) -> std::io::Result<tokio::process::Child> {
-    let mut command = pty_process::Command::new(&line.program)
+    let mut command = tokio::process::Command::new(&line.program);
+    command
         .args(&line.args)
         .current_dir(&request.cwd)
         .env_clear()
-        .envs(&request.env)
-        .envs(shell)
+        .envs(env)
+        .stdin(Stdio::from(side.try_clone()?))
+        .stdout(Stdio::from(side.try_clone()?))
+        .stderr(Stdio::from(side))
         .kill_on_drop(true);
     if let Some(arg0) = &line.arg0 {
-        command = command.arg0(arg0);
+        command.arg0(arg0);
     }
-    if line.filter.is_some() || !line.inherited.is_empty() {
-        // SAFETY: the hook makes system calls only (see `pre_exec_hook`).
-        command = unsafe { command.pre_exec(pre_exec_hook(line)) };
-    }
-    // The child becomes a session leader with the PTY as its controlling terminal. `pts` is
-    // consumed: once the child exits, reads on the master report EIO (end of output) unless a
-    // grandchild still holds the terminal.
-    command.spawn(pts).map_err(pty_error)
+    let mut hook = pre_exec_hook(line);
+    let become_session_leader = move || {
+        rustix::process::setsid()?;
+        // SAFETY: descriptor 0 is open: std made it the terminal before this runs.
+        let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
+        rustix::process::ioctl_tiocsctty(stdin)?;
+        hook()
+    };
+    // SAFETY: system calls only (see `pre_exec_hook`).
+    unsafe { command.pre_exec(become_session_leader) };
+    command.spawn()
 }
 
 fn child_pid(child: &Child) -> std::io::Result<rustix::process::Pid> {
@@ -308,14 +304,6 @@ fn child_pid(child: &Child) -> std::io::Result<rustix::process::Pid> {
         .id()
         .and_then(|id| rustix::process::Pid::from_raw(id as i32))
         .ok_or_else(|| std::io::Error::other("child exited before its pid could be read"))
-}
-
-fn pty_error(error: pty_process::Error) -> std::io::Error {
-    match error {
-        pty_process::Error::Io(e) => e,
-        pty_process::Error::Rustix(e) => e.into(),
-        other => std::io::Error::other(other.to_string()),
-    }
 }
 
 #[cfg(test)]
@@ -335,16 +323,18 @@ mod tests {
         }
     }
 
+    /// Exits 0 when the shell leads its own session and `/dev/tty` opens exactly when its
+    /// stdin is a terminal (its controlling one).
+    const SESSION_CHECK: &str = "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] || exit 3; \
+        if (: > /dev/tty) 2>/dev/null; then [ -t 0 ] || exit 4; else [ ! -t 0 ] || exit 5; fi";
+
     /// Pipe and terminal children start without `fork` (whose cost grows with the server's
     /// memory), and still lead their own session; a terminal child has its terminal as its
     /// controlling terminal.
     #[tokio::test]
     async fn pipe_and_terminal_children_start_without_fork() {
         assert!(posix_spawn::available(), "this kernel has pidfds");
-        // Exits 0 when it leads its session and `/dev/tty` opens exactly when it has a terminal.
-        let script = "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] || exit 3; \
-            if (: > /dev/tty) 2>/dev/null; then [ -t 0 ] || exit 4; else [ ! -t 0 ] || exit 5; fi";
-        let argv: Vec<String> = ["sh", "-c", script].map(String::from).to_vec();
+        let argv: Vec<String> = ["sh", "-c", SESSION_CHECK].map(String::from).to_vec();
         for tty in [false, true] {
             let mut spawned = spawn(request(&argv, tty, Launch::Direct)).unwrap();
             assert!(matches!(spawned.child, Child::Spawned(_)), "tty {tty}");
@@ -353,14 +343,18 @@ mod tests {
         }
     }
 
-    /// A network filter has to be installed in the child before its exec: that start forks.
+    /// A network filter has to be installed in the child before its exec: that start forks,
+    /// and its child is set up as the others are.
     #[tokio::test]
     async fn a_filtered_child_is_forked() {
         use crate::sandbox::seccomp::{NetworkRule, program};
-        let argv: Vec<String> = ["true"].map(String::from).to_vec();
-        let launch = Launch::Filtered(program(NetworkRule::Restricted));
-        let mut spawned = spawn(request(&argv, false, launch)).unwrap();
-        assert!(matches!(spawned.child, Child::Forked(_)));
-        assert!(spawned.child.wait().await.unwrap().success());
+        let argv: Vec<String> = ["sh", "-c", SESSION_CHECK].map(String::from).to_vec();
+        for tty in [false, true] {
+            let launch = Launch::Filtered(program(NetworkRule::Restricted));
+            let mut spawned = spawn(request(&argv, tty, launch)).unwrap();
+            assert!(matches!(spawned.child, Child::Forked(_)), "tty {tty}");
+            let status = spawned.child.wait().await.unwrap();
+            assert_eq!(status.code(), Some(0), "tty {tty}");
+        }
     }
 }
