@@ -70,6 +70,23 @@ async fn a_missing_command_exits_127_and_names_it(target: Target) {
         line.starts_with(&format!("tether exec: {data}: cannot be run on the executor (")),
         "{line}"
     );
+
+    // Executable, but with no `#!` line: not run with `/bin/sh` by either server.
+    let script = std::env::temp_dir()
+        .join(format!("tether-no-interpreter-{}-{target:?}", std::process::id()));
+    std::fs::write(&script, "echo ran\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.to_str().unwrap().to_owned();
+    let output = tether(&["--url", url, "--", &script], &[]).await;
+    let _ = std::fs::remove_file(&script);
+    assert_eq!(output.status.code(), Some(126));
+    assert_eq!(
+        one_line(&output),
+        format!(
+            "tether exec: {script}: cannot be run on the executor (Exec format error (os error 8))"
+        )
+    );
 }
 
 async fn a_missing_or_foreign_cwd_is_named(target: Target) {
