@@ -5,7 +5,8 @@
 //! with the processes it serves: with 650 MB retained, each start spent about 5 ms copying page
 //! tables and unmapping them again, and a soak of many short commands ran at a quarter of its
 //! speed. glibc's `posix_spawn` starts the child in the parent's memory
-//! (`clone(CLONE_VM | CLONE_VFORK)`) and does everything a child needs before its exec: its
+//! (`clone(CLONE_VM | CLONE_VFORK)`: the calling thread waits only until the child's exec, and
+//! nothing is copied) and does everything a child needs before its exec: its
 //! own session (`POSIX_SPAWN_SETSID`, as the reference's `setsid`), its working directory, its
 //! standard descriptors (pipes, or a terminal opened once the session is made, which makes it
 //! the session's controlling terminal), the descriptors a sandbox wrapper reads kept open, and
