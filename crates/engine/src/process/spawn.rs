@@ -74,6 +74,13 @@ struct CommandLine {
     hold: Option<SandboxHold>,
 }
 
+impl CommandLine {
+    /// The numbers of the descriptors the child must inherit.
+    fn inherited_fds(&self) -> Vec<i32> {
+        self.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect()
+    }
+}
+
 fn command_line(request: &mut SpawnRequest<'_>, program: PathBuf) -> CommandLine {
     let direct = |filter| CommandLine {
         program: program.clone(),
@@ -103,7 +110,7 @@ fn pre_exec_hook(
     line: &CommandLine,
 ) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
     let filter = line.filter.clone();
-    let inherited: Vec<i32> = line.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    let inherited = line.inherited_fds();
     move || {
         crate::sandbox::launch::keep_across_exec(&inherited)?;
         match &filter {
@@ -156,7 +163,7 @@ fn spawn_without_fork(
     env: &BTreeMap<String, String>,
     stdio: SpawnStdio<'_>,
 ) -> std::io::Result<posix_spawn::Started> {
-    let inherited: Vec<i32> = line.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    let inherited = line.inherited_fds();
     posix_spawn::spawn(&Start {
         program: &line.program,
         arg0: line.arg0.as_deref().map_or(line.program.as_os_str(), OsStr::new),
@@ -188,32 +195,11 @@ fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Resul
     })
 }
 
-/// A pipe child started by `fork` and exec, with `pre_exec_hook` run between them.
+/// A pipe child started by `fork` and exec ([`spawn_forked`]).
 fn spawn_forked_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
-    let mut command = tokio::process::Command::new(&line.program);
-    command
-        .args(&line.args)
-        .current_dir(&request.cwd)
-        .env_clear()
-        .envs(&request.env)
-        .stdin(if request.pipe_stdin { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(arg0) = &line.arg0 {
-        command.arg0(arg0);
-    }
-    let mut hook = pre_exec_hook(line);
-    // SAFETY: system calls only (see `pre_exec_hook`). The child leads a session of its own,
-    // as the reference's do: so its group (the session's) can be signalled as a whole, and it
-    // has no controlling terminal — `/dev/tty` is not the server's.
-    unsafe {
-        command.pre_exec(move || {
-            rustix::process::setsid()?;
-            hook()
-        });
-    }
-    let mut child = command.spawn()?;
+    let stdin = if request.pipe_stdin { Stdio::piped() } else { Stdio::null() };
+    let stdio = [stdin, Stdio::piped(), Stdio::piped()];
+    let mut child = spawn_forked(request, line, &request.env, stdio, false)?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let stdin = child.stdin.take().map(|s| Box::new(s) as Writer);
@@ -250,7 +236,11 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
             let stdio = SpawnStdio::Terminal(&path);
             Child::Spawned(spawn_without_fork(request, line, &env, stdio)?.child)
         }
-        false => Child::Forked(spawn_forked_pty(request, line, &env, side)?),
+        false => {
+            let stdio =
+                [Stdio::from(side.try_clone()?), Stdio::from(side.try_clone()?), side.into()];
+            Child::Forked(spawn_forked(request, line, &env, stdio, true)?)
+        }
     };
     let pid = child_pid(&child)?;
     Ok(Spawned {
@@ -265,23 +255,28 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     })
 }
 
-/// A PTY child started by `fork` and exec, with `pre_exec_hook` run between: it leads a new
-/// session whose controlling terminal is `side`, its stdin, stdout and stderr.
-fn spawn_forked_pty(
+/// A child started by `fork` and exec with `stdio` as its stdin, stdout and stderr, where the
+/// child makes itself a session leader and runs `pre_exec_hook` between the two. The session
+/// is the child's own, as the reference's are: its group (the session's) can be signalled as a
+/// whole, and its only controlling terminal is its PTY (`terminal`: stdin, made the session's),
+/// so `/dev/tty` is never the server's.
+fn spawn_forked(
     request: &SpawnRequest<'_>,
     line: &CommandLine,
     env: &BTreeMap<String, String>,
-    side: std::os::fd::OwnedFd,
+    stdio: [Stdio; 3],
+    terminal: bool,
 ) -> std::io::Result<tokio::process::Child> {
+    let [stdin, stdout, stderr] = stdio;
     let mut command = tokio::process::Command::new(&line.program);
     command
         .args(&line.args)
         .current_dir(&request.cwd)
         .env_clear()
         .envs(env)
-        .stdin(Stdio::from(side.try_clone()?))
-        .stdout(Stdio::from(side.try_clone()?))
-        .stderr(Stdio::from(side))
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
         .kill_on_drop(true);
     if let Some(arg0) = &line.arg0 {
         command.arg0(arg0);
@@ -289,9 +284,11 @@ fn spawn_forked_pty(
     let mut hook = pre_exec_hook(line);
     let become_session_leader = move || {
         rustix::process::setsid()?;
-        // SAFETY: descriptor 0 is open: std made it the terminal before this runs.
-        let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
-        rustix::process::ioctl_tiocsctty(stdin)?;
+        if terminal {
+            // SAFETY: descriptor 0 is open: std made it the terminal before this runs.
+            let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
+            rustix::process::ioctl_tiocsctty(stdin)?;
+        }
         hook()
     };
     // SAFETY: system calls only (see `pre_exec_hook`).
