@@ -410,10 +410,31 @@ async fn executables_without_an_interpreter_line_are_refused(target: Target) {
 }
 
 /// A working directory that does not exist fails the start with the system's reason.
+/// A working directory that does not exist fails the start with the system's reason. In PTY
+/// mode too, on Tether; the reference's PTY runs the command in the server's home directory
+/// instead (a deliberate difference: a command meant for one directory never runs in another).
 async fn a_missing_working_directory_is_an_error(target: Target) {
     let (_server, mut client) = started(target).await;
-    let mut params = exec("p", "echo never");
+    let mut params = exec("p", "pwd");
     params["cwd"] = json!("file:///nonexistent-tether-directory");
-    let error = client.err("process/start", params).await.unwrap();
+    let error = client.err("process/start", params.clone()).await.unwrap();
     assert!(error.message.contains("No such file or directory (os error 2)"), "{error:?}");
+
+    params["processId"] = json!("t");
+    params["tty"] = json!(true);
+    match target {
+        Target::Tether => {
+            let error = client.err("process/start", params).await.unwrap();
+            assert!(error.message.contains("No such file or directory (os error 2)"), "{error:?}");
+        }
+        Target::Reference => {
+            client.ok("process/start", params).await.unwrap();
+            let events = client.process_events("t").await.unwrap();
+            let home = std::env::var("HOME").unwrap();
+            assert_eq!(
+                String::from_utf8(output_of(&events, "pty")).unwrap(),
+                format!("{home}\r\n")
+            );
+        }
+    }
 }

@@ -57,6 +57,7 @@ against_both!(
     interrupt_under_a_sandbox_reaches_the_command_on_tether_only,
     sandbox_denied_follows_the_exit_code_and_output_heuristic,
     a_missing_binary_inside_the_sandbox_exits_101,
+    a_command_that_cannot_be_executed_exits_101_under_every_intent,
     a_missing_cwd_fails_a_sandboxed_start,
     fs_writes_under_workspace_write_are_confined_to_the_roots,
     fs_writes_to_protected_names_are_refused,
@@ -1037,6 +1038,48 @@ async fn a_missing_binary_inside_the_sandbox_exits_101(target: Target) {
              Failed to execvp /no/such/binary: No such file or directory (os error 2)\n",
         );
     }
+}
+
+/// Under every intent, `disabled` and the network filter alone included, a command that cannot
+/// be executed is a started process that says why (on stderr, or its terminal) and exits 101,
+/// as under the reference's sandbox helper: a file without a `#!` line is not run by a shell,
+/// and a missing program is not found. Without an intent the start itself fails.
+async fn a_command_that_cannot_be_executed_exits_101_under_every_intent(target: Target) {
+    use std::os::unix::fs::PermissionsExt;
+    let root = HostDir::new(target, "cannot-execute");
+    let marker = root.path.join("ran");
+    let script = root.path.join("no-interpreter-line");
+    std::fs::write(&script, format!("touch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.display().to_string();
+    let (_server, mut client) = started(target).await;
+    let programs =
+        [(script.as_str(), "Exec format error (os error 8)"), ("/no/such/binary", ENOENT)];
+    let intents = [
+        ("read-only", process_intent(read_only_entries(), &root)),
+        ("network-filter", external_intent()),
+        ("disabled", disabled_intent()),
+    ];
+    for (name, intent) in &intents {
+        for tty in [false, true] {
+            for (index, (program, reason)) in programs.iter().enumerate() {
+                let case = format!("{name}-{tty}-{index}");
+                let mut params = sandboxed(&case, "", &root, intent.clone());
+                params["argv"] = json!([program]);
+                params["tty"] = json!(tty);
+                let finished = run(&mut client, params).await;
+                assert_eq!((finished.exit_code, finished.sandbox_denied), (101, true), "{case}");
+                let said = if tty { &finished.pty } else { &finished.stderr };
+                assert_contains(said, &format!("Failed to execvp {program}: {reason}"));
+            }
+        }
+    }
+    assert!(!marker.exists(), "no shell ran the file without `#!`");
+
+    let mut params = sandboxed("bare", "", &root, Value::Null);
+    params["argv"] = json!([script]);
+    let error = client.err("process/start", params).await.unwrap();
+    assert!(error.message.contains("Exec format error (os error 8)"), "{error:?}");
 }
 
 async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {

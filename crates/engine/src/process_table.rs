@@ -351,6 +351,7 @@ fn validate<'a>(
         cwd,
         env,
         launch,
+        sandboxed: params.sandbox.is_some(),
         tty: params.tty,
         pipe_stdin: params.pipe_stdin,
         pty_size: match params.pty_size {

@@ -13,6 +13,7 @@ use super::terminal::Terminal;
 
 use crate::environment::find_in;
 use crate::sandbox::Launch;
+use crate::sandbox::exec::PreparedExec;
 use crate::sandbox::launch::Wrapped;
 use crate::sandbox::synthetic::SyntheticTargets;
 
@@ -33,6 +34,9 @@ pub(crate) struct SpawnRequest<'a> {
     pub pty_size: (u16, u16),
     /// How the sandbox, if any, wraps the command.
     pub launch: Launch,
+    /// The start came with a sandbox intent, `disabled` included: a command that cannot be
+    /// executed is then a child that says why and exits, as the reference's helper is.
+    pub sandboxed: bool,
 }
 
 pub(crate) type Reader = Box<dyn AsyncRead + Unpin + Send>;
@@ -122,12 +126,52 @@ fn pre_exec_hook(
 
 pub(crate) fn spawn(mut request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
     let program = resolve_program(&request.argv[0], &request.env);
-    let line = command_line(&mut request, program);
-    let mut spawned =
-        if request.tty { spawn_pty(&request, &line)? } else { spawn_pipes(&request, &line)? };
+    let mut line = command_line(&mut request, program);
+    let mut spawned = match start(&request, &line) {
+        // Under any intent the reference starts its sandbox helper, which then fails to
+        // execute the command: the start succeeds, and the child reports it and exits 101. A
+        // wrapped start's inner stage does that itself; the others are made to here. A missing
+        // working directory fails the start for both.
+        Err(error)
+            if request.sandboxed
+                && line.hold.is_none()
+                && cannot_execute(&error)
+                && request.cwd.is_dir() =>
+        {
+            let name = request.arg0.unwrap_or(&request.argv[0]);
+            request.launch = crate::sandbox::launch::failed_exec(OsStr::new(name), &error);
+            line = command_line(&mut request, PathBuf::new());
+            start(&request, &line)?
+        }
+        started => started?,
+    };
     // The child has its copies; the launcher's are closed here (`line.inherited` drops).
     spawned.sandbox = line.hold;
     Ok(spawned)
+}
+
+fn start(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<Spawned> {
+    if request.tty { spawn_pty(request, line) } else { spawn_pipes(request, line) }
+}
+
+/// Whether a start failed because the program could not be executed (`execve`'s own
+/// failures), rather than for want of a resource.
+fn cannot_execute(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(
+            libc::ENOENT
+                | libc::ENOTDIR
+                | libc::EACCES
+                | libc::EPERM
+                | libc::ENOEXEC
+                | libc::ELOOP
+                | libc::ENAMETOOLONG
+                | libc::ETXTBSY
+                | libc::EISDIR
+                | libc::ELIBBAD
+        )
+    )
 }
 
 /// The program a start names: resolved on `PATH` as [`spawn`] resolves it.
@@ -281,6 +325,18 @@ fn spawn_forked(
     if let Some(arg0) = &line.arg0 {
         command.arg0(arg0);
     }
+    // A filtered command is executed by the hook, as the reference's helper executes it
+    // (no `/bin/sh` for a file without `#!`): std's own exec would be glibc's `execvp`.
+    let exec = match &line.filter {
+        Some(_) => Some(PreparedExec::new(
+            line.program.as_os_str(),
+            line.arg0.as_deref().map_or(line.program.as_os_str(), OsStr::new),
+            &line.args,
+            Some(env),
+            env.get("PATH").map(OsStr::new),
+        )?),
+        None => None,
+    };
     let mut hook = pre_exec_hook(line);
     let become_session_leader = move || {
         rustix::process::setsid()?;
@@ -289,7 +345,11 @@ fn spawn_forked(
             let stdin = unsafe { std::os::fd::BorrowedFd::borrow_raw(0) };
             rustix::process::ioctl_tiocsctty(stdin)?;
         }
-        hook()
+        hook()?;
+        match &exec {
+            Some(exec) => Err(exec.exec()),
+            None => Ok(()),
+        }
     };
     // SAFETY: system calls only (see `pre_exec_hook`).
     unsafe { command.pre_exec(become_session_leader) };
@@ -317,6 +377,7 @@ mod tests {
             pipe_stdin: false,
             pty_size: (PTY_COLS, PTY_ROWS),
             launch,
+            sandboxed: false,
         }
     }
 

@@ -7,7 +7,9 @@
 //!    command;
 //! 2. the command is forked into a process group of its own, with `no_new_privs` and the
 //!    seccomp program installed in the child just before exec, so the filter binds the
-//!    command and all it starts but not this stage;
+//!    command and all it starts but not this stage; it is executed as the reference's helper
+//!    executes it ([`super::exec`]), so a file with no `#!` line fails rather than running
+//!    with `/bin/sh`;
 //! 3. this stage waits, forwarding the signals the server sends it to the command's group
 //!    (a signal from outside the namespace is the only way one reaches the command), and
 //!    reaping whatever else exits (it is the namespace's init);
@@ -20,6 +22,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use super::exec::PreparedExec;
 use super::seccomp::{self, NetworkRule};
 
 /// The first argument that makes the `tether` binary this stage instead of its CLI.
@@ -95,28 +98,41 @@ pub fn exec_main(args: ExecArgs) -> ! {
     let program = seccomp::program(args.network);
     close_inherited_descriptors();
     let waited = block_signals();
-    let mut command = Command::new(&args.program);
-    command.args(&args.args).process_group(0);
-    command.arg0(args.arg0.as_deref().unwrap_or(&args.program));
-    // SAFETY: system calls only, nothing allocated: the signals this stage blocked are
-    // unblocked for the command (the mask survives exec), then the filter is installed.
-    unsafe {
-        command.pre_exec(move || {
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            seccomp::install(&program)
-        });
-    }
-    let child = match command.spawn() {
+    let name = args.arg0.as_deref().unwrap_or(&args.program);
+    let search = std::env::var_os("PATH");
+    // The command's environment is this stage's: bubblewrap passed it on.
+    let command = PreparedExec::new(&args.program, name, &args.args, None, search.as_deref())
+        .map(|exec| (exec, Command::new(&args.program)));
+    let spawned = command.and_then(|(exec, mut command)| {
+        command.process_group(0);
+        // SAFETY: system calls only, nothing allocated: the signals this stage blocked are
+        // unblocked for the command (the mask survives exec), the filter is installed, and
+        // the command is executed without `execvp`'s shell fallback (`exec`).
+        unsafe {
+            command.pre_exec(move || {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                seccomp::install(&program)?;
+                Err(exec.exec())
+            });
+        }
+        command.spawn()
+    });
+    let child = match spawned {
         Ok(child) => child.id() as libc::pid_t,
         Err(error) => {
-            let name = args.arg0.as_deref().unwrap_or(&args.program).to_string_lossy();
-            eprintln!("tether sandbox: Failed to execvp {name}: {error}");
+            eprintln!("tether sandbox: {}", exec_failure(name, &error));
             std::process::exit(EXEC_FAILED_STATUS);
         }
     };
     std::process::exit(wait_forwarding(child, &waited))
+}
+
+/// What a sandboxed command that could not be executed says on its stderr, after
+/// `tether sandbox: `: the reference's words (`Failed to execvp <argv[0]>: <reason>`).
+pub fn exec_failure(name: &OsStr, error: &std::io::Error) -> String {
+    format!("Failed to execvp {}: {error}", name.to_string_lossy())
 }
 
 /// Marks every descriptor above stderr close-on-exec: the launcher's pipes and the

@@ -160,6 +160,13 @@ fn info_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     })
 }
 
+/// A child that says, as the inner stage would, that `name` could not be executed for `error`,
+/// and exits [`inner::EXEC_FAILED_STATUS`]: for a sandboxed start whose command could not be
+/// executed outside bubblewrap (the network filter alone, or no confinement).
+pub fn failed_exec(name: &std::ffi::OsStr, error: &std::io::Error) -> Launch {
+    fail_closed(&format!("tether sandbox: {}", inner::exec_failure(name, error)))
+}
+
 /// A child that says `why` on stderr and exits as a failed sandboxed exec does.
 fn fail_closed(why: &str) -> Launch {
     Launch::Wrapped(Wrapped {

@@ -5,7 +5,8 @@
 //!   or the full sandbox with its grants.
 //! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the host's
 //!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
-//! - [`seccomp`]: the system-call filters.
+//! - [`seccomp`]: the system-call filters; [`exec`] executes a command after one is installed,
+//!   without glibc's `/bin/sh` retry.
 //! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
 //!   [`inner::HELPER_ARG`]): filter, fork the command, forward signals, reap, exit with the
 //!   command's status.
@@ -18,6 +19,7 @@
 //! missing and how to get it — never running the command without the confinement asked for.
 
 pub mod denied;
+pub mod exec;
 pub mod inner;
 pub mod launch;
 pub mod mounts;
