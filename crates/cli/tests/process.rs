@@ -30,6 +30,7 @@ against_both!(
     pipe_processes_start_with_default_signals,
     executables_without_an_interpreter_line_are_refused,
     a_missing_working_directory_is_an_error,
+    an_empty_program_name_is_refused,
 );
 
 async fn started(target: Target) -> (ServerProcess, RpcClient) {
@@ -409,7 +410,17 @@ async fn executables_without_an_interpreter_line_are_refused(target: Target) {
     }
 }
 
-/// A working directory that does not exist fails the start with the system's reason.
+/// An empty program name fails the start with the reference's words.
+async fn an_empty_program_name_is_refused(target: Target) {
+    let (_server, mut client) = started(target).await;
+    for (tty, kind) in [(false, "pipe"), (true, "PTY")] {
+        let params = json!({"processId": format!("p{tty}"), "argv": [""], "cwd": "file:///tmp",
+            "env": {"PATH": "/usr/bin:/bin"}, "tty": tty});
+        let error = client.err("process/start", params).await.unwrap();
+        assert_eq!(error.message, format!("missing program for {kind} spawn"), "{error:?}");
+    }
+}
+
 /// A working directory that does not exist fails the start with the system's reason. In PTY
 /// mode too, on Tether; the reference's PTY runs the command in the server's home directory
 /// instead (a deliberate difference: a command meant for one directory never runs in another).

@@ -1053,8 +1053,11 @@ async fn a_command_that_cannot_be_executed_exits_101_under_every_intent(target: 
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = script.display().to_string();
     let (_server, mut client) = started(target).await;
-    let programs =
-        [(script.as_str(), "Exec format error (os error 8)"), ("/no/such/binary", ENOENT)];
+    let programs = [
+        (script.as_str(), "Exec format error (os error 8)"),
+        ("/no/such/binary", ENOENT),
+        ("", ENOENT),
+    ];
     let intents = [
         ("read-only", process_intent(read_only_entries(), &root)),
         ("network-filter", external_intent()),

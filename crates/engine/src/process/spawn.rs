@@ -125,6 +125,12 @@ fn pre_exec_hook(
 }
 
 pub(crate) fn spawn(mut request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
+    if request.argv[0].is_empty() && !request.sandboxed {
+        // The reference's words; under an intent its helper reports it (`ENOENT`, exit 101).
+        let kind = if request.tty { "PTY" } else { "pipe" };
+        let message = format!("missing program for {kind} spawn");
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, message));
+    }
     let program = resolve_program(&request.argv[0], &request.env);
     let mut line = command_line(&mut request, program);
     let mut spawned = match start(&request, &line) {

@@ -51,7 +51,10 @@ impl PreparedExec {
         env: Option<&BTreeMap<String, String>>,
         search: Option<&OsStr>,
     ) -> io::Result<Self> {
-        let candidates = if program.as_bytes().contains(&b'/') {
+        let candidates = if program.is_empty() {
+            // Nothing to try: an empty name is not found.
+            Vec::new()
+        } else if program.as_bytes().contains(&b'/') {
             vec![c_string(program.as_bytes())?]
         } else {
             let search = search.unwrap_or(OsStr::new(DEFAULT_SEARCH_PATH));
@@ -88,7 +91,7 @@ impl PreparedExec {
     /// Replaces the calling process with the command; returns only the reason it could not.
     /// As musl's `execvp`: a candidate that is missing (or under a non-directory) passes to the
     /// next, permission denied is reported if nothing else was found, and any other failure
-    /// (`ENOEXEC` among them) ends the search. Async-signal-safe: system calls only, for a
+    /// (`ENOEXEC` among them) ends the search; an empty name is not found. Async-signal-safe: system calls only, for a
     /// `pre_exec` hook.
     pub fn exec(&self) -> io::Error {
         let mut denied = false;
@@ -183,9 +186,11 @@ mod tests {
         let scratch = Scratch::new("exec");
         let dir = scratch.path("");
         let search = dir.as_os_str();
-        let missing =
-            PreparedExec::new(OsStr::new("nope"), OsStr::new("nope"), &[], None, Some(search));
-        assert_eq!(run(missing.unwrap()).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        for name in ["nope", ""] {
+            let missing =
+                PreparedExec::new(OsStr::new(name), OsStr::new(name), &[], None, Some(search));
+            assert_eq!(run(missing.unwrap()).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        }
         let path = dir.join("unexecutable");
         std::fs::write(&path, "#!/bin/sh\n").unwrap();
         let denied = PreparedExec::new(
