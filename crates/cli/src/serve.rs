@@ -285,6 +285,17 @@ fn keep_own_memory_private() {
     }
 }
 
+/// Makes every descriptor the server inherited from whatever started it (above stdin, stdout
+/// and stderr) close-on-exec: the server can still use one it is pointed at (`/dev/fd/N`), but
+/// no command gets it. A launcher's open file (a secrets file, a socket, a pipe to a supervisor)
+/// would otherwise reach every command, as it does under the reference. The server's own
+/// descriptors are close-on-exec from the moment they are made.
+fn keep_inherited_descriptors_from_commands() {
+    if let Err(error) = tether_engine::process::descriptors::close_on_exec_from(3) {
+        tracing::warn!(%error, "descriptors the server inherited may reach its commands");
+    }
+}
+
 /// How many WebSocket connections to hold: `--max-connections` (or the default), after making
 /// the file-descriptor limit hold them with room for the sessions' own work (see
 /// `tether_server::descriptors`). A limit that cannot is an error for an explicit value and
@@ -362,6 +373,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     set_up_sandboxing(args.bwrap.clone())?;
     keep_own_memory_private();
+    keep_inherited_descriptors_from_commands();
     let spill = match &args.spill_output_dir {
         Some(dir) => {
             let spill =

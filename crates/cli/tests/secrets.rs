@@ -1,11 +1,12 @@
 //! The server's secrets stay in the server: its environment does not reach commands under a
-//! default policy, and its `/proc` entries cannot be read by them.
+//! default policy, its `/proc` entries cannot be read by them, and no descriptor it was started
+//! with reaches them.
 
 use std::process::Stdio;
 
-use serde_json::json;
-use tether_testkit::RpcClient;
-use tether_testkit::client::b64decode;
+use serde_json::{Value, json};
+use tether_testkit::client::{b64decode, output_of};
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A server running as an unprivileged user (as on most executors) with a secret in its
@@ -56,4 +57,52 @@ async fn commands_cannot_read_the_servers_environment() {
     assert!(output.starts_with("own-readable\n"), "the command reads its own entries: {output}");
     assert!(output.contains("Permission denied"), "{output}");
     assert!(!output.contains("canary"), "a secret reached the command: {output}");
+}
+
+against_both!(descriptors_the_server_inherited_reach_no_command);
+
+/// A descriptor the server inherited from whatever started it (a launcher's secrets file, here)
+/// reaches none of its commands, whatever the mode: pipes, a PTY, the network filter alone,
+/// bubblewrap — as under the reference.
+async fn descriptors_the_server_inherited_reach_no_command(target: Target) {
+    let secret = std::env::temp_dir()
+        .join(format!("tether-inherited-secret-{}-{target:?}", std::process::id()));
+    std::fs::write(&secret, "canary-fd").unwrap();
+    // bash opens the file as descriptor 47, without close-on-exec, and runs the server.
+    let wrapper = ["bash", "-c", "exec \"$@\" 47<\"$0\"", secret.to_str().unwrap()];
+    let server = ServerProcess::start_wrapped(target, &wrapper, &[], &[]).await.unwrap();
+    std::fs::remove_file(&secret).unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let read_only = json!({
+        "permissions": {"type": "managed", "network": "restricted", "file_system":
+            {"type": "restricted", "entries":
+                [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}]}},
+        "cwd": "file:///tmp", "workspaceRoots": ["file:///tmp"], "windowsSandboxLevel": "disabled",
+        "windowsSandboxProxySettingsMode": "reconcile", "useLegacyLandlock": false,
+    });
+    let network_only = json!({"permissions": {"type": "external", "network": "restricted"},
+        "windowsSandboxLevel": "disabled"});
+    let modes = [
+        ("pipes", false, Value::Null),
+        ("pty", true, Value::Null),
+        ("network-filter", false, network_only),
+        ("bubblewrap", false, read_only),
+    ];
+    let mut seen = Vec::new();
+    for (name, tty, sandbox) in modes {
+        let start = json!({
+            "processId": name,
+            "argv": ["/bin/sh", "-c", "[ -e /proc/$$/fd/47 ] && echo inherited || echo closed"],
+            "cwd": "file:///tmp", "env": {"PATH": "/usr/bin:/bin"}, "tty": tty, "sandbox": sandbox,
+        });
+        client.ok("process/start", start).await.unwrap();
+        let events = client.process_events(name).await.unwrap();
+        let output = output_of(&events, if tty { "pty" } else { "stdout" });
+        seen.push((name, String::from_utf8_lossy(&output).trim().to_owned()));
+    }
+    let closed: Vec<(&str, String)> = ["pipes", "pty", "network-filter", "bubblewrap"]
+        .into_iter()
+        .map(|name| (name, "closed".to_owned()))
+        .collect();
+    assert_eq!(seen, closed);
 }

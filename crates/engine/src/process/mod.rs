@@ -6,6 +6,7 @@
 //! what one Tether process sends.
 
 mod child;
+pub mod descriptors;
 mod posix_spawn;
 pub mod proc_stat;
 mod pty_io;
