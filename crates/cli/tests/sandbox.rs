@@ -57,6 +57,7 @@ against_both!(
     interrupt_under_a_sandbox_reaches_the_command_on_tether_only,
     sandbox_denied_follows_the_exit_code_and_output_heuristic,
     a_missing_binary_inside_the_sandbox_exits_101,
+    a_root_named_through_a_link_is_the_directory_it_leads_to,
     a_command_that_cannot_be_executed_exits_101_under_every_intent,
     a_missing_cwd_fails_a_sandboxed_start,
     fs_writes_under_workspace_write_are_confined_to_the_roots,
@@ -1083,6 +1084,44 @@ async fn a_command_that_cannot_be_executed_exits_101_under_every_intent(target: 
     params["argv"] = json!([script]);
     let error = client.err("process/start", params).await.unwrap();
     assert!(error.message.contains("Exec format error (os error 8)"), "{error:?}");
+}
+
+/// A project root (and cwd) named through a symbolic link is the directory the link leads to:
+/// the command starts there (`pwd` and `$PWD` show the real path), may write there by either
+/// name, and file writes reach it too; read-only still refuses.
+async fn a_root_named_through_a_link_is_the_directory_it_leads_to(target: Target) {
+    let root = HostDir::new(target, "linked-root");
+    std::fs::create_dir(root.path.join("real")).unwrap();
+    std::os::unix::fs::symlink(root.path.join("real"), root.path.join("link")).unwrap();
+    // Named through the link; dropped as a plain directory would be (`root` removes both).
+    let link = std::mem::ManuallyDrop::new(HostDir { path: root.path.join("link") });
+    let (_server, mut client) = started(target).await;
+    let (real, named) = (root.display("real"), root.display("link"));
+    let script = format!(
+        "pwd; echo \"$PWD\"; for p in \"$PWD/a\" {real}/b {named}/c {}; do \
+         (echo x > \"$p\") 2>/dev/null && echo \"$p ok\" || echo \"$p refused\"; done",
+        root.display("outside"),
+    );
+    let intent = process_intent(workspace_write_entries(), &link);
+    let finished = run(&mut client, sandboxed("ww", &script, &link, intent)).await;
+    let outside = root.display("outside");
+    let expected =
+        format!("{real}\n{real}\n{real}/a ok\n{real}/b ok\n{named}/c ok\n{outside} refused\n");
+    assert_eq!((finished.stdout.as_str(), finished.exit_code), (expected.as_str(), 0));
+    let real_dir = std::mem::ManuallyDrop::new(HostDir { path: root.path.join("real") });
+    assert_eq!(real_dir.names(), ["a", "b", "c"].map(String::from).into_iter().collect());
+
+    let intent = process_intent(read_only_entries(), &link);
+    let finished = run(&mut client, sandboxed("ro", &script, &link, intent)).await;
+    let refused = format!(
+        "{real}\n{real}\n{real}/a refused\n{real}/b refused\n{named}/c refused\n{outside} refused\n"
+    );
+    assert_eq!(finished.stdout, refused);
+
+    let intent = fs_intent(workspace_write_entries(), &link);
+    let params = json!({"path": link.uri("via-fs"), "dataBase64": "aGk=", "sandbox": intent});
+    assert_eq!(client.ok("fs/writeFile", params).await.unwrap(), json!({}));
+    assert_eq!(root.read("real/via-fs"), "hi");
 }
 
 async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {

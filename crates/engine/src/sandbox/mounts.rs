@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use tether_protocol::sandbox::NetworkAccess;
 
-use super::policy::{Base, FullPolicy, GrantAccess, PROTECTED_NAMES};
+use super::policy::{Base, FullPolicy, Grant, GrantAccess, PROTECTED_NAMES};
 use super::synthetic::{Kind, SyntheticTargets};
 use crate::wildcard::{self, Case};
 
@@ -140,14 +140,24 @@ pub fn plan(
     }
     plan.arg("--dev").arg("/dev");
 
-    let writable: Vec<PathBuf> =
-        policy.writable_roots().map(|g| g.path.clone()).filter(|p| p.is_dir()).collect();
+    // Every grant as the kernel reaches it, least specific first again.
+    let mut grants: Vec<Grant> = policy
+        .grants
+        .iter()
+        .map(|grant| Grant { path: resolved(&grant.path), ..grant.clone() })
+        .collect();
+    grants.sort_by_key(|g| g.path.components().count());
+    let writable: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.access == GrantAccess::Write && g.path.is_dir())
+        .map(|g| g.path.clone())
+        .collect();
     let protected: Vec<PathBuf> = writable
         .iter()
-        .flat_map(|root| PROTECTED_NAMES.iter().map(move |name| root.join(name)))
+        .flat_map(|root| PROTECTED_NAMES.iter().map(move |name| resolved(&root.join(name))))
         .collect();
     let mut hidden = 0usize;
-    for grant in &policy.grants {
+    for grant in &grants {
         match grant.access {
             GrantAccess::Write => {
                 if !grant.path.is_dir() {
@@ -155,7 +165,7 @@ pub fn plan(
                 }
                 plan.path_args("--bind", &grant.path);
                 for name in PROTECTED_NAMES {
-                    protect(&mut plan, &grant.path.join(name))?;
+                    protect(&mut plan, &resolved(&grant.path.join(name)))?;
                 }
             }
             // Protected names are handled with their root; elsewhere a read grant matters
@@ -196,8 +206,32 @@ pub fn plan(
         plan.arg("--remount-ro").arg("/");
     }
     plan.arg("--cap-drop").arg("ALL");
-    plan.arg("--chdir").arg(cwd);
+    plan.arg("--chdir").arg(resolved(cwd));
     Ok(plan)
+}
+
+/// `path` as the kernel reaches it: the links in the part that exists followed (as
+/// `realpath` does), the rest appended as written. bubblewrap follows links in a mount's
+/// source but mounts onto its destination as named, inside a root where a link's absolute
+/// target leads nowhere: a writable root named through a link would fail the launch, and a
+/// command would start in the link's path rather than the directory's, as the reference's
+/// does (`pwd` and `$PWD` show the real path).
+fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(mut real) = std::fs::canonicalize(existing) {
+            real.extend(rest.iter().rev());
+            return real;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Refuses the launch once `hidden` passes [`MAX_HIDDEN_PATHS`], naming what took it there.
