@@ -58,6 +58,7 @@ against_both!(
     sandbox_denied_follows_the_exit_code_and_output_heuristic,
     a_missing_binary_inside_the_sandbox_exits_101,
     a_root_named_through_a_link_is_the_directory_it_leads_to,
+    a_project_root_of_slash_makes_everything_writable_but_its_protected_names,
     a_command_that_cannot_be_executed_exits_101_under_every_intent,
     a_missing_cwd_fails_a_sandboxed_start,
     fs_writes_under_workspace_write_are_confined_to_the_roots,
@@ -1122,6 +1123,27 @@ async fn a_root_named_through_a_link_is_the_directory_it_leads_to(target: Target
     let params = json!({"path": link.uri("via-fs"), "dataBase64": "aGk=", "sandbox": intent});
     assert_eq!(client.ok("fs/writeFile", params).await.unwrap(), json!({}));
     assert_eq!(root.read("real/via-fs"), "hi");
+}
+
+/// A project root of `/` under workspace-write: everything is writable (devices work: `/dev`
+/// is made again over the host's), but the protected names at the top of `/`. (Whether the
+/// empty directories made for them at the host's `/` are removed is not asserted here: the
+/// other server's run of this test may hold them at the same moment.)
+async fn a_project_root_of_slash_makes_everything_writable_but_its_protected_names(target: Target) {
+    let root = HostDir::new(target, "slash-root");
+    let (_server, mut client) = started(target).await;
+    let mut intent = process_intent(workspace_write_entries(), &root);
+    intent["workspaceRoots"] = json!(["file:///"]);
+    let script = format!(
+        "echo x > {} && echo x > /dev/null && echo written; mkdir /.git/inside 2>&1 | tail -1",
+        root.display("x")
+    );
+    let finished = run(&mut client, sandboxed("slash", &script, &root, intent)).await;
+    assert_eq!(
+        finished.stdout,
+        "written\nmkdir: cannot create directory '/.git/inside': Read-only file system\n"
+    );
+    assert_eq!(root.read("x"), "x\n");
 }
 
 async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {

@@ -164,6 +164,12 @@ pub fn plan(
                     continue;
                 }
                 plan.path_args("--bind", &grant.path);
+                if grant.path == Path::new("/") {
+                    // The host's `/dev` came with `/`, bound without devices: a fresh one
+                    // again, with the host's shared memory, as the reference does.
+                    plan.arg("--dev").arg("/dev");
+                    plan.arg("--bind-try").arg("/dev/shm").arg("/dev/shm");
+                }
                 for name in PROTECTED_NAMES {
                     protect(&mut plan, &resolved(&grant.path.join(name)))?;
                 }

@@ -207,12 +207,15 @@ fn resolve_entries(
             add_grant(&mut grants, Grant { path, access, skip_if_missing });
         }
     }
-    // `/` readable is the base, not a mount; `/` writable stays a grant (it is bound writable).
-    if let Some(at) =
-        grants.iter().position(|g| g.path == Path::new("/") && g.access == GrantAccess::Read)
-    {
-        grants.remove(at);
-        base = Base::Root;
+    // `/` readable is the base, not a mount. `/` writable is readable too: the base, and a
+    // grant bound writable over it.
+    match grants.iter().position(|g| g.path == Path::new("/")) {
+        Some(at) if grants[at].access == GrantAccess::Read => {
+            grants.remove(at);
+            base = Base::Root;
+        }
+        Some(at) if grants[at].access == GrantAccess::Write => base = Base::Root,
+        _ => {}
     }
     grants.sort_by_key(|g| g.path.components().count());
     let network = match &intent.permissions {
@@ -415,6 +418,17 @@ mod tests {
             grants(&full(intent(entries, "restricted"), None)),
             vec![grant("/w", write), grant("/w/s", none), grant("/w/a/b", write)]
         );
+    }
+
+    /// A project root of `/` makes everything readable (the base) and `/` writable over it.
+    #[test]
+    fn a_writable_slash_is_readable_too() {
+        let mut intent = workspace_write();
+        intent["workspaceRoots"] = json!(["file:///"]);
+        let policy = full(intent, None);
+        assert_eq!(policy.base, Base::Root);
+        assert_eq!(grants(&policy)[0], grant("/", GrantAccess::Write));
+        assert!(policy.reads_everything());
     }
 
     #[test]
