@@ -410,6 +410,32 @@ async fn executables_without_an_interpreter_line_are_refused(target: Target) {
     }
 }
 
+/// Tether only: a PTY process's last output, still on its way through the terminal when the
+/// process exits, is numbered before the exit, which waits for the terminal to be read to the
+/// end. The reference often numbers its exit before the last few hundred KiB. (On an idle
+/// machine the output has usually arrived anyway; under load it often has not.)
+#[tokio::test]
+async fn a_pty_processs_last_output_comes_before_its_exit() {
+    let (_server, mut client) = started(Target::Tether).await;
+    for round in 0..5 {
+        let id = format!("p{round}");
+        let mut params = exec(&id, "head -c 300000 /dev/zero; printf last; exit 3");
+        params["tty"] = json!(true);
+        client.ok("process/start", params).await.unwrap();
+        let events = client.process_events(&id).await.unwrap();
+        assert_eq!(exit_code(&events), 3);
+        let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
+        let before: Vec<Value> = events
+            .iter()
+            .filter(|e| e["method"] == "process/output" && seq(e) < seq(exited))
+            .cloned()
+            .collect();
+        let output = output_of(&before, "pty");
+        assert_eq!(output.len(), 300_004, "round {round}: all of it before the exit");
+        assert!(output.ends_with(b"last"), "round {round}");
+    }
+}
+
 /// An empty program name fails the start with the reference's words.
 async fn an_empty_program_name_is_refused(target: Target) {
     let (_server, mut client) = started(target).await;

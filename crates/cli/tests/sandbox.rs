@@ -59,6 +59,7 @@ against_both!(
     a_missing_binary_inside_the_sandbox_exits_101,
     a_root_named_through_a_link_is_the_directory_it_leads_to,
     a_project_root_of_slash_makes_everything_writable_but_its_protected_names,
+    a_write_grant_on_a_file_makes_that_file_writable,
     a_command_that_cannot_be_executed_exits_101_under_every_intent,
     a_missing_cwd_fails_a_sandboxed_start,
     fs_writes_under_workspace_write_are_confined_to_the_roots,
@@ -1144,6 +1145,45 @@ async fn a_project_root_of_slash_makes_everything_writable_but_its_protected_nam
         "written\nmkdir: cannot create directory '/.git/inside': Read-only file system\n"
     );
     assert_eq!(root.read("x"), "x\n");
+}
+
+/// A `write` entry naming a single file makes that file writable and nothing beside it. The
+/// reference fails every command under such an intent (exit 101: it looks for protected names
+/// inside the file); a deliberate difference.
+async fn a_write_grant_on_a_file_makes_that_file_writable(target: Target) {
+    let root = HostDir::new(target, "file-grant");
+    root.file("granted.txt", "g\n");
+    root.file("beside.txt", "b\n");
+    let (_server, mut client) = started(target).await;
+    let mut entries = read_only_entries();
+    entries.push(
+        json!({"path": {"type": "path", "path": root.uri("granted.txt")}, "access": "write"}),
+    );
+    let script = format!(
+        "for p in {} {} {}; do (echo x >> $p) 2>/dev/null && echo \"$p ok\" || echo \"$p refused\"; done",
+        root.display("granted.txt"),
+        root.display("beside.txt"),
+        root.display("new.txt"),
+    );
+    let finished =
+        run(&mut client, sandboxed("p", &script, &root, process_intent(entries, &root))).await;
+    match target {
+        Target::Tether => {
+            let expected = format!(
+                "{} ok\n{} refused\n{} refused\n",
+                root.display("granted.txt"),
+                root.display("beside.txt"),
+                root.display("new.txt")
+            );
+            assert_eq!((finished.stdout.as_str(), finished.exit_code), (expected.as_str(), 0));
+            assert_eq!(root.read("granted.txt"), "g\nx\n");
+        }
+        Target::Reference => {
+            assert_eq!(finished.exit_code, 101, "{finished:?}");
+            assert_eq!(root.read("granted.txt"), "g\n");
+        }
+    }
+    assert_eq!(root.read("beside.txt"), "b\n");
 }
 
 async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {

@@ -28,6 +28,15 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// last output is already in the terminal and arrives well within this.
 pub const PTY_DRAIN_IDLE: Duration = Duration::from_millis(20);
 
+/// How long a PTY process's exit may wait for its terminal to be read to the end. A terminal's
+/// output passes the kernel's line discipline (a worker thread) before it can be read, so
+/// when the exit is seen, what the process printed last may still be on its way; the exit goes
+/// out once the terminal has ended (the process held it alone, the usual case: a millisecond
+/// or two) or stayed quiet for [`PTY_DRAIN_IDLE`], and at the latest after this long, for a
+/// background job that keeps the terminal and prints on. What is read meanwhile is numbered
+/// before the exit, and `sandboxDenied` is judged on it.
+pub const PTY_EXIT_WAIT: Duration = Duration::from_millis(100);
+
 /// Reads taken without waiting, per stream, when the exit is observed: output the child wrote
 /// before exiting is numbered before its exit. Bounded so a chatty grandchild cannot hold the
 /// exit back.
@@ -107,6 +116,9 @@ pub(crate) async fn run_pump(
     let mut exited = false;
     // Set once a PTY process exited: the terminal is finished when quiet this long.
     let mut pty_quiet_deadline: Option<Instant> = None;
+    // A PTY process's exit code, held until its terminal is read to the end, and until when
+    // at the latest ([`PTY_EXIT_WAIT`]).
+    let mut held_exit: Option<(i32, Instant)> = None;
 
     loop {
         if exited && streams.iter().all(|s| !s.is_open()) {
@@ -138,9 +150,12 @@ pub(crate) async fn run_pump(
                     eager.now();
                 }
                 pump.drain_ready(&mut streams).await;
-                pump.exit(code).await;
                 if tty {
-                    pty_quiet_deadline = Some(Instant::now() + PTY_DRAIN_IDLE);
+                    let now = Instant::now();
+                    pty_quiet_deadline = Some(now + PTY_DRAIN_IDLE);
+                    held_exit = Some((code, now + PTY_EXIT_WAIT));
+                } else {
+                    pump.exit(code).await;
                 }
             }
             () = sleep_until_some(pty_quiet_deadline) => {
@@ -148,7 +163,16 @@ pub(crate) async fn run_pump(
                 // job) is not this process's output any more.
                 streams.iter_mut().for_each(|s| s.reader = None);
             }
+            () = sleep_until_some(held_exit.map(|(_, latest)| latest)) => {
+                // A background job keeps the terminal busy: the exit waits no longer.
+                if let Some((code, _)) = held_exit.take() {
+                    pump.exit(code).await;
+                }
+            }
         }
+    }
+    if let Some((code, _)) = held_exit {
+        pump.exit(code).await;
     }
     pump.close().await;
 }

@@ -161,6 +161,11 @@ pub fn plan(
         match grant.access {
             GrantAccess::Write => {
                 if !grant.path.is_dir() {
+                    // A single file is bound writable as it is (it has no protected names); a
+                    // missing path grants nothing.
+                    if grant.path.is_file() {
+                        plan.path_args("--bind", &grant.path);
+                    }
                     continue;
                 }
                 plan.path_args("--bind", &grant.path);
