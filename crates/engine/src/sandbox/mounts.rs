@@ -224,9 +224,8 @@ pub fn plan(
 /// `path` as the kernel reaches it: the links in the part that exists followed (as
 /// `realpath` does), the rest appended as written. bubblewrap follows links in a mount's
 /// source but mounts onto its destination as named, inside a root where a link's absolute
-/// target leads nowhere: a writable root named through a link would fail the launch, and a
-/// command would start in the link's path rather than the directory's, as the reference's
-/// does (`pwd` and `$PWD` show the real path).
+/// target leads nowhere: a writable root named through a link would fail the launch. The
+/// command starts in the real path too, as the reference's does (`pwd` and `$PWD` show it).
 fn resolved(path: &Path) -> PathBuf {
     let mut existing = path;
     let mut rest = Vec::new();
