@@ -1306,9 +1306,6 @@ async fn fs_writes_under_read_only_are_refused(target: Target) {
     assert_eq!(root.read("inside"), "in\n");
 }
 
-/// A `none` (or `deny`) entry hides a file from reads and refuses writes to it. The reference
-/// serves such reads in its helper; Tether does not serve them yet and refuses each, saying
-/// so — never reading unconfined.
 /// A root with a hidden file, a hidden directory, a link to the hidden file and a file a
 /// `none` glob hides; the intent that hides them (`access` is `none` or its alias `deny`) on
 /// top of workspace-write.
