@@ -60,6 +60,7 @@ against_both!(
     a_root_named_through_a_link_is_the_directory_it_leads_to,
     a_project_root_of_slash_makes_everything_writable_but_its_protected_names,
     a_write_grant_on_a_file_makes_that_file_writable,
+    concurrent_sandboxes_keep_the_protected_names_and_leave_nothing_behind,
     a_command_that_cannot_be_executed_exits_101_under_every_intent,
     a_missing_cwd_fails_a_sandboxed_start,
     fs_writes_under_workspace_write_are_confined_to_the_roots,
@@ -1184,6 +1185,41 @@ async fn a_write_grant_on_a_file_makes_that_file_writable(target: Target) {
         }
     }
     assert_eq!(root.read("beside.txt"), "b\n");
+}
+
+/// Thirty commands and twenty file writes sandboxed in one root at once, ending in no
+/// particular order: each command still finds the missing protected names read-only when the
+/// others have ended, and once the last has closed none of the empty directories made for them
+/// is left on the host.
+async fn concurrent_sandboxes_keep_the_protected_names_and_leave_nothing_behind(target: Target) {
+    let root = HostDir::new(target, "concurrent");
+    let (_server, mut client) = started(target).await;
+    let intent = process_intent(workspace_write_entries(), &root);
+    let script = |i: usize| {
+        format!(
+            "echo {i} > f{i}; sleep 0.{}; mkdir .git/inside 2>/dev/null && echo breached; cat f{i}",
+            i % 5
+        )
+    };
+    let ids: Vec<String> = (0..30).map(|i| format!("c{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        client
+            .send_request("process/start", sandboxed(id, &script(i), &root, intent.clone()))
+            .await
+            .unwrap();
+    }
+    let writes = fs_intent(workspace_write_entries(), &root);
+    for i in 0..20 {
+        let params =
+            json!({"path": root.uri(&format!("w{i}")), "dataBase64": "aGk=", "sandbox": writes});
+        assert_eq!(client.ok("fs/writeFile", params).await.unwrap(), json!({}));
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let finished = finish(&mut client, id).await;
+        assert_eq!((finished.stdout, finished.exit_code), (format!("{i}\n"), 0), "{id}");
+    }
+    let left: Vec<String> = root.names().into_iter().filter(|name| name.starts_with('.')).collect();
+    assert!(left.is_empty(), "left on the host: {left:?}");
 }
 
 async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {

@@ -57,13 +57,22 @@ impl Plan {
     /// cannot be created instead: its first missing component becomes an empty read-only
     /// file, on a target made on the host.
     fn hide(&mut self, path: &Path) -> std::io::Result<()> {
+        // What a sandbox still running made here is held for this one too.
+        match self.synthetic.hold_if_made(path) {
+            Some(Kind::Directory) => {
+                self.empty_dir(path, "000");
+                return Ok(());
+            }
+            Some(Kind::File) => return self.empty_file(path, Some("000")),
+            None => {}
+        }
         match std::fs::metadata(path) {
             Ok(metadata) if metadata.is_dir() => self.empty_dir(path, "000"),
             Ok(_) => self.empty_file(path, Some("000"))?,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let Some(target) = first_missing(path) else { return Ok(()) };
                 match self.synthetic.make(&target, Kind::File) {
-                    Ok(()) => self.empty_file(&target, None)?,
+                    Ok(_) => self.empty_file(&target, None)?,
                     // Where Tether may not create it, neither may the command.
                     Err(error) if cannot_create(&error) => {}
                     Err(error) => return Err(error),
@@ -258,14 +267,15 @@ fn within_hidden_limit(hidden: usize, what: &str) -> std::io::Result<()> {
 /// what does not (or is an empty directory) becomes an empty read-only directory, on a target
 /// made on the host if need be.
 fn protect(plan: &mut Plan, path: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() && is_empty_dir(path) => plan.empty_dir(path, "555"),
-        Ok(_) => plan.path_args("--ro-bind", path),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            plan.synthetic.make(path, Kind::Directory)?;
-            plan.empty_dir(path, "555");
-        }
-        Err(error) => return Err(error),
+    // Made first, not looked at first: one another sandbox made (an empty directory, like a
+    // user's) must be held for this one too, or the first to end would remove it.
+    if plan.synthetic.make(path, Kind::Directory)? {
+        plan.empty_dir(path, "555");
+        return Ok(());
+    }
+    match std::fs::symlink_metadata(path)? {
+        meta if meta.is_dir() && is_empty_dir(path) => plan.empty_dir(path, "555"),
+        _ => plan.path_args("--ro-bind", path),
     }
     Ok(())
 }

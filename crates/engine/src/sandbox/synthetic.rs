@@ -41,9 +41,11 @@ pub struct SyntheticTargets {
 
 impl SyntheticTargets {
     /// Makes `path` an empty directory or file for the sandbox about to start, if it does not
-    /// exist, and holds it. A path that already exists and was not made here is not held (it
-    /// is the user's, and stays).
-    pub fn make(&mut self, path: &Path, kind: Kind) -> std::io::Result<()> {
+    /// exist, and holds it; one a sandbox still running made is held too. A path that already
+    /// exists and was not made here is not held (it is the user's, and stays): `false`.
+    /// Deciding and holding happen under the lock that removes targets, so a target found
+    /// made here cannot be removed before this sandbox lets it go.
+    pub fn make(&mut self, path: &Path, kind: Kind) -> std::io::Result<bool> {
         let mut guard = in_use();
         let targets = guard.get_or_insert_with(HashMap::new);
         if let Some((_, count)) = targets.get_mut(path) {
@@ -61,13 +63,27 @@ impl SyntheticTargets {
             match made {
                 Ok(()) => {}
                 // Somebody else's: mounted over all the same, never removed.
-                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Ok(false);
+                }
                 Err(error) => return Err(error),
             }
             targets.insert(path.to_path_buf(), (kind, 1));
         }
         self.held.push(path.to_path_buf());
-        Ok(())
+        Ok(true)
+    }
+
+    /// Holds `path` for this sandbox too if a sandbox still running made it (its kind), under
+    /// the same lock; `None` if it was not made here.
+    pub fn hold_if_made(&mut self, path: &Path) -> Option<Kind> {
+        let mut guard = in_use();
+        let (kind, count) = guard.as_mut()?.get_mut(path)?;
+        *count += 1;
+        let kind = *kind;
+        drop(guard);
+        self.held.push(path.to_path_buf());
+        Some(kind)
     }
 }
 
@@ -117,10 +133,24 @@ mod tests {
         drop(second);
         assert!(!made.exists());
 
+        // A sandbox that starts while another's target exists holds it too, however it
+        // finds it, so the first to end does not remove what the other still mounts on.
+        let (mut first, mut second, mut third) =
+            (SyntheticTargets::default(), SyntheticTargets::default(), SyntheticTargets::default());
+        assert!(first.make(&made, Kind::Directory).unwrap());
+        assert!(second.make(&made, Kind::Directory).unwrap(), "made here: held");
+        assert_eq!(third.hold_if_made(&made), Some(Kind::Directory));
+        drop(first);
+        drop(second);
+        assert!(made.is_dir(), "still used by the third sandbox");
+        drop(third);
+        assert!(!made.exists());
+
         let users = dir.join(".codex");
         std::fs::create_dir(&users).unwrap();
         let mut held = SyntheticTargets::default();
-        held.make(&users, Kind::Directory).unwrap();
+        assert!(!held.make(&users, Kind::Directory).unwrap(), "the user's: not held");
+        assert_eq!(held.hold_if_made(&users), None);
         drop(held);
         assert!(users.is_dir(), "not made here, so not removed");
 
