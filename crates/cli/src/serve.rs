@@ -291,7 +291,7 @@ fn keep_own_memory_private() {
 /// would otherwise reach every command, as it does under the reference. The server's own
 /// descriptors are close-on-exec from the moment they are made.
 fn keep_inherited_descriptors_from_commands() {
-    if let Err(error) = tether_engine::process::descriptors::close_on_exec_from(3) {
+    if let Err(error) = tether_engine::exec_setup::close_on_exec_from(3) {
         tracing::warn!(%error, "descriptors the server inherited may reach its commands");
     }
 }

@@ -18,6 +18,8 @@
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
 //! - [`sandbox`]: confining a sandboxed start or file write (bubblewrap, seccomp, the inner
 //!   stage), and what an intent means here.
+//! - [`exec_setup`]: what a child is handed at exec (arguments, environment, the descriptors a
+//!   process keeps from its children), shared by every way a child is started.
 //! - [`helper`]: the entry point of the `tether` binary's helper modes.
 //! - [`allocator`]: the allocator tuning a streaming process wants (freed heap kept for reuse).
 //! - [`environment`]: what this executor is (shell, home, temp dirs, version), as
@@ -38,6 +40,7 @@ pub mod codex_config;
 pub mod env_policy;
 pub mod environment;
 pub mod exec;
+pub mod exec_setup;
 pub mod fs;
 pub mod helper;
 pub mod http;

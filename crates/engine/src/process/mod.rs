@@ -6,7 +6,6 @@
 //! what one Tether process sends.
 
 mod child;
-pub mod descriptors;
 mod posix_spawn;
 pub mod proc_stat;
 mod pty_io;

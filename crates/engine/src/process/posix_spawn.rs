@@ -28,6 +28,7 @@ use std::sync::OnceLock;
 use tokio::net::unix::pipe;
 
 use super::child::SpawnedChild;
+use crate::exec_setup::{c_string, env_strings, null_terminated};
 
 /// A child to start.
 pub(crate) struct Start<'a> {
@@ -80,10 +81,7 @@ pub(crate) fn spawn(start: &Start<'_>) -> std::io::Result<Started> {
     for arg in start.args {
         argv.push(c_string(arg)?);
     }
-    let mut envp = Vec::with_capacity(start.env.len());
-    for (key, value) in start.env {
-        envp.push(c_string(OsStr::new(&format!("{key}={value}")))?);
-    }
+    let envp = env_strings(start.env)?;
     let cwd = c_string(start.cwd.as_os_str())?;
 
     let mut actions = FileActions::new()?;
@@ -167,18 +165,6 @@ pub(crate) fn spawn(start: &Start<'_>) -> std::io::Result<Started> {
     Ok(Started { child, pipes })
 }
 
-/// As `std::process` refuses them: an argument, a variable or a path with a NUL in it.
-fn c_string(text: &OsStr) -> std::io::Result<CString> {
-    CString::new(text.as_bytes()).map_err(|_| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "nul byte found in provided data")
-    })
-}
-
-fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
-    strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
-}
-
-/// (read end, write end), both close-on-exec: the child gets its end through a `dup2`.
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }

@@ -16,6 +16,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::exec_setup::{c_string, env_strings, null_terminated};
+
 /// The search path when the environment has no `PATH`: musl's, which the reference's helper
 /// uses.
 const DEFAULT_SEARCH_PATH: &str = "/usr/local/bin:/bin:/usr/bin";
@@ -55,7 +57,7 @@ impl PreparedExec {
             // Nothing to try: an empty name is not found.
             Vec::new()
         } else if program.as_bytes().contains(&b'/') {
-            vec![c_string(program.as_bytes())?]
+            vec![c_string(program)?]
         } else {
             let search = search.unwrap_or(OsStr::new(DEFAULT_SEARCH_PATH));
             search
@@ -65,18 +67,15 @@ impl PreparedExec {
                 .map(|dir| {
                     if dir.is_empty() { Path::new(".") } else { Path::new(OsStr::from_bytes(dir)) }
                 })
-                .map(|dir| c_string(dir.join(program).as_os_str().as_bytes()))
+                .map(|dir| c_string(dir.join(program).as_os_str()))
                 .collect::<io::Result<_>>()?
         };
         let owned_argv = std::iter::once(arg0)
             .chain(args.iter().map(OsString::as_os_str))
-            .map(|arg| c_string(arg.as_bytes()))
+            .map(c_string)
             .collect::<io::Result<Vec<_>>>()?;
         let owned_env = match env {
-            Some(env) => env
-                .iter()
-                .map(|(key, value)| c_string(format!("{key}={value}").as_bytes()))
-                .collect::<io::Result<Vec<_>>>()?,
+            Some(env) => env_strings(env)?,
             None => Vec::new(),
         };
         Ok(Self {
@@ -113,16 +112,6 @@ impl PreparedExec {
         }
         io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT })
     }
-}
-
-fn c_string(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(io::ErrorKind::InvalidInput, "an argument or variable holds a NUL byte")
-    })
-}
-
-fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
-    strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
 }
 
 #[cfg(test)]

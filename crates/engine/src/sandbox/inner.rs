@@ -138,11 +138,9 @@ pub fn exec_failure(name: &OsStr, error: &std::io::Error) -> String {
 /// Marks every descriptor above stderr close-on-exec: the launcher's pipes and the
 /// descriptors bubblewrap was handed must not reach the command.
 fn close_inherited_descriptors() {
-    // SAFETY: a plain system call. Failure (a kernel before 5.11) leaves the descriptors
-    // as bubblewrap left them, which it closes itself but for its own.
-    unsafe {
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
-    }
+    // Failure (no `/proc` to list them on a kernel before 5.11) leaves the descriptors as
+    // bubblewrap left them, which it closes itself but for its own.
+    let _ = crate::exec_setup::close_on_exec_from(3);
 }
 
 /// Blocks SIGCHLD and the forwarded signals, so they are taken one by one with

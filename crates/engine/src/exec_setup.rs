@@ -1,6 +1,29 @@
-//! Keeping a process's open descriptors from the programs it starts.
+//! What a child is handed at `exec`, shared by every way Tether starts one (`posix_spawn`, a
+//! forked child's own exec, the sandbox's inner stage): arguments and environment as the
+//! kernel takes them, and the descriptors a process keeps from its children.
 
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
+
+/// `text` as a NUL-terminated string, refused as `std::process` refuses it (in its words, which
+/// the reference's answers carry) when it holds a NUL.
+pub fn c_string(text: &OsStr) -> io::Result<CString> {
+    CString::new(text.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
+}
+
+/// `env` as `KEY=value` strings, in order.
+pub fn env_strings(env: &BTreeMap<String, String>) -> io::Result<Vec<CString>> {
+    env.iter().map(|(key, value)| c_string(OsStr::new(&format!("{key}={value}")))).collect()
+}
+
+/// Pointers to `strings`, ending in a null pointer: the array `exec` and `posix_spawn` take.
+/// It points into `strings`, which must outlive it unmoved.
+pub fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+}
 
 /// Marks every open descriptor numbered `first` or above close-on-exec, so that no child
 /// inherits it while this process keeps using it. `close_range` does it in one call (Linux
