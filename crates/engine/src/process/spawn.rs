@@ -79,6 +79,11 @@ struct CommandLine {
 }
 
 impl CommandLine {
+    /// What the program sees as `argv[0]`.
+    fn argv0(&self) -> &OsStr {
+        self.arg0.as_deref().map_or(self.program.as_os_str(), OsStr::new)
+    }
+
     /// The numbers of the descriptors the child must inherit.
     fn inherited_fds(&self) -> Vec<i32> {
         self.inherited.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect()
@@ -216,7 +221,7 @@ fn spawn_without_fork(
     let inherited = line.inherited_fds();
     posix_spawn::spawn(&Start {
         program: &line.program,
-        arg0: line.arg0.as_deref().map_or(line.program.as_os_str(), OsStr::new),
+        arg0: line.argv0(),
         args: &line.args,
         cwd: &request.cwd,
         env,
@@ -336,7 +341,7 @@ fn spawn_forked(
     let exec = match &line.filter {
         Some(_) => Some(PreparedExec::new(
             line.program.as_os_str(),
-            line.arg0.as_deref().map_or(line.program.as_os_str(), OsStr::new),
+            line.argv0(),
             &line.args,
             Some(env),
             env.get("PATH").map(OsStr::new),

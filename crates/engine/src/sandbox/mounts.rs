@@ -156,27 +156,29 @@ pub fn plan(
         .map(|grant| Grant { path: resolved(&grant.path), ..grant.clone() })
         .collect();
     grants.sort_by_key(|g| g.path.components().count());
-    let writable: Vec<PathBuf> = grants
+    // Each writable root, with its protected names as the kernel reaches them.
+    let writable: Vec<(PathBuf, Vec<PathBuf>)> = grants
         .iter()
         .filter(|g| g.access == GrantAccess::Write && g.path.is_dir())
-        .map(|g| g.path.clone())
+        .map(|g| {
+            let names = PROTECTED_NAMES.iter().map(|name| resolved(&g.path.join(name))).collect();
+            (g.path.clone(), names)
+        })
         .collect();
-    let protected: Vec<PathBuf> = writable
-        .iter()
-        .flat_map(|root| PROTECTED_NAMES.iter().map(move |name| resolved(&root.join(name))))
-        .collect();
+    let is_protected =
+        |path: &Path| writable.iter().any(|(_, names)| names.iter().any(|n| n == path));
     let mut hidden = 0usize;
     for grant in &grants {
         match grant.access {
             GrantAccess::Write => {
-                if !grant.path.is_dir() {
+                let Some((_, names)) = writable.iter().find(|(root, _)| *root == grant.path) else {
                     // A single file is bound writable as it is (it has no protected names); a
                     // missing path grants nothing.
                     if grant.path.is_file() {
                         plan.path_args("--bind", &grant.path);
                     }
                     continue;
-                }
+                };
                 plan.path_args("--bind", &grant.path);
                 if grant.path == Path::new("/") {
                     // The host's `/dev` came with `/`, bound without devices: a fresh one
@@ -184,15 +186,15 @@ pub fn plan(
                     plan.arg("--dev").arg("/dev");
                     plan.arg("--bind-try").arg("/dev/shm").arg("/dev/shm");
                 }
-                for name in PROTECTED_NAMES {
-                    protect(&mut plan, &resolved(&grant.path.join(name)))?;
+                for name in names {
+                    protect(&mut plan, name)?;
                 }
             }
             // Protected names are handled with their root; elsewhere a read grant matters
             // only where `/` is not readable, or inside something writable.
-            GrantAccess::Read if protected.contains(&grant.path) => {}
+            GrantAccess::Read if is_protected(&grant.path) => {}
             GrantAccess::Read => {
-                let inside_writable = writable.iter().any(|root| grant.path.starts_with(root));
+                let inside_writable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
                 if (policy.base != Base::Root || inside_writable) && grant.path.exists() {
                     plan.path_args("--ro-bind", &grant.path);
                 }
