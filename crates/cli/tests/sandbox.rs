@@ -10,7 +10,8 @@
 //!   workspace-write): the filesystem, the protected names (`.git`, …) and their synthetic
 //!   directories on the host, pid and network isolation, escape attempts, ttys, stdin, signals
 //!   and the failures of the sandbox itself;
-//! * `fs/*` writes and reads under an intent.
+//! * `fs/*` writes and reads under an intent;
+//! * the Codex app-server's socket directory, hidden from every full sandbox.
 //!
 //! Every scenario works in directories of its own under `/var/tmp`, not `/tmp`: the
 //! workspace-write intent also grants `/tmp`, which would hide the difference between a Root and
@@ -72,6 +73,8 @@ against_both!(
     a_minimal_intent_runs_on_the_platform_and_the_roots,
     a_missing_none_path_cannot_be_created,
     an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere,
+    the_app_server_socket_dir_is_masked_in_every_full_sandbox,
+    a_foreign_app_server_socket_dir_refuses_every_full_sandbox,
 );
 
 const EROFS: &str = "Read-only file system (os error 30)";
@@ -1570,6 +1573,117 @@ async fn a_missing_none_path_cannot_be_created(target: Target) {
 // ---------------------------------------------------------------------------------------------
 // 11. Sandboxed and unsandboxed processes on one session
 
+/// The Codex daemon's socket directory (`/tmp/codex-daemon-<uid>`, private to its user) is an
+/// empty, unreadable, read-only directory in every full sandbox, the network enabled or not: a
+/// Unix socket needs no network, and the daemon runs what it is asked unconfined. Where `/tmp`
+/// is a writable root too, the mask is laid again over its bind. On the host the directory and
+/// what is in it stay as they were (both servers make it, private, when it is missing).
+async fn the_app_server_socket_dir_is_masked_in_every_full_sandbox(target: Target) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // `/proc/self` belongs to whoever looks at it: this process's user, the servers'.
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    let dir = PathBuf::from(format!("/tmp/codex-daemon-{uid}"));
+    match std::fs::DirBuilder::new().recursive(false).create(&dir) {
+        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap(),
+        Err(error) => assert_eq!(error.kind(), ErrorKind::AlreadyExists, "{error}"),
+    }
+    let socket = dir.join(format!("tether-test-{}-{target:?}", std::process::id()));
+    std::fs::write(&socket, "daemon").unwrap();
+    let root = HostDir::new(target, "socket-dir");
+    let (_server, mut client) = started(target).await;
+    let d = dir.display();
+    let script = format!(
+        "stat -c '%a %s %F' {d}; ls {d} 2>&1; cat {d}/* 2>&1; touch {d}/x 2>&1; \\
+         grep -c ' {d} ' /proc/self/mountinfo"
+    );
+    let read_only = process_intent(read_only_entries(), &root);
+    let workspace_write = process_intent(workspace_write_entries(), &root);
+    let networked = edited(&workspace_write, |intent| {
+        intent["permissions"]["network"] = json!("enabled");
+    });
+    for (name, intent, mounts) in
+        [("ro", read_only, 1), ("ww", workspace_write, 2), ("ww-net", networked, 2)]
+    {
+        let finished = run(&mut client, sandboxed(name, &script, &root, intent)).await;
+        assert_eq!(
+            finished.stdout,
+            format!(
+                "0 40 directory\n\
+                 ls: cannot open directory '{d}': Permission denied\n\
+                 cat: '{d}/*': Permission denied\n\
+                 touch: cannot touch '{d}/x': Permission denied\n\
+                 {mounts}\n"
+            ),
+            "{name}: {finished:?}"
+        );
+        assert_eq!((finished.exit_code, finished.sandbox_denied), (0, false), "{name}");
+    }
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700);
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "daemon");
+    std::fs::remove_file(&socket).unwrap();
+}
+
+/// A socket directory that is not the server user's own, private directory (here: another
+/// user's) could not be trusted to be the one the mask hides: every full sandbox is refused —
+/// the start answered, the command never run, exit 1 in the reference's words. The server runs
+/// as a uid of a user namespace of its own (one per server, as the two run at once), so that no
+/// other scenario's directory is touched; the directory is the host's `nobody`'s.
+async fn a_foreign_app_server_socket_dir_refuses_every_full_sandbox(target: Target) {
+    let uid = match target {
+        Target::Tether => 4242,
+        Target::Reference => 4243,
+    };
+    let dir = PathBuf::from(format!("/tmp/codex-daemon-{uid}"));
+    let _ = std::fs::remove_dir(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let root = HostDir::new(target, "foreign-socket-dir");
+    let home = HostDir::new(target, "foreign-socket-dir-home");
+    let script = format!("touch {}", root.display("ran"));
+    let params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
+    let server = match target {
+        Target::Tether => format!(
+            "{} serve --listen stdio",
+            tether_testkit::server::tether_binary().unwrap().display()
+        ),
+        Target::Reference => {
+            format!(
+                "{} exec-server --listen stdio",
+                tether_testkit::server::reference_binary().unwrap().display()
+            )
+        }
+    };
+    let map_user = format!("--map-user={uid}");
+    let launcher = ["unshare", "--user", &map_user, "/bin/sh", "-c", &format!("exec {server}")];
+    let env = [("CODEX_HOME", home.display(""))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let seen = stdio_session(&launcher, &env, params).await;
+    let write = json!({"path": root.uri("written"), "dataBase64": "eA==",
+        "sandbox": fs_intent(workspace_write_entries(), &root)});
+    let written = stdio_answer(&launcher, &env, "fs/writeFile", write).await;
+    std::fs::remove_dir(&dir).unwrap();
+    assert_eq!(
+        written["error"],
+        json!({"code": -32603, "message": "fs sandbox helper failed with status exit status: 1: \
+            error building bubblewrap command: app-server socket directory must be a \
+            user-owned directory with mode 0700"})
+    );
+    assert!(!root.exists("written"));
+    assert_eq!(start_result(&seen)["sandboxType"], "linuxSeccomp", "{seen:?}");
+    let (stderr, exited) = stderr_and_exit(&seen);
+    assert_eq!(
+        stderr,
+        "error building bubblewrap command: app-server socket directory must be a user-owned \
+         directory with mode 0700\n"
+    );
+    assert_eq!(
+        (exited["exitCode"].clone(), exited["sandboxDenied"].clone()),
+        (json!(1), json!(false))
+    );
+    assert!(!root.exists("ran"), "the command never ran");
+}
+
 async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Target) {
     let root = HostDir::new(target, "mixed");
     let outside = HostDir::new(target, "mixed-outside");
@@ -1629,6 +1743,43 @@ async fn stdio_session(launcher: &[&str], env: &[(&str, &str)], params: Value) -
     drop(stdin);
     let _ = server.wait().await;
     seen
+}
+
+/// The answer to one request (`method` with `params`) in a stdio session of its own.
+async fn stdio_answer(
+    launcher: &[&str],
+    env: &[(&str, &str)],
+    method: &str,
+    params: Value,
+) -> Value {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut server = tokio::process::Command::new(launcher[0])
+        .args(&launcher[1..])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    for request in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "stdio"}}),
+        json!({"method": "initialized", "params": {}}),
+        json!({"id": 2, "method": method, "params": params}),
+    ] {
+        stdin.write_all(format!("{request}\n").as_bytes()).await.unwrap();
+    }
+    loop {
+        let line = lines.next_line().await.unwrap().expect("the server answered");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == 2 {
+            drop(stdin);
+            let _ = server.wait().await;
+            return message;
+        }
+    }
 }
 
 /// The answer to the session's `process/start`. Notifications of the process may come before

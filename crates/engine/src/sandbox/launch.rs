@@ -6,8 +6,9 @@
 //! - the full sandbox: `bwrap <mounts and namespaces> -- <tether> __tether-sandbox exec … --
 //!   <command>` ([`Launch::Wrapped`]);
 //! - a full sandbox this host cannot build: `/bin/sh` printing why, and exiting
-//!   [`inner::EXEC_FAILED_STATUS`] — the start is answered as the reference answers it, and
-//!   the command never runs.
+//!   [`inner::EXEC_FAILED_STATUS`] ([`SOCKET_DIR_REFUSED_STATUS`] when the app-server socket
+//!   directory is not fit to be masked) — the start is answered as the reference answers it,
+//!   and the command never runs.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -19,7 +20,7 @@ use tether_protocol::sandbox::{NetworkAccess, SandboxContext};
 
 use super::Sandboxing;
 use super::inner::{self, ExecArgs};
-use super::mounts;
+use super::mounts::{self, PlanError};
 use super::policy::{self, Confinement, Context, PolicyError};
 use super::seccomp::{self, NetworkRule};
 use super::synthetic::SyntheticTargets;
@@ -38,6 +39,10 @@ pub struct Start<'a> {
     /// What the program sees as `argv[0]`.
     pub arg0: &'a str,
 }
+
+/// How a start whose sandbox is refused for the app-server socket directory exits: as the
+/// reference's helper exits when it cannot build bubblewrap's command.
+pub const SOCKET_DIR_REFUSED_STATUS: i32 = 1;
 
 /// What to run instead of, or around, the command.
 pub enum Launch {
@@ -83,19 +88,25 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Poli
             "tether sandbox: filesystem-restricted execution requires bubblewrap; \
              `useLegacyLandlock` (Landlock alone) cannot confine it as asked: send the intent \
              without it",
+            inner::EXEC_FAILED_STATUS,
         ),
         Confinement::Full(full) => {
             match (sandboxing.unavailable(), &sandboxing.bwrap, &sandboxing.helper) {
                 (None, Some(bwrap), Some(helper)) => match wrapped(&full, bwrap, helper, start) {
                     Ok(wrapped) => Launch::Wrapped(wrapped),
-                    Err(error) => fail_closed(&format!(
-                        "tether sandbox: failed to prepare process sandbox: {error}"
-                    )),
+                    Err(PlanError::SocketDir(refused)) => fail_closed(
+                        &format!("error building bubblewrap command: {refused}"),
+                        SOCKET_DIR_REFUSED_STATUS,
+                    ),
+                    Err(PlanError::Io(error)) => fail_closed(
+                        &format!("tether sandbox: failed to prepare process sandbox: {error}"),
+                        inner::EXEC_FAILED_STATUS,
+                    ),
                 },
-                (reason, ..) => fail_closed(&format!(
-                    "tether sandbox: {}",
-                    reason.unwrap_or_else(|| "unavailable".into())
-                )),
+                (reason, ..) => fail_closed(
+                    &format!("tether sandbox: {}", reason.unwrap_or_else(|| "unavailable".into())),
+                    inner::EXEC_FAILED_STATUS,
+                ),
             }
         }
     })
@@ -106,7 +117,7 @@ fn wrapped(
     bwrap: &Path,
     helper: &Path,
     start: Start<'_>,
-) -> std::io::Result<Wrapped> {
+) -> Result<Wrapped, PlanError> {
     let mut plan = mounts::plan(full, helper, start.cwd, mounts::Purpose::Command)?;
     let (info_read, info_write) = info_pipe()?;
     plan.args.push("--info-fd".into());
@@ -164,16 +175,19 @@ fn info_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// and exits [`inner::EXEC_FAILED_STATUS`]: for a sandboxed start whose command could not be
 /// executed outside bubblewrap (the network filter alone, or no confinement).
 pub fn failed_exec(name: &std::ffi::OsStr, error: &std::io::Error) -> Launch {
-    fail_closed(&format!("tether sandbox: {}", inner::exec_failure(name, error)))
+    fail_closed(
+        &format!("tether sandbox: {}", inner::exec_failure(name, error)),
+        inner::EXEC_FAILED_STATUS,
+    )
 }
 
-/// A child that says `why` on stderr and exits as a failed sandboxed exec does.
-fn fail_closed(why: &str) -> Launch {
+/// A child that says `why` on stderr and exits with `status`.
+fn fail_closed(why: &str, status: i32) -> Launch {
     Launch::Wrapped(Wrapped {
         program: PathBuf::from("/bin/sh"),
         args: vec![
             "-c".into(),
-            format!("printf '%s\\n' \"$0\" >&2; exit {}", inner::EXEC_FAILED_STATUS).into(),
+            format!("printf '%s\\n' \"$0\" >&2; exit {status}").into(),
             why.into(),
         ],
         inherited: Vec::new(),

@@ -5,6 +5,7 @@
 //!   or the full sandbox with its grants.
 //! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the host's
 //!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
+//! - [`socket_dir`]: the Codex app-server's socket directory, masked in every full sandbox.
 //! - [`seccomp`]: the system-call filters; [`exec`] executes a command after one is installed,
 //!   without glibc's `/bin/sh` retry.
 //! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
@@ -25,6 +26,7 @@ pub mod launch;
 pub mod mounts;
 pub mod policy;
 pub mod seccomp;
+pub mod socket_dir;
 pub mod synthetic;
 
 use std::path::{Path, PathBuf};

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use tether_protocol::sandbox::NetworkAccess;
 
 use super::policy::{Base, FullPolicy, Grant, GrantAccess, PROTECTED_NAMES};
+use super::socket_dir::{self, SocketDirRefused};
 use super::synthetic::{Kind, SyntheticTargets};
 use crate::wildcard::{self, Case};
 
@@ -27,6 +28,18 @@ const LOADER_PATHS: [&str; 4] = ["/lib", "/lib64", "/usr/lib", "/usr/lib64"];
 /// How many paths one sandbox may hide. Each costs a mount and a descriptor at launch; a glob
 /// matching more than this refuses the launch rather than hide only some.
 pub const MAX_HIDDEN_PATHS: usize = 256;
+
+/// Why a sandbox's arguments could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The app-server socket directory is not as it must be to be masked (see
+    /// [`socket_dir`]).
+    #[error(transparent)]
+    SocketDir(#[from] SocketDirRefused),
+    /// The host could not be looked at, or a mount target made.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
 
 /// bubblewrap's arguments up to the command, and what they hold on the host.
 #[derive(Debug, Default)]
@@ -51,6 +64,14 @@ impl Plan {
     /// An empty read-only directory over `path`, with `mode`.
     fn empty_dir(&mut self, path: &Path, mode: &str) {
         self.arg("--perms").arg(mode).arg("--tmpfs").arg(path).arg("--remount-ro").arg(path);
+    }
+
+    /// After a bind of `bound`: the app-server socket directory, if it is below, masked again
+    /// (the bind brought the host's back).
+    fn mask_socket_dir_below(&mut self, bound: &Path, socket_dir: Option<&Path>) {
+        if let Some(dir) = socket_dir.filter(|dir| dir.starts_with(bound)) {
+            self.empty_dir(dir, "000");
+        }
     }
 
     /// `path` hidden: an empty, unreadable directory or file in its place. A missing path
@@ -131,7 +152,10 @@ pub fn plan(
     helper: &Path,
     cwd: &Path,
     purpose: Purpose,
-) -> std::io::Result<Plan> {
+) -> Result<Plan, PlanError> {
+    let socket_dir = socket_dir::prepare(&socket_dir::path(), rustix::process::geteuid().as_raw())?
+        .map(|dir| resolved(&dir));
+    let socket_dir = socket_dir.as_deref();
     let mut plan = Plan::default();
     plan.arg("--as-pid-1").arg("--new-session").arg("--die-with-parent");
     match (policy.base, purpose) {
@@ -148,6 +172,9 @@ pub fn plan(
         plan.path_args("--ro-bind", helper);
     }
     plan.arg("--dev").arg("/dev");
+    if policy.base == Base::Root {
+        plan.mask_socket_dir_below(Path::new("/"), socket_dir);
+    }
 
     // Every grant as the kernel reaches it, least specific first again.
     let mut grants: Vec<Grant> = policy
@@ -186,6 +213,7 @@ pub fn plan(
                     plan.arg("--dev").arg("/dev");
                     plan.arg("--bind-try").arg("/dev/shm").arg("/dev/shm");
                 }
+                plan.mask_socket_dir_below(&grant.path, socket_dir);
                 for name in names {
                     protect(&mut plan, name)?;
                 }
@@ -197,6 +225,7 @@ pub fn plan(
                 let inside_writable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
                 if (policy.base != Base::Root || inside_writable) && grant.path.exists() {
                     plan.path_args("--ro-bind", &grant.path);
+                    plan.mask_socket_dir_below(&grant.path, socket_dir);
                 }
             }
             GrantAccess::None => {

@@ -26,7 +26,7 @@ use wire::Answer;
 use super::FsError;
 use crate::sandbox::Sandboxing;
 use crate::sandbox::inner::HELPER_ARG;
-use crate::sandbox::mounts::{self, Purpose};
+use crate::sandbox::mounts::{self, PlanError, Purpose};
 use crate::sandbox::policy::FullPolicy;
 
 /// The largest request the helper reads: a whole-file write of the largest file a client may
@@ -73,7 +73,14 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
         return Err(FsError::other(format!("fs sandbox helper failed to start: {why}")));
     };
     let plan = mounts::plan(policy, helper, std::path::Path::new("/"), Purpose::FileOperation)
-        .map_err(|e| FsError::other(format!("failed to prepare fs sandbox: {e}")))?;
+        .map_err(|error| match error {
+            // In the words of the reference's helper, which fails to build its sandbox.
+            PlanError::SocketDir(refused) => FsError::other(format!(
+                "fs sandbox helper failed with status exit status: {}: error building bubblewrap command: {refused}",
+                crate::sandbox::launch::SOCKET_DIR_REFUSED_STATUS
+            )),
+            PlanError::Io(error) => FsError::other(format!("failed to prepare fs sandbox: {error}")),
+        })?;
     let request = serde_json::to_vec(&op).expect("an operation serialises");
     let (ours, theirs) = UnixStream::pair().map_err(FsError::from)?;
     ours.set_nonblocking(true).map_err(FsError::from)?;
