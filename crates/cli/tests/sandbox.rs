@@ -1516,7 +1516,8 @@ async fn fs_without_root_read_sees_the_roots_and_the_platform_only(target: Targe
 }
 
 /// `minimal` gives a command the platform (`/bin`, `/etc`, `/usr`, …) and the intent's roots;
-/// other host paths are not there.
+/// other host paths are not there. A platform path that is a link on the host (`/bin` →
+/// `usr/bin` where `/usr` is merged) is the directory it leads to.
 async fn a_minimal_intent_runs_on_the_platform_and_the_roots(target: Target) {
     let root = HostDir::new(target, "minimal");
     let outside = HostDir::new(target, "minimal-outside");
@@ -1524,12 +1525,15 @@ async fn a_minimal_intent_runs_on_the_platform_and_the_roots(target: Target) {
     outside.file("o", "out\n");
     let (_server, mut client) = started(target).await;
     let entries = vec![special("minimal", "read"), special("project_roots", "write")];
-    let script = format!("cat /etc/hostname public && echo w > w && cat {}", outside.display("o"));
+    let script = format!(
+        "stat -c %F /bin /lib /usr && cat /etc/hostname public && echo w > w && cat {}",
+        outside.display("o")
+    );
     let finished =
         run(&mut client, sandboxed("minimal", &script, &root, process_intent(entries, &root)))
             .await;
     let hostname = std::fs::read_to_string("/etc/hostname").unwrap();
-    assert_eq!(finished.stdout, format!("{hostname}hello\n"));
+    assert_eq!(finished.stdout, format!("directory\ndirectory\ndirectory\n{hostname}hello\n"));
     assert_eq!(
         finished.stderr,
         format!("cat: {}: {}\n", outside.display("o"), "No such file or directory")

@@ -117,18 +117,12 @@ impl Plan {
         Ok(())
     }
 
-    /// Read-only binds of `paths`, links kept as links.
+    /// Read-only binds of those of `paths` that exist. A link is bound as what it leads to,
+    /// as the reference binds it: on a merged-`/usr` host `/bin` is a directory inside, not a
+    /// link to `usr/bin`.
     fn read_only_paths(&mut self, paths: &[&str]) {
-        for path in paths.iter().map(Path::new) {
-            match std::fs::symlink_metadata(path) {
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    if let Ok(target) = std::fs::read_link(path) {
-                        self.arg("--symlink").arg(target).arg(path);
-                    }
-                }
-                Ok(_) => self.path_args("--ro-bind", path),
-                Err(_) => {}
-            }
+        for path in paths.iter().map(Path::new).filter(|path| path.exists()) {
+            self.path_args("--ro-bind", path);
         }
     }
 }
