@@ -1605,10 +1605,14 @@ async fn the_app_server_socket_dir_is_masked_in_every_full_sandbox(target: Targe
     let networked = edited(&workspace_write, |intent| {
         intent["permissions"]["network"] = json!("enabled");
     });
-    for (name, intent, mounts) in
-        [("ro", read_only, 1), ("ww", workspace_write, 2), ("ww-net", networked, 2)]
-    {
-        let finished = run(&mut client, sandboxed(name, &script, &root, intent)).await;
+    let mut seen = Vec::new();
+    for (name, intent) in [("ro", read_only), ("ww", workspace_write), ("ww-net", networked)] {
+        seen.push(run(&mut client, sandboxed(name, &script, &root, intent)).await);
+    }
+    // Taken out of the user's directory before anything is asserted.
+    let left = std::fs::read_to_string(&socket);
+    std::fs::remove_file(&socket).unwrap();
+    for ((name, mounts), finished) in [("ro", 1), ("ww", 2), ("ww-net", 2)].into_iter().zip(seen) {
         assert_eq!(
             finished.stdout,
             format!(
@@ -1624,8 +1628,7 @@ async fn the_app_server_socket_dir_is_masked_in_every_full_sandbox(target: Targe
     }
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o700);
-    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "daemon");
-    std::fs::remove_file(&socket).unwrap();
+    assert_eq!(left.unwrap(), "daemon");
 }
 
 /// A socket directory that is not the server user's own, private directory (here: another
