@@ -75,6 +75,8 @@ against_both!(
     an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere,
     the_app_server_socket_dir_is_masked_in_every_full_sandbox,
     a_foreign_app_server_socket_dir_refuses_every_full_sandbox,
+    none_globs_hide_the_regular_files_found_from_their_directory,
+    none_globs_that_would_search_everything_are_refused,
 );
 
 const EROFS: &str = "Read-only file system (os error 30)";
@@ -1689,6 +1691,87 @@ async fn a_foreign_app_server_socket_dir_refuses_every_full_sandbox(target: Targ
         (json!(1), json!(false))
     );
     assert!(!root.exists("ran"), "the command never ran");
+}
+
+/// A `none` glob hides the regular files it matches below the directory its literal part
+/// names, a relative one in the policy cwd: never a directory (what is in it stays readable),
+/// never a link, never the directory searched; `*` stays within a name, `**` spans
+/// directories, `[…]` and `{a,b}` choose. A directory that is not there hides nothing.
+async fn none_globs_hide_the_regular_files_found_from_their_directory(target: Target) {
+    let root = HostDir::new(target, "none-globs");
+    for file in ["zz", "a/zz", "a/b/c/zz", "d2/inner"] {
+        root.file(file, "x");
+    }
+    std::os::unix::fs::symlink(root.path("zz"), root.path("lf")).unwrap();
+    let (_server, mut client) = started(target).await;
+    let r = root.display("");
+    // R readable, D denied: zz, a/zz, a/b/c/zz, d2/inner, lf (a link to zz), a (a directory).
+    let script = "for f in zz a/zz a/b/c/zz d2/inner; do \
+                  if cat $f >/dev/null 2>&1; then printf R; else printf D; fi; done; \
+                  if readlink lf >/dev/null; then printf L; fi; if ls a >/dev/null; then echo R; fi";
+    let cases = [
+        ("z?", "DRRRLR"),
+        ("**/zz", "DDDRLR"),
+        ("./a/*", "RDRRLR"),
+        (&format!("{r}/**") as &str, "DDDDLR"),
+        (&format!("{r}/*"), "DRRRLR"),
+        (&format!("{r}/[dz]*/*"), "RRRDLR"),
+        (&format!("{r}/{{zz,lf,a}}?"), "RRRRLR"),
+        (&format!("{r}/{{z,lf,a}}?"), "DRRRLR"),
+        (&format!("{r}/a/**/"), "RDDRLR"),
+        (&format!("{r}/missing/*"), "RRRRLR"),
+        (&format!("{r}/zz/*"), "RRRRLR"),
+    ];
+    for (index, (pattern, expected)) in cases.into_iter().enumerate() {
+        let mut entries = read_only_entries();
+        entries
+            .push(json!({"path": {"type": "glob_pattern", "pattern": pattern}, "access": "none"}));
+        let id = format!("glob-{index}");
+        let finished =
+            run(&mut client, sandboxed(&id, script, &root, process_intent(entries, &root))).await;
+        assert_eq!(finished.stdout, format!("{expected}\n"), "{pattern}: {finished:?}");
+    }
+}
+
+/// A `none` glob with no directory to start from — a wildcard right after `/`, or none at
+/// all (`{a,b}` alone is none) — would search the whole filesystem or is no glob: the sandbox is not built, for a
+/// command (exit 1) and for a file call (`-32603`), in the reference's words.
+async fn none_globs_that_would_search_everything_are_refused(target: Target) {
+    let root = HostDir::new(target, "none-glob-refused");
+    root.file("file", "x");
+    let (_server, mut client) = started(target).await;
+    let glob = |pattern: &str| json!({"path": {"type": "glob_pattern", "pattern": pattern}, "access": "none"});
+    let refusal = |pattern: &str| {
+        format!(
+            "error building bubblewrap command: Fatal error: unreadable glob `{pattern}` cannot be \
+             safely expanded; use a pattern with a non-root directory prefix"
+        )
+    };
+    let literal = root.display("file");
+    let alternatives = root.display("{file,other}");
+    for (index, pattern) in ["/**/file", "/*/file", &literal, &alternatives].into_iter().enumerate()
+    {
+        let mut entries = read_only_entries();
+        entries.push(glob(pattern));
+        let id = format!("refused-{index}");
+        let script = format!("touch {}", root.display("ran"));
+        let finished =
+            run(&mut client, sandboxed(&id, &script, &root, process_intent(entries, &root))).await;
+        assert_eq!(finished.stderr, format!("{}\n", refusal(pattern)), "{pattern}");
+        assert_eq!(finished.exit_code, 1, "{pattern}");
+        assert!(!root.exists("ran"), "{pattern}: the command never ran");
+    }
+    let mut entries = workspace_write_entries();
+    entries.push(glob("/*/file"));
+    let write = json!({"path": root.uri("written"), "dataBase64": "eA==",
+        "sandbox": fs_intent(entries, &root)});
+    let error = client.err("fs/writeFile", write).await.unwrap();
+    assert_error(
+        error,
+        -32603,
+        &format!("fs sandbox helper failed with status exit status: 1: {}", refusal("/*/file")),
+    );
+    assert!(!root.exists("written"));
 }
 
 async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Target) {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use tether_protocol::process::{EnvInherit, EnvPolicy};
 
-use crate::wildcard::{self, Case};
+use crate::wildcard;
 
 /// Names a `core` policy inherits: enough for a shell to find programs, a home and a locale.
 pub const CORE_VARIABLES: &[&str] = &[
@@ -83,9 +83,7 @@ pub fn child_env(
 }
 
 fn matches_any<S: AsRef<str>>(patterns: &[S], name: &str) -> bool {
-    patterns
-        .iter()
-        .any(|p| wildcard::matches(p.as_ref().as_bytes(), name.as_bytes(), Case::IgnoreAscii))
+    patterns.iter().any(|p| wildcard::matches(p.as_ref().as_bytes(), name.as_bytes()))
 }
 
 #[cfg(test)]

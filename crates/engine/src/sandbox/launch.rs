@@ -6,9 +6,9 @@
 //! - the full sandbox: `bwrap <mounts and namespaces> -- <tether> __tether-sandbox exec … --
 //!   <command>` ([`Launch::Wrapped`]);
 //! - a full sandbox this host cannot build: `/bin/sh` printing why, and exiting
-//!   [`inner::EXEC_FAILED_STATUS`] ([`SOCKET_DIR_REFUSED_STATUS`] when the app-server socket
-//!   directory is not fit to be masked) — the start is answered as the reference answers it,
-//!   and the command never runs.
+//!   [`inner::EXEC_FAILED_STATUS`] ([`BUILD_REFUSED_STATUS`] when the reference's helper would
+//!   refuse it too: an unfit app-server socket directory, a `none` glob it will not search) —
+//!   the start is answered as the reference answers it, and the command never runs.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -40,9 +40,10 @@ pub struct Start<'a> {
     pub arg0: &'a str,
 }
 
-/// How a start whose sandbox is refused for the app-server socket directory exits: as the
-/// reference's helper exits when it cannot build bubblewrap's command.
-pub const SOCKET_DIR_REFUSED_STATUS: i32 = 1;
+/// How a start whose sandbox is refused ([`PlanError::is_refusal`]: the app-server socket
+/// directory, a `none` glob) exits: as the reference's helper exits when it will not build
+/// bubblewrap's command.
+pub const BUILD_REFUSED_STATUS: i32 = 1;
 
 /// What to run instead of, or around, the command.
 pub enum Launch {
@@ -94,11 +95,11 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Poli
             match (sandboxing.unavailable(), &sandboxing.bwrap, &sandboxing.helper) {
                 (None, Some(bwrap), Some(helper)) => match wrapped(&full, bwrap, helper, start) {
                     Ok(wrapped) => Launch::Wrapped(wrapped),
-                    Err(PlanError::SocketDir(refused)) => fail_closed(
+                    Err(refused) if refused.is_refusal() => fail_closed(
                         &format!("error building bubblewrap command: {refused}"),
-                        SOCKET_DIR_REFUSED_STATUS,
+                        BUILD_REFUSED_STATUS,
                     ),
-                    Err(PlanError::Io(error)) => fail_closed(
+                    Err(error) => fail_closed(
                         &format!("tether sandbox: failed to prepare process sandbox: {error}"),
                         inner::EXEC_FAILED_STATUS,
                     ),

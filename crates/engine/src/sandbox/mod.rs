@@ -5,7 +5,8 @@
 //!   or the full sandbox with its grants.
 //! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the host's
 //!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
-//! - [`socket_dir`]: the Codex app-server's socket directory, masked in every full sandbox.
+//! - [`socket_dir`]: the Codex app-server's socket directory, masked in every full sandbox;
+//!   [`globs`] the files a `none` glob hides, searched as the reference searches them.
 //! - [`seccomp`]: the system-call filters; [`exec`] executes a command after one is installed,
 //!   without glibc's `/bin/sh` retry.
 //! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
@@ -21,6 +22,7 @@
 
 pub mod denied;
 pub mod exec;
+pub mod globs;
 pub mod inner;
 pub mod launch;
 pub mod mounts;

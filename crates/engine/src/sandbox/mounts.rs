@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use tether_protocol::sandbox::NetworkAccess;
 
+use super::globs::{self, GlobRefusal, MAX_GLOB_ENTRIES};
 use super::policy::{Base, FullPolicy, Grant, GrantAccess, PROTECTED_NAMES};
 use super::socket_dir::{self, SocketDirRefused};
 use super::synthetic::{Kind, SyntheticTargets};
-use crate::wildcard::{self, Case};
 
 /// The platform basics `minimal` makes readable.
 const MINIMAL_PATHS: [&str; 6] = ["/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"];
@@ -36,9 +36,20 @@ pub enum PlanError {
     /// [`socket_dir`]).
     #[error(transparent)]
     SocketDir(#[from] SocketDirRefused),
+    /// A `none` glob cannot be searched as asked (see [`globs`]).
+    #[error(transparent)]
+    Glob(#[from] GlobRefusal),
     /// The host could not be looked at, or a mount target made.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+impl PlanError {
+    /// Whether the reference's helper refuses to build this sandbox too (it then says so in
+    /// its words and exits 1), rather than the host failing Tether.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, PlanError::SocketDir(_) | PlanError::Glob(_))
+    }
 }
 
 /// bubblewrap's arguments up to the command, and what they hold on the host.
@@ -229,8 +240,21 @@ pub fn plan(
             }
         }
     }
-    for pattern in &policy.denied_globs {
-        for path in glob_matches(pattern)? {
+    let glob_matches = match policy.denied_globs.is_empty() {
+        true => Vec::new(),
+        false => globs::searching(|| {
+            let mut budget = MAX_GLOB_ENTRIES;
+            policy
+                .denied_globs
+                .iter()
+                .map(|pattern| {
+                    Ok((pattern, globs::expand(pattern, MAX_HIDDEN_PATHS, &mut budget)?))
+                })
+                .collect::<Result<Vec<_>, GlobRefusal>>()
+        })?,
+    };
+    for (pattern, paths) in glob_matches {
+        for path in paths {
             hidden += 1;
             within_hidden_limit(hidden, pattern)?;
             plan.hide(&path)?;
@@ -335,54 +359,6 @@ fn is_empty_dir(path: &Path) -> bool {
     std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
 }
 
-/// The existing paths an absolute glob matches: `*` and `?` within a name, `**` across any
-/// number of directories. Links are not followed while searching.
-fn glob_matches(pattern: &str) -> std::io::Result<Vec<PathBuf>> {
-    let parts: Vec<&str> = pattern.split('/').filter(|p| !p.is_empty()).collect();
-    let mut found = Vec::new();
-    walk_glob(Path::new("/"), &parts, &mut found);
-    Ok(found)
-}
-
-fn walk_glob(dir: &Path, parts: &[&str], found: &mut Vec<PathBuf>) {
-    if found.len() > MAX_HIDDEN_PATHS {
-        return;
-    }
-    let Some((first, rest)) = parts.split_first() else {
-        found.push(dir.to_path_buf());
-        return;
-    };
-    if *first == "**" {
-        walk_glob(dir, rest, found);
-        for child in subdirectories(dir) {
-            walk_glob(&child, parts, found);
-        }
-        return;
-    }
-    if !first.contains(['*', '?']) {
-        let next = dir.join(first);
-        if std::fs::symlink_metadata(&next).is_ok() {
-            walk_glob(&next, rest, found);
-        }
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        if wildcard::matches(first.as_bytes(), entry.file_name().as_encoded_bytes(), Case::Exact) {
-            walk_glob(&entry.path(), rest, found);
-        }
-    }
-}
-
-fn subdirectories(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,9 +413,6 @@ mod tests {
         std::fs::write(root.join("sub/deeper/b.key"), "secret").unwrap();
         std::fs::write(root.join("sub/c.txt"), "fine").unwrap();
         let pattern = format!("{}/**/*.key", root.display());
-        let mut found = glob_matches(&pattern).unwrap();
-        found.sort();
-        assert_eq!(found, vec![root.join("a.key"), root.join("sub/deeper/b.key")]);
         let policy = FullPolicy {
             base: Base::Root,
             grants: vec![Grant {

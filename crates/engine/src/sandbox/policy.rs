@@ -172,7 +172,11 @@ fn resolve_entries(
             EntryPath::Path { path } => vec![native(path)?],
             EntryPath::GlobPattern { pattern } => {
                 if access == GrantAccess::None {
-                    denied_globs.push(pattern.clone());
+                    // A relative pattern is the policy cwd's, as the reference reads it.
+                    denied_globs.push(match pattern.starts_with('/') {
+                        true => pattern.clone(),
+                        false => format!("{}/{pattern}", cwd.display()),
+                    });
                 }
                 // A glob grants nothing: only what it hides is enforced.
                 continue;

@@ -26,7 +26,7 @@ use wire::Answer;
 use super::FsError;
 use crate::sandbox::Sandboxing;
 use crate::sandbox::inner::HELPER_ARG;
-use crate::sandbox::mounts::{self, PlanError, Purpose};
+use crate::sandbox::mounts::{self, Purpose};
 use crate::sandbox::policy::FullPolicy;
 
 /// The largest request the helper reads: a whole-file write of the largest file a client may
@@ -74,12 +74,12 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
     };
     let plan = mounts::plan(policy, helper, std::path::Path::new("/"), Purpose::FileOperation)
         .map_err(|error| match error {
-            // In the words of the reference's helper, which fails to build its sandbox.
-            PlanError::SocketDir(refused) => FsError::other(format!(
+            // In the words of the reference's helper, which will not build this sandbox either.
+            refused if refused.is_refusal() => FsError::other(format!(
                 "fs sandbox helper failed with status exit status: {}: error building bubblewrap command: {refused}",
-                crate::sandbox::launch::SOCKET_DIR_REFUSED_STATUS
+                crate::sandbox::launch::BUILD_REFUSED_STATUS
             )),
-            PlanError::Io(error) => FsError::other(format!("failed to prepare fs sandbox: {error}")),
+            error => FsError::other(format!("failed to prepare fs sandbox: {error}")),
         })?;
     let request = serde_json::to_vec(&op).expect("an operation serialises");
     let (ours, theirs) = UnixStream::pair().map_err(FsError::from)?;
