@@ -1544,9 +1544,10 @@ async fn a_minimal_intent_runs_on_the_platform_and_the_roots(target: Target) {
     assert_eq!(root.read("w"), "w\n");
 }
 
-/// A `none` path that does not exist cannot be created: its first missing component is an
-/// empty read-only file while the sandbox lives (`stat` mode 600, as bubblewrap makes it), made
-/// on the host and gone from it afterwards.
+/// A `none` path that does not exist cannot be created: in a writable root its first missing
+/// component is an empty read-only file while the sandbox lives (`stat` mode 600, as bubblewrap
+/// makes it), made on the host and gone from it afterwards; where nothing is writable it is
+/// simply not there.
 async fn a_missing_none_path_cannot_be_created(target: Target) {
     let root = HostDir::new(target, "none-missing");
     let (_server, mut client) = started(target).await;
@@ -1573,6 +1574,18 @@ async fn a_missing_none_path_cannot_be_created(target: Target) {
 
     let write = json!({"path": root.uri("absent"), "dataBase64": "eA==", "sandbox": fs_intent(entries, &root)});
     assert_error(client.err("fs/writeFile", write).await.unwrap(), -32603, EROFS);
+    assert_eq!(root.names(), BTreeSet::new());
+
+    // Where nothing is writable, nothing could create it: it is left missing.
+    let mut entries = read_only_entries();
+    entries.push(json!({"path": {"type": "path", "path": root.uri("absent")}, "access": "none"}));
+    let script = "stat -c '%F' absent";
+    let finished = run(
+        &mut client,
+        sandboxed("none-missing-ro", script, &root, process_intent(entries, &root)),
+    )
+    .await;
+    assert_eq!(finished.stderr, "stat: cannot statx 'absent': No such file or directory\n");
     assert_eq!(root.names(), BTreeSet::new());
 }
 

@@ -86,9 +86,10 @@ impl Plan {
     }
 
     /// `path` hidden: an empty, unreadable directory or file in its place. A missing path
-    /// cannot be created instead: its first missing component becomes an empty read-only
-    /// file, on a target made on the host.
-    fn hide(&mut self, path: &Path) -> std::io::Result<()> {
+    /// cannot be created instead: where the command could create it (`creatable`: a writable
+    /// root holds it), its first missing component becomes an empty read-only file, on a
+    /// target made on the host; elsewhere it is left missing, as the reference leaves it.
+    fn hide(&mut self, path: &Path, creatable: bool) -> std::io::Result<()> {
         // What a sandbox still running made here is held for this one too.
         match self.synthetic.hold_if_made(path) {
             Some(Kind::Directory) => {
@@ -101,6 +102,7 @@ impl Plan {
         match std::fs::metadata(path) {
             Ok(metadata) if metadata.is_dir() => self.empty_dir(path, "000"),
             Ok(_) => self.empty_file(path, Some("000"))?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && !creatable => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 let Some(target) = first_missing(path) else { return Ok(()) };
                 match self.synthetic.make(&target, Kind::File) {
@@ -236,7 +238,8 @@ pub fn plan(
             GrantAccess::None => {
                 hidden += 1;
                 within_hidden_limit(hidden, &grant.path.to_string_lossy())?;
-                plan.hide(&grant.path)?;
+                let creatable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
+                plan.hide(&grant.path, creatable)?;
             }
         }
     }
@@ -257,7 +260,8 @@ pub fn plan(
         for path in paths {
             hidden += 1;
             within_hidden_limit(hidden, pattern)?;
-            plan.hide(&path)?;
+            // A glob's matches exist.
+            plan.hide(&path, false)?;
         }
     }
     plan.arg("--unshare-user").arg("--unshare-pid");
