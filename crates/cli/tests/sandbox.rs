@@ -77,6 +77,7 @@ against_both!(
     a_foreign_app_server_socket_dir_refuses_every_full_sandbox,
     none_globs_hide_the_regular_files_found_from_their_directory,
     none_globs_that_would_search_everything_are_refused,
+    grants_below_a_hidden_directory,
 );
 
 const EROFS: &str = "Read-only file system (os error 30)";
@@ -1785,6 +1786,42 @@ async fn none_globs_that_would_search_everything_are_refused(target: Target) {
         &format!("fs sandbox helper failed with status exit status: 1: {}", refusal("/*/file")),
     );
     assert!(!root.exists("written"));
+}
+
+/// Below a hidden directory, a writable root is still reached: the hidden directory can be
+/// passed through but not listed (mode 111), nothing else is in it, and the root is writable
+/// with its protected names. A read grant below a hidden directory leaves it
+/// hidden (the reference binds it before the mask that covers it).
+async fn grants_below_a_hidden_directory(target: Target) {
+    let root = HostDir::new(target, "hidden-grants");
+    for file in ["hidden/x", "hidden/w/y", "other/z"] {
+        root.file(file, "x");
+    }
+    let (_server, mut client) = started(target).await;
+    let entry = |path: &str, access: &str| json!({"path": {"type": "path", "path": root.uri(path)}, "access": access});
+    let mut entries = workspace_write_entries();
+    entries.extend([
+        entry("hidden", "none"),
+        entry("hidden/w", "write"),
+        entry("other", "none"),
+        entry("other/z", "read"),
+    ]);
+    let script = "stat -c %a hidden; ls hidden 2>&1; cat hidden/x other/z 2>&1; cat hidden/w/y; \
+                  echo new > hidden/w/new && touch hidden/w/.git/x 2>&1; echo done";
+    let finished =
+        run(&mut client, sandboxed("hidden-grants", script, &root, process_intent(entries, &root)))
+            .await;
+    assert_eq!(
+        finished.stdout,
+        "111\n\
+         ls: cannot open directory 'hidden': Permission denied\n\
+         cat: hidden/x: No such file or directory\n\
+         cat: other/z: Permission denied\n\
+         xtouch: cannot touch 'hidden/w/.git/x': Read-only file system\n\
+         done\n",
+        "{finished:?}"
+    );
+    assert_eq!(root.read("hidden/w/new"), "new\n");
 }
 
 async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Target) {

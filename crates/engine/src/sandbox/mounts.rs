@@ -89,18 +89,22 @@ impl Plan {
     /// cannot be created instead: where the command could create it (`creatable`: a writable
     /// root holds it), its first missing component becomes an empty read-only file, on a
     /// target made on the host; elsewhere it is left missing, as the reference leaves it.
-    fn hide(&mut self, path: &Path, creatable: bool) -> std::io::Result<()> {
+    ///
+    /// A hidden directory that holds writable roots (`keep`, bound after it) keeps the way to
+    /// them: it can be passed through but not listed (mode `111`), with their mount points made
+    /// in it before it is made read-only, as the reference does.
+    fn hide(&mut self, path: &Path, creatable: bool, keep: &[&Path]) -> std::io::Result<()> {
         // What a sandbox still running made here is held for this one too.
         match self.synthetic.hold_if_made(path) {
             Some(Kind::Directory) => {
-                self.empty_dir(path, "000");
+                self.hidden_dir(path, keep);
                 return Ok(());
             }
             Some(Kind::File) => return self.empty_file(path, Some("000")),
             None => {}
         }
         match std::fs::metadata(path) {
-            Ok(metadata) if metadata.is_dir() => self.empty_dir(path, "000"),
+            Ok(metadata) if metadata.is_dir() => self.hidden_dir(path, keep),
             Ok(_) => self.empty_file(path, Some("000"))?,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound && !creatable => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -115,6 +119,19 @@ impl Plan {
             Err(error) => return Err(error),
         }
         Ok(())
+    }
+
+    /// An empty, unreadable directory over `path`; with the mount points of `keep` in it, and
+    /// passable, if it must lead to them.
+    fn hidden_dir(&mut self, path: &Path, keep: &[&Path]) {
+        if keep.is_empty() {
+            return self.empty_dir(path, "000");
+        }
+        self.arg("--perms").arg("111").arg("--tmpfs").arg(path);
+        for inner in keep {
+            self.arg("--dir").arg(*inner);
+        }
+        self.arg("--remount-ro").arg(path);
     }
 
     /// An empty read-only file over `path`, with `mode` or bubblewrap's own (`0600`).
@@ -230,7 +247,17 @@ pub fn plan(
             GrantAccess::Read if is_protected(&grant.path) => {}
             GrantAccess::Read => {
                 let inside_writable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
-                if (policy.base != Base::Root || inside_writable) && grant.path.exists() {
+                // Below a hidden path (nothing writable between), it stays hidden, as on the
+                // reference, which binds it before the mask that covers it.
+                let hidden_above = grants
+                    .iter()
+                    .filter(|above| above.path != grant.path && grant.path.starts_with(&above.path))
+                    .max_by_key(|above| above.path.components().count())
+                    .is_some_and(|above| above.access == GrantAccess::None);
+                if (policy.base != Base::Root || inside_writable)
+                    && !hidden_above
+                    && grant.path.exists()
+                {
                     plan.path_args("--ro-bind", &grant.path);
                     plan.mask_socket_dir_below(&grant.path, socket_dir);
                 }
@@ -239,7 +266,12 @@ pub fn plan(
                 hidden += 1;
                 within_hidden_limit(hidden, &grant.path.to_string_lossy())?;
                 let creatable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
-                plan.hide(&grant.path, creatable)?;
+                let keep: Vec<&Path> = writable
+                    .iter()
+                    .map(|(root, _)| root.as_path())
+                    .filter(|root| *root != grant.path && root.starts_with(&grant.path))
+                    .collect();
+                plan.hide(&grant.path, creatable, &keep)?;
             }
         }
     }
@@ -261,7 +293,7 @@ pub fn plan(
             hidden += 1;
             within_hidden_limit(hidden, pattern)?;
             // A glob's matches exist.
-            plan.hide(&path, false)?;
+            plan.hide(&path, false, &[])?;
         }
     }
     plan.arg("--unshare-user").arg("--unshare-pid");
