@@ -78,6 +78,7 @@ against_both!(
     none_globs_hide_the_regular_files_found_from_their_directory,
     none_globs_that_would_search_everything_are_refused,
     grants_below_a_hidden_directory,
+    a_protected_name_the_intent_makes_writable_is_writable,
 );
 
 const EROFS: &str = "Read-only file system (os error 30)";
@@ -1822,6 +1823,24 @@ async fn grants_below_a_hidden_directory(target: Target) {
         "{finished:?}"
     );
     assert_eq!(root.read("hidden/w/new"), "new\n");
+}
+
+/// A protected name that the intent itself grants `write` is the intent's: an existing `.git`
+/// is writable, and a missing `.agents` can be made and written (nothing stands in its place).
+async fn a_protected_name_the_intent_makes_writable_is_writable(target: Target) {
+    let root = HostDir::new(target, "granted-names");
+    root.file(".git/config", "x");
+    let (_server, mut client) = started(target).await;
+    let mut entries = workspace_write_entries();
+    for name in [".git", ".agents"] {
+        entries.push(json!({"path": {"type": "path", "path": root.uri(name)}, "access": "write"}));
+    }
+    let script = "echo g > .git/new && mkdir .agents && echo a > .agents/new && echo done";
+    let finished =
+        run(&mut client, sandboxed("granted", script, &root, process_intent(entries, &root))).await;
+    assert_eq!((finished.stdout.as_str(), finished.stderr.as_str()), ("done\n", ""));
+    assert_eq!(root.read(".git/new"), "g\n");
+    assert_eq!(root.read(".agents/new"), "a\n");
 }
 
 async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Target) {

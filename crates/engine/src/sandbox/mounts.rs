@@ -212,7 +212,14 @@ pub fn plan(
         .iter()
         .filter(|g| g.access == GrantAccess::Write && g.path.is_dir())
         .map(|g| {
-            let names = PROTECTED_NAMES.iter().map(|name| resolved(&g.path.join(name))).collect();
+            // A name the intent itself makes writable is the intent's, not protected.
+            let names = PROTECTED_NAMES
+                .iter()
+                .map(|name| resolved(&g.path.join(name)))
+                .filter(|name| {
+                    !grants.iter().any(|w| w.access == GrantAccess::Write && w.path == *name)
+                })
+                .collect();
             (g.path.clone(), names)
         })
         .collect();
