@@ -31,6 +31,7 @@ against_both!(
     executables_without_an_interpreter_line_are_refused,
     a_missing_working_directory_is_an_error,
     an_empty_program_name_is_refused,
+    a_nul_byte_is_refused_in_the_references_words,
 );
 
 async fn started(target: Target) -> (ServerProcess, RpcClient) {
@@ -444,6 +445,36 @@ async fn an_empty_program_name_is_refused(target: Target) {
             "env": {"PATH": "/usr/bin:/bin"}, "tty": tty});
         let error = client.err("process/start", params).await.unwrap();
         assert_eq!(error.message, format!("missing program for {kind} spawn"), "{error:?}");
+    }
+}
+
+/// A NUL in an argument or in the environment fails the start (`-32603`), in the words of
+/// what the reference starts the process with: `std::process::Command`'s for the environment,
+/// `CString`'s for an argument, in pipe and PTY mode alike. (Under an intent a PTY start's
+/// environment gets `CString`'s words too: the sandbox scenarios check that.)
+async fn a_nul_byte_is_refused_in_the_references_words(target: Target) {
+    let (_server, mut client) = started(target).await;
+    for tty in [false, true] {
+        for (what, argv, env, message) in [
+            (
+                "env",
+                json!(["/bin/echo"]),
+                json!({"A": "x\u{0}y"}),
+                "data provided contains a nul byte",
+            ),
+            (
+                "key",
+                json!(["/bin/echo"]),
+                json!({"A\u{0}B": "x"}),
+                "data provided contains a nul byte",
+            ),
+            ("arg", json!(["/bin/echo", "h\u{0}i"]), json!({}), "nul byte found in provided data"),
+        ] {
+            let params = json!({"processId": format!("{what}-{tty}"), "argv": argv,
+                "cwd": "file:///tmp", "env": env, "tty": tty});
+            let error = client.err("process/start", params).await.unwrap();
+            assert_eq!((error.code, error.message.as_str()), (-32603, message), "{what} tty {tty}");
+        }
     }
 }
 

@@ -79,6 +79,7 @@ against_both!(
     none_globs_that_would_search_everything_are_refused,
     grants_below_a_hidden_directory,
     a_protected_name_the_intent_makes_writable_is_writable,
+    a_nul_byte_in_the_environment_is_refused_under_an_intent,
 );
 
 const EROFS: &str = "Read-only file system (os error 30)";
@@ -1841,6 +1842,28 @@ async fn a_protected_name_the_intent_makes_writable_is_writable(target: Target) 
     assert_eq!((finished.stdout.as_str(), finished.stderr.as_str()), ("done\n", ""));
     assert_eq!(root.read(".git/new"), "g\n");
     assert_eq!(root.read(".agents/new"), "a\n");
+}
+
+/// A NUL in the environment fails a sandboxed start too, in `std::process::Command`'s words
+/// for a pipe and in `CString`'s for a PTY, as the reference's two ways of starting its helper
+/// say it.
+async fn a_nul_byte_in_the_environment_is_refused_under_an_intent(target: Target) {
+    let root = HostDir::new(target, "nul-env");
+    let (_server, mut client) = started(target).await;
+    for (tty, message) in
+        [(false, "data provided contains a nul byte"), (true, "nul byte found in provided data")]
+    {
+        let mut params = sandboxed(
+            &format!("nul-{tty}"),
+            "true",
+            &root,
+            process_intent(read_only_entries(), &root),
+        );
+        params["tty"] = json!(tty);
+        params["env"]["A"] = json!("x\u{0}y");
+        let error = client.err("process/start", params).await.unwrap();
+        assert_error(error, -32603, message);
+    }
 }
 
 async fn an_unsandboxed_process_after_a_sandboxed_one_writes_anywhere(target: Target) {

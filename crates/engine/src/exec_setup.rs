@@ -14,6 +14,11 @@ pub fn c_string(text: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
 }
 
+/// How `std::process::Command` refuses an environment with a NUL in it: the words the
+/// reference answers a start with, but for a PTY start under an intent (that one, and every
+/// argument, gets [`c_string`]'s).
+pub const COMMAND_ENV_NUL: &str = "data provided contains a nul byte";
+
 /// `env` as `KEY=value` strings, in order.
 pub fn env_strings(env: &BTreeMap<String, String>) -> io::Result<Vec<CString>> {
     env.iter().map(|(key, value)| c_string(OsStr::new(&format!("{key}={value}")))).collect()
