@@ -143,14 +143,9 @@ impl Search<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use tether_testkit::scratch::Scratch;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tether-globs-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use super::*;
 
     fn found(pattern: &str) -> Vec<PathBuf> {
         let mut budget = MAX_GLOB_ENTRIES;
@@ -161,7 +156,8 @@ mod tests {
 
     #[test]
     fn only_regular_files_match_and_names_stay_within_a_component() {
-        let root = scratch("files");
+        let scratch = Scratch::new("files");
+        let root = scratch.path("");
         for file in ["a.key", "sub/b.key", "sub/deeper/c.key", "dir.key/inside"] {
             std::fs::create_dir_all(root.join(file).parent().unwrap()).unwrap();
             std::fs::write(root.join(file), "").unwrap();
@@ -181,7 +177,6 @@ mod tests {
             Vec::<PathBuf>::new(),
             "a pattern globset cannot read"
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -200,7 +195,8 @@ mod tests {
 
     #[test]
     fn too_many_entries_fail_the_search_and_a_missing_directory_hides_nothing() {
-        let root = scratch("budget");
+        let scratch = Scratch::new("budget");
+        let root = scratch.path("");
         for index in 0..10 {
             std::fs::write(root.join(format!("f{index}")), "").unwrap();
         }
@@ -209,6 +205,5 @@ mod tests {
         assert!(matches!(refused, GlobRefusal::TooLarge { .. }), "{refused}");
         assert_eq!(found(&format!("{}/missing/*", root.display())), Vec::<PathBuf>::new());
         assert_eq!(found(&format!("{}/f1/*", root.display())), Vec::<PathBuf>::new());
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -404,15 +404,10 @@ fn is_empty_dir(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use tether_testkit::scratch::Scratch;
+
     use super::*;
     use crate::sandbox::policy::Grant;
-
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tether-mounts-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
 
     fn text(plan: &Plan) -> String {
         plan.args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
@@ -420,7 +415,8 @@ mod tests {
 
     #[test]
     fn a_writable_root_is_bound_with_its_protected_names_read_only() {
-        let root = scratch("root");
+        let scratch = Scratch::new("root");
+        let root = scratch.path("");
         std::fs::create_dir(root.join(".git")).unwrap();
         std::fs::write(root.join(".git/config"), "x").unwrap();
         let policy = FullPolicy {
@@ -445,12 +441,12 @@ mod tests {
         assert!(root.join(".agents").is_dir(), "a target made on the host");
         drop(plan);
         assert!(!root.join(".agents").exists(), "and removed with the plan");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn hidden_paths_become_empty_and_unreadable() {
-        let root = scratch("hide");
+        let scratch = Scratch::new("hide");
+        let root = scratch.path("");
         std::fs::write(root.join("a.key"), "secret").unwrap();
         std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
         std::fs::write(root.join("sub/deeper/b.key"), "secret").unwrap();
@@ -477,6 +473,5 @@ mod tests {
         );
         assert_eq!(plan.data_fds.len(), 2, "{args}");
         assert!(!args.contains("--unshare-net"));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

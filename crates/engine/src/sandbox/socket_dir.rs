@@ -49,15 +49,9 @@ pub fn prepare(path: &Path, uid: u32) -> Result<Option<PathBuf>, SocketDirRefuse
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use tether_testkit::scratch::Scratch;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("tether-socket-dir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use super::*;
 
     fn uid() -> u32 {
         rustix::process::geteuid().as_raw()
@@ -65,7 +59,8 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_made_private_and_an_existing_private_one_is_kept() {
-        let base = scratch("made");
+        let scratch = Scratch::new("made");
+        let base = scratch.path("");
         let dir = base.join("codex-daemon");
         assert_eq!(prepare(&dir, uid()), Ok(Some(dir.clone())));
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
@@ -73,12 +68,12 @@ mod tests {
         std::fs::write(dir.join("daemon.sock"), "").unwrap();
         assert_eq!(prepare(&dir, uid()), Ok(Some(dir.clone())));
         assert!(dir.join("daemon.sock").exists(), "what is in it is left alone");
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
     fn anything_but_a_private_directory_of_the_user_is_refused() {
-        let base = scratch("refused");
+        let scratch = Scratch::new("refused");
+        let base = scratch.path("");
         let open = base.join("open");
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -99,13 +94,12 @@ mod tests {
             SocketDirRefused.to_string(),
             "app-server socket directory must be a user-owned directory with mode 0700"
         );
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
     fn where_it_cannot_be_made_nothing_is_masked() {
-        let base = scratch("unmakeable");
+        let scratch = Scratch::new("unmakeable");
+        let base = scratch.path("");
         assert_eq!(prepare(&base.join("no/such/parent/codex-daemon"), uid()), Ok(None));
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }
