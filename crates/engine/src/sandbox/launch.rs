@@ -40,7 +40,7 @@ pub struct Start<'a> {
     pub arg0: &'a str,
 }
 
-/// How a start whose sandbox is refused ([`PlanError::is_refusal`]: the app-server socket
+/// How a start whose sandbox is refused ([`PlanError::refusal`]: the app-server socket
 /// directory, a `none` glob) exits: as the reference's helper exits when it will not build
 /// bubblewrap's command.
 pub const BUILD_REFUSED_STATUS: i32 = 1;
@@ -95,10 +95,9 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Poli
             match (sandboxing.unavailable(), &sandboxing.bwrap, &sandboxing.helper) {
                 (None, Some(bwrap), Some(helper)) => match wrapped(&full, bwrap, helper, start) {
                     Ok(wrapped) => Launch::Wrapped(wrapped),
-                    Err(refused) if refused.is_refusal() => fail_closed(
-                        &format!("error building bubblewrap command: {refused}"),
-                        BUILD_REFUSED_STATUS,
-                    ),
+                    Err(error) if let Some(words) = error.refusal() => {
+                        fail_closed(&words, BUILD_REFUSED_STATUS)
+                    }
                     Err(error) => fail_closed(
                         &format!("tether sandbox: failed to prepare process sandbox: {error}"),
                         inner::EXEC_FAILED_STATUS,

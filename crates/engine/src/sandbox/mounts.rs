@@ -7,6 +7,7 @@
 //! capabilities. This is where the policy meets the host: whether a path exists, is a file or
 //! a directory, decides how it is mounted.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
@@ -45,10 +46,15 @@ pub enum PlanError {
 }
 
 impl PlanError {
-    /// Whether the reference's helper refuses to build this sandbox too (it then says so in
-    /// its words and exits 1), rather than the host failing Tether.
-    pub fn is_refusal(&self) -> bool {
-        matches!(self, PlanError::SocketDir(_) | PlanError::Glob(_))
+    /// What the reference's helper says on stderr when it refuses to build this sandbox too
+    /// (and exits 1); `None` where the host failed Tether instead.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            PlanError::SocketDir(_) | PlanError::Glob(_) => {
+                Some(format!("error building bubblewrap command: {self}"))
+            }
+            PlanError::Io(_) => None,
+        }
     }
 }
 
@@ -207,6 +213,11 @@ pub fn plan(
         .map(|grant| Grant { path: resolved(&grant.path), ..grant.clone() })
         .collect();
     grants.sort_by_key(|g| g.path.components().count());
+    let granted_writes: HashSet<&Path> = grants
+        .iter()
+        .filter(|g| g.access == GrantAccess::Write)
+        .map(|g| g.path.as_path())
+        .collect();
     // Each writable root, with its protected names as the kernel reaches them.
     let writable: Vec<(PathBuf, Vec<PathBuf>)> = grants
         .iter()
@@ -216,15 +227,22 @@ pub fn plan(
             let names = PROTECTED_NAMES
                 .iter()
                 .map(|name| resolved(&g.path.join(name)))
-                .filter(|name| {
-                    !grants.iter().any(|w| w.access == GrantAccess::Write && w.path == *name)
-                })
+                .filter(|name| !granted_writes.contains(name.as_path()))
                 .collect();
             (g.path.clone(), names)
         })
         .collect();
     let is_protected =
         |path: &Path| writable.iter().any(|(_, names)| names.iter().any(|n| n == path));
+    let in_writable_root = |path: &Path| writable.iter().any(|(root, _)| path.starts_with(root));
+    // The nearest grant above `path` hides it (nothing writable between).
+    let hidden_above = |path: &Path| {
+        grants
+            .iter()
+            .filter(|above| above.path != path && path.starts_with(&above.path))
+            .max_by_key(|above| above.path.components().count())
+            .is_some_and(|above| above.access == GrantAccess::None)
+    };
     let mut hidden = 0usize;
     for grant in &grants {
         match grant.access {
@@ -252,18 +270,12 @@ pub fn plan(
             // Protected names are handled with their root; elsewhere a read grant matters
             // only where `/` is not readable, or inside something writable.
             GrantAccess::Read if is_protected(&grant.path) => {}
+            // Below a hidden path it stays hidden, as on the reference, which binds it before
+            // the mask that covers it.
             GrantAccess::Read => {
-                let inside_writable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
-                // Below a hidden path (nothing writable between), it stays hidden, as on the
-                // reference, which binds it before the mask that covers it.
-                let hidden_above = grants
-                    .iter()
-                    .filter(|above| above.path != grant.path && grant.path.starts_with(&above.path))
-                    .max_by_key(|above| above.path.components().count())
-                    .is_some_and(|above| above.access == GrantAccess::None);
-                if (policy.base != Base::Root || inside_writable)
-                    && !hidden_above
+                if (policy.base != Base::Root || in_writable_root(&grant.path))
                     && grant.path.exists()
+                    && !hidden_above(&grant.path)
                 {
                     plan.path_args("--ro-bind", &grant.path);
                     plan.mask_socket_dir_below(&grant.path, socket_dir);
@@ -272,7 +284,7 @@ pub fn plan(
             GrantAccess::None => {
                 hidden += 1;
                 within_hidden_limit(hidden, &grant.path.to_string_lossy())?;
-                let creatable = writable.iter().any(|(root, _)| grant.path.starts_with(root));
+                let creatable = in_writable_root(&grant.path);
                 let keep: Vec<&Path> = writable
                     .iter()
                     .map(|(root, _)| root.as_path())

@@ -73,13 +73,13 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
         return Err(FsError::other(format!("fs sandbox helper failed to start: {why}")));
     };
     let plan = mounts::plan(policy, helper, std::path::Path::new("/"), Purpose::FileOperation)
-        .map_err(|error| match error {
+        .map_err(|error| match error.refusal() {
             // In the words of the reference's helper, which will not build this sandbox either.
-            refused if refused.is_refusal() => FsError::other(format!(
-                "fs sandbox helper failed with status exit status: {}: error building bubblewrap command: {refused}",
+            Some(words) => FsError::other(format!(
+                "fs sandbox helper failed with status exit status: {}: {words}",
                 crate::sandbox::launch::BUILD_REFUSED_STATUS
             )),
-            error => FsError::other(format!("failed to prepare fs sandbox: {error}")),
+            None => FsError::other(format!("failed to prepare fs sandbox: {error}")),
         })?;
     let request = serde_json::to_vec(&op).expect("an operation serialises");
     let (ours, theirs) = UnixStream::pair().map_err(FsError::from)?;
