@@ -25,7 +25,7 @@ use clap::Args;
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use indicatif::{ProgressBar, ProgressStyle};
 use tether_client::ExecServerClient;
-use tether_engine::fs::{FileSystem as _, FsError, FsErrorKind};
+use tether_engine::fs::{FileSystem as _, FsError, FsErrorKind, piecewise};
 use tether_protocol::fs::{
     FsCopyParams, FsCreateDirectoryParams, FsCreateSymlinkParams, FsGetMetadataParams,
     FsPutFileParams, FsReadDirectoryEntry, FsReadDirectoryParams, FsReadFileParams,
@@ -561,12 +561,9 @@ impl Copy<'_> {
             let block = block.map_err(|e| remote(source, e))?;
             let n = block.len() as u64;
             let file = file.clone();
-            tokio::task::spawn_blocking(move || {
-                use std::io::Write as _;
-                (&*file).write_all(&block)
-            })
-            .await?
-            .with_context(cannot_write)?;
+            tokio::task::spawn_blocking(move || piecewise::write_all(&file, &block))
+                .await?
+                .with_context(cannot_write)?;
             self.progress.inc(n);
         }
         Ok(())
@@ -858,12 +855,11 @@ fn place_local(
     bytes: &[u8],
     entry: &Entry,
 ) -> anyhow::Result<()> {
-    use std::io::Write as _;
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(staged)
-        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|file| piecewise::write_all(&file, bytes))
         .with_context(|| format!("cannot write {}", staged.display()));
     place_staged_local(staged, destination, entry, written)
 }

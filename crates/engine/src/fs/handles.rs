@@ -19,6 +19,7 @@ use tether_protocol::fs::{
 
 use super::FsError;
 use super::blocking::blocking;
+use super::piecewise;
 use super::request::{Work, admit, native_path};
 use super::sandboxed::{FileOp, OpenHow};
 
@@ -124,7 +125,7 @@ impl FileHandles {
         }
         let file = self.file(&params.handle_id)?;
         let offset = params.offset;
-        blocking(move || file.write_all_at(&chunk, offset)).await
+        blocking(move || piecewise::write_all_at(&file, &chunk, offset)).await
     }
 
     /// Closes a handle; closing an unknown one is not an error, so a client may close in the

@@ -25,6 +25,7 @@ mod handles;
 mod local;
 pub(crate) mod metadata;
 mod no_follow;
+pub mod piecewise;
 mod put_file;
 pub(crate) mod regular_file;
 mod remove;

@@ -7,7 +7,7 @@
 //! relative to one descriptor of the directory, so a directory swapped meanwhile cannot send
 //! the rename somewhere the temporary file is not.
 
-use std::io::{self, Write as _};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_OMIT};
 
 use super::metadata::PERMISSION_BITS;
+use super::piecewise;
 use super::set_metadata::timespec_of_ms;
 
 /// Temporary names tried before giving up: another writer holding the name just drawn is
@@ -76,12 +77,12 @@ fn create_staged(
 
 /// The bytes, then the mode and the time (after the bytes, which would move the time).
 fn fill(
-    mut file: std::fs::File,
+    file: std::fs::File,
     data: &[u8],
     mode: Option<u32>,
     modified_at_ms: Option<i64>,
 ) -> io::Result<()> {
-    file.write_all(data)?;
+    piecewise::write_all(&file, data)?;
     let mode = match mode {
         Some(mode) => mode & PERMISSION_BITS,
         None => 0o666 & !current_umask()?,

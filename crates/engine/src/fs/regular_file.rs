@@ -6,7 +6,7 @@
 //! for a FIFO between the check and the open cannot hang either.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -14,6 +14,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::no_follow;
+use super::piecewise;
 
 /// Opens the regular file at `path` for reading, as `fs/readFile` does.
 pub(crate) fn open_for_reading(path: &Path, follow_symlinks: bool) -> io::Result<File> {
@@ -55,7 +56,7 @@ fn open_for_read_no_follow(path: &Path) -> io::Result<File> {
 /// Replaces the contents of `path` with `bytes`, creating it if needed (see
 /// [`open_for_write`]).
 pub(crate) fn write_whole(path: &Path, bytes: &[u8], follow_symlinks: bool) -> io::Result<()> {
-    open_for_write(path, follow_symlinks)?.write_all(bytes)
+    piecewise::write_all(&open_for_write(path, follow_symlinks)?, bytes)
 }
 
 /// Creates or truncates `path` for writing, in place: an existing file keeps its inode, its

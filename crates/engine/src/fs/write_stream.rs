@@ -2,13 +2,12 @@
 //!
 //! [`FileWriteStream`] keeps the running offset and cuts what it is given into blocks of at
 //! most [`FS_BLOCK_MAX_BYTES`]; where the blocks go is a [`BlockWriter`]. Locally that is
-//! positional writes of one open file on the blocking pool; a remote implementation writes
-//! them with `fs/open {mode: "replace"}`, `fs/writeBlock` and `fs/close`, a few in flight.
+//! positional writes of one open file on the blocking pool ([`piecewise`]); a remote
+//! implementation writes them with `fs/open {mode: "replace"}`, `fs/writeBlock` and `fs/close`, a few in flight.
 //! Either way the file is the one opened at the start: replacing its path meanwhile changes
 //! nothing.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -17,6 +16,7 @@ use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
 
 use super::FsError;
 use super::blocking::blocking;
+use super::piecewise;
 
 /// Where a [`FileWriteStream`]'s blocks go: one open file, written positionally.
 ///
@@ -111,7 +111,7 @@ struct LocalBlocks {
 impl BlockWriter for LocalBlocks {
     async fn write_block(&mut self, offset: u64, block: Bytes) -> Result<(), FsError> {
         let file = self.file.clone().expect("a stream writes only until it is finished");
-        blocking(move || file.write_all_at(&block, offset)).await
+        blocking(move || piecewise::write_all_at(&file, &block, offset)).await
     }
 
     async fn finish(mut self: Box<Self>) -> Result<(), FsError> {
