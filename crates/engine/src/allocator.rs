@@ -154,15 +154,20 @@ fn coarse_now() -> u64 {
     1
 }
 
-/// Asks for huge pages behind the whole huge pages of `size` bytes at `pointer`, when the
-/// buffer is big enough and a big one was freed lately (see the module's documentation). A
-/// refusal (a kernel without transparent huge pages) changes nothing, so it is not reported.
+/// Asks for huge pages behind a buffer just allocated (or grown), if a big one was freed
+/// lately (see the module's documentation).
 fn advise(pointer: *mut u8, size: usize) {
+    if size >= HUGE_PAGE_HINT_MIN_BYTES {
+        advise_when(pointer, size, warm(coarse_now(), LAST_BIG_FREE.load(Ordering::Relaxed)));
+    }
+}
+
+/// Asks for huge pages behind the whole huge pages of `size` bytes at `pointer`, when the
+/// buffer is big enough and `warm`. A refusal (a kernel without transparent huge pages)
+/// changes nothing, so it is not reported.
+fn advise_when(pointer: *mut u8, size: usize, warm: bool) {
     #[cfg(target_os = "linux")]
-    if !pointer.is_null()
-        && size >= HUGE_PAGE_HINT_MIN_BYTES
-        && warm(coarse_now(), LAST_BIG_FREE.load(Ordering::Relaxed))
-    {
+    if warm && !pointer.is_null() && size >= HUGE_PAGE_HINT_MIN_BYTES {
         let start = (pointer as usize).next_multiple_of(HUGE_PAGE_BYTES);
         let end = (pointer as usize + size) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
         if end > start {
@@ -174,7 +179,7 @@ fn advise(pointer: *mut u8, size: usize) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (pointer, size);
+    let _ = (pointer, size, warm);
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -249,19 +254,31 @@ mod tests {
         unsafe { HugePageHint.dealloc(pointer, grown) };
     }
 
-    /// Each test runs in a process of its own (nextest), so no other test frees a big buffer
-    /// meanwhile.
+    /// Called directly (other tests in this process may free big buffers at any time): a big
+    /// buffer is advised only when warm.
     #[test]
     fn a_big_buffer_after_a_quiet_spell_is_left_to_small_pages() {
-        LAST_BIG_FREE.store(0, Ordering::Relaxed);
         let layout = Layout::from_size_align(64 * 1024 * 1024, 8).unwrap();
-        // SAFETY: a non-zero size; freed below with the same layout.
-        let pointer = unsafe { HugePageHint.alloc(layout) };
+        // SAFETY: a non-zero size; freed below with the same layout. `System`, so that only
+        // the calls below advise it.
+        let pointer = unsafe { System.alloc(layout) };
         assert!(!pointer.is_null());
-        let flags = vm_flags_at(pointer as usize + layout.size() / 2);
-        assert!(!flags.split(' ').any(|flag| flag == "hg"), "{flags}");
+        let middle = pointer as usize + layout.size() / 2;
+        let advised = || vm_flags_at(middle).split(' ').any(|flag| flag == "hg");
+        advise_when(pointer, layout.size(), false);
+        assert!(!advised(), "advised after a quiet spell");
+        advise_when(pointer, layout.size(), true);
+        let transparent = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+        assert!(!transparent || advised(), "not advised after a big free");
         // SAFETY: as allocated.
-        unsafe { HugePageHint.dealloc(pointer, layout) };
-        assert!(warm(coarse_now(), LAST_BIG_FREE.load(Ordering::Relaxed)), "the free is stamped");
+        unsafe { System.dealloc(pointer, layout) };
+    }
+
+    #[test]
+    fn a_big_free_is_stamped() {
+        let layout = Layout::from_size_align(HUGE_PAGE_HINT_MIN_BYTES, 8).unwrap();
+        // SAFETY: a non-zero size, freed at once with the same layout.
+        unsafe { HugePageHint.dealloc(HugePageHint.alloc(layout), layout) };
+        assert!(warm(coarse_now(), LAST_BIG_FREE.load(Ordering::Relaxed)));
     }
 }
