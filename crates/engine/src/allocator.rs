@@ -24,10 +24,10 @@
 //!
 //! But only while the process has freed a buffer that big within the last
 //! [`WARM_HUGE_PAGES_NANOS`]. A huge page is a 2 MiB block of free memory, and on a virtual
-//! machine whose host takes back the guest's free memory (virtio-balloon free page reporting,
-//! which Firecracker and many cloud guests run; the kernel reports a free block after about
-//! two seconds), free blocks that big are what the host has taken back: each huge page is then
-//! faulted in again from the host, 4 KiB at a time. Measured on such a machine, touching a
+//! machine whose host takes back the guest's free memory (free page reporting through a
+//! virtio balloon, as on the VM these figures come from; the kernel reports a free block after
+//! about two seconds), free blocks that big are what the host has taken back: each huge page
+//! is then faulted in again from the host, 4 KiB at a time. Measured on such a machine, touching a
 //! fresh 256 MiB buffer a few seconds after the last big one was freed ran at 140–210 MB/s
 //! with the advice and 1.3–1.7 GB/s without; right after a big free, at 4.7 GB/s with it. An
 //! agent's big reads come one now and then, so the first big buffer after a quiet spell is

@@ -2,8 +2,8 @@
 //!
 //! A buffered write is given page-cache memory in blocks ("folios") as large as the write
 //! allows: a 1 MiB write at a 1 MiB boundary takes one 1 MiB block, a 2 MiB write a 2 MiB one.
-//! On a virtual machine whose host takes back the guest's free memory (virtio-balloon free
-//! page reporting, which Firecracker and many cloud guests run), large free blocks are exactly
+//! On a virtual machine whose host takes back the guest's free memory (free page reporting
+//! through a virtio balloon, as on the VM these figures come from), large free blocks are exactly
 //! what the host has taken back, so every such block is faulted in again from the host, 4 KiB
 //! at a time, while the write copies into it. Small blocks come from memory the guest still
 //! has. Measured on such a machine (1 GB into a new file, a few seconds after the last big
