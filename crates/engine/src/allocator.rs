@@ -162,12 +162,12 @@ fn advise(pointer: *mut u8, size: usize) {
     }
 }
 
-/// Asks for huge pages behind the whole huge pages of `size` bytes at `pointer`, when the
-/// buffer is big enough and `warm`. A refusal (a kernel without transparent huge pages)
+/// Asks for huge pages behind the whole huge pages of `size` bytes at `pointer`, when `warm`
+/// ([`advise`] has checked the size). A refusal (a kernel without transparent huge pages)
 /// changes nothing, so it is not reported.
 fn advise_when(pointer: *mut u8, size: usize, warm: bool) {
     #[cfg(target_os = "linux")]
-    if warm && !pointer.is_null() && size >= HUGE_PAGE_HINT_MIN_BYTES {
+    if warm && !pointer.is_null() {
         let start = (pointer as usize).next_multiple_of(HUGE_PAGE_BYTES);
         let end = (pointer as usize + size) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
         if end > start {
