@@ -5,9 +5,12 @@
 //!   unauthenticated peers cannot exhaust descriptors.
 //! - `liveness`: whether a WebSocket peer is still there, judged from its socket's reads and
 //!   writes, whatever the connection's tasks are doing.
-//! - [`websocket`]: axum's WebSocket upgrade on `/`, `GET /readyz`, pings, size caps.
+//! - [`websocket`]: the routes (the upgrade on `/`, `GET /readyz`, `GET /metrics`), a
+//!   connection's reading and writing, pings, size caps.
+//! - `upgrade`: the WebSocket handshake itself, which leaves the connection its own
+//!   `tokio_tungstenite` stream.
 //! - `direct`: a connection's own answers written to its WebSocket where they are made, when
-//!   nothing queued is waiting to go out ahead of them.
+//!   nothing queued is waiting to go out ahead of them; big messages cut into frames.
 //! - [`stdio`]: newline-delimited JSON on stdin/stdout, one connection per server.
 
 pub mod accept;
@@ -15,6 +18,7 @@ mod direct;
 mod liveness;
 pub(crate) mod stdio;
 pub mod tls;
+mod upgrade;
 pub(crate) mod websocket;
 
 use std::sync::Arc;

@@ -4,10 +4,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{
-    CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code,
-    rejection::WebSocketUpgradeRejection,
-};
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -17,6 +13,10 @@ use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
@@ -24,6 +24,7 @@ use tracing::{Instrument, debug, info_span};
 use super::accept;
 use super::direct::{SharedSocket, Sink, forget_writer};
 use super::liveness::{Gone, SocketClock};
+use super::upgrade::{Refusal, Socket, Upgrade};
 use super::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, WEBSOCKET_READ_BYTES};
 use crate::metrics::UpgradeRefusal;
@@ -82,7 +83,7 @@ async fn upgrade(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Extension(clock): Extension<Arc<SocketClock>>,
     headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    upgrade: Result<Upgrade, Refusal>,
 ) -> Response {
     // Browsers always send Origin and never let a page omit it: refusing it keeps any web page
     // from driving a local executor.
@@ -112,15 +113,14 @@ async fn upgrade(
         );
         return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
     };
-    upgrade
-        .max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .read_buffer_size(WEBSOCKET_READ_BYTES)
-        .on_upgrade(move |socket| async move {
-            run_connection(socket, peer, app, clock).await;
-            drop(permit);
-        })
-        .into_response()
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_FRAME_BYTES))
+        .read_buffer_size(WEBSOCKET_READ_BYTES);
+    upgrade.accept(config, move |socket| async move {
+        run_connection(socket, peer, app, clock).await;
+        drop(permit);
+    })
 }
 
 /// `GET /readyz`: 200 while the server takes new sessions, 503 once it drains (see
@@ -143,12 +143,7 @@ async fn metrics_text(State(app): State<AppState>, headers: HeaderMap) -> Respon
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-async fn run_connection(
-    socket: WebSocket,
-    peer: SocketAddr,
-    app: AppState,
-    clock: Arc<SocketClock>,
-) {
+async fn run_connection(socket: Socket, peer: SocketAddr, app: AppState, clock: Arc<SocketClock>) {
     let connection = ConnectionId::next();
     let span =
         info_span!("connection", connection = connection.0, %peer, session = tracing::field::Empty);
@@ -181,10 +176,10 @@ async fn run_connection(
         let broken = broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         let frame = broken.or(match ending {
             Ending::InputEnded => None,
-            Ending::Shutdown => Some(close(close_code::AWAY, "server is shutting down")),
-            Ending::Violation(why) => Some(close(close_code::POLICY, why)),
+            Ending::Shutdown => Some(close(CloseCode::Away, "server is shutting down")),
+            Ending::Violation(why) => Some(close(CloseCode::Policy, why)),
             Ending::Superseded => {
-                Some(close(close_code::POLICY, "session resumed by another connection"))
+                Some(close(CloseCode::Policy, "session resumed by another connection"))
             }
         });
         // The writer flushes what is queued, says why (if there is a reason to give) and
@@ -198,7 +193,7 @@ async fn run_connection(
     .await
 }
 
-fn close(code: u16, reason: &'static str) -> CloseFrame {
+fn close(code: CloseCode, reason: &'static str) -> CloseFrame {
     CloseFrame { code, reason: reason.into() }
 }
 
@@ -232,7 +227,7 @@ async fn watch(clock: Arc<SocketClock>, timeout: Duration, gone: CancellationTok
 /// layer. The stream ends with the client's close, when the peer is `gone`, or on a WebSocket
 /// protocol error, whose Close frame it leaves in `broken` for the writer to send.
 fn socket_frames(
-    stream: SplitStream<WebSocket>,
+    stream: SplitStream<Socket>,
     gone: CancellationToken,
     broken: Arc<std::sync::Mutex<Option<CloseFrame>>>,
 ) -> Inbound {
@@ -250,7 +245,8 @@ fn socket_frames(
                     None | Some(Ok(Message::Close(_))) => return None,
                     Some(Ok(Message::Text(text))) => InboundFrame::json(text.into()),
                     Some(Ok(Message::Binary(bytes))) => InboundFrame::binary(bytes),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    // Fragments come reassembled: a lone frame is never read.
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Err(error)) => {
                         let frame = close_for(&error);
                         *broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = frame;
@@ -264,20 +260,18 @@ fn socket_frames(
 }
 
 /// The Close frame for a WebSocket protocol error of the client's, as RFC 6455 numbers them.
-fn close_for(error: &axum::Error) -> Option<CloseFrame> {
-    use tokio_tungstenite::tungstenite::Error as WsError;
+fn close_for(error: &WsError) -> Option<CloseFrame> {
     use tokio_tungstenite::tungstenite::error::CapacityError;
-    let inner = std::error::Error::source(error)?;
-    let frame = match inner.downcast_ref::<WsError>()? {
+    let frame = match error {
         WsError::Capacity(CapacityError::MessageTooLong { .. }) => {
-            close(close_code::SIZE, "message too big: at most 64 MiB, in frames of 16 MiB")
+            close(CloseCode::Size, "message too big: at most 64 MiB, in frames of 16 MiB")
         }
-        WsError::Capacity(_) => close(close_code::SIZE, "message too big"),
-        WsError::Utf8(_) => close(close_code::INVALID, "text frame is not UTF-8"),
-        WsError::Protocol(_) => close(close_code::PROTOCOL, "websocket protocol error"),
+        WsError::Capacity(_) => close(CloseCode::Size, "message too big"),
+        WsError::Utf8(_) => close(CloseCode::Invalid, "text frame is not UTF-8"),
+        WsError::Protocol(_) => close(CloseCode::Protocol, "websocket protocol error"),
         _ => return None,
     };
-    debug!(code = frame.code, reason = %frame.reason, "closing on a protocol error");
+    debug!(code = u16::from(frame.code), reason = %frame.reason, "closing on a protocol error");
     Some(frame)
 }
 
@@ -345,7 +339,7 @@ async fn write_batch(
     sink: &mut Sink,
     queue: &mut mpsc::Receiver<Outgoing>,
     mut batch: Vec<Outgoing>,
-) -> Result<(), axum::Error> {
+) -> Result<(), WsError> {
     while batch.len() < WRITE_BATCH_MESSAGES {
         match queue.try_recv() {
             Ok(outgoing) => batch.push(outgoing),
@@ -354,7 +348,7 @@ async fn write_batch(
     }
     for outgoing in &mut batch {
         let payload = std::mem::replace(&mut outgoing.payload, Payload::Text(String::new()));
-        sink.feed(payload.into_message()).await?;
+        payload.feed_into(sink).await?;
     }
     let flushed = sink.flush().await;
     if flushed.is_ok() {
