@@ -13,6 +13,8 @@ use tether_protocol::PathUri;
 use tether_protocol::fs::FsReadFileParams;
 use tether_protocol::http::HttpRequestParams;
 
+use crate::servers::Server;
+
 /// The files the filesystem workloads read, made once per run; [`Files::remove`] removes them.
 pub struct Files {
     dir: PathBuf,
@@ -71,14 +73,20 @@ pub async fn read_small_files(url: &str, files: &Files) -> anyhow::Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// MB/s of one `fs/readFile` of the large file.
-pub async fn read_large_file(url: &str, files: &Files) -> anyhow::Result<f64> {
-    let client = connect(url).await?;
+/// MB/s of one `fs/readFile` of the large file, and the server's resident memory (MB) once
+/// the answer is out, on the same connection, still open: what a session that read one big
+/// file goes on costing.
+pub async fn read_large_file(server: &Server, files: &Files) -> anyhow::Result<Vec<f64>> {
+    let client = connect(&server.url).await?;
     let started = Instant::now();
     let read = client.read_file(read_params(&files.large)?).await?;
     let elapsed = started.elapsed().as_secs_f64();
     anyhow::ensure!(read.data_base64.0.len() as u64 == files.large_bytes, "short read");
-    Ok(files.large_bytes as f64 / elapsed / 1e6)
+    drop(read);
+    // Answered after the big answer: by then the server has let go of what it wrote.
+    client.request_environment_info().await?;
+    let kept = server.rss_bytes()? as f64 / 1e6;
+    Ok(vec![files.large_bytes as f64 / elapsed / 1e6, kept])
 }
 
 /// How an `http/request` workload takes its body.
