@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Message as Frame;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tracing::debug;
 
 use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
@@ -104,6 +104,16 @@ const PAUSED_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 /// few answers to requests this client does not serve.
 const CONTROL_QUEUED_FRAMES: usize = 8;
 
+/// The largest frame this client sends; a bigger message goes out as several (RFC 6455
+/// fragments). Both servers refuse frames over 16 MiB (closing with 1009 "in frames of 16
+/// MiB") while taking messages of up to 64 MiB, so a `fs/writeFile` of more than 12 MB could
+/// not be sent as one frame at all. And the WebSocket library copies each frame whole into
+/// its write buffer, which keeps its room for the connection's life: sent whole, one big
+/// write would be held for as long as the connection lasts. 2 MiB keeps a block of
+/// `fs/writeBlock` or `fs/putFile` (1 MiB with its JSON) in one frame, written where it is
+/// made; a bigger message goes through a task of its own ([`Writer::write`]).
+pub(crate) const FRAME_MAX_BYTES: usize = 2 * 1024 * 1024;
+
 type Sink = futures_util::stream::SplitSink<
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
     Frame,
@@ -114,7 +124,7 @@ type Sink = futures_util::stream::SplitSink<
 /// would cost a small request more than its write. The lock keeps frames whole and in the
 /// order their writers took it.
 struct Writer {
-    sink: tokio::sync::Mutex<Sink>,
+    sink: Arc<tokio::sync::Mutex<Sink>>,
     /// Tells the reader that a write failed, which ends the connection at once: the reader
     /// may not notice a broken socket for a while, and calls meanwhile must not be sent into
     /// the void.
@@ -124,19 +134,80 @@ struct Writer {
 impl Writer {
     /// Writes `frame` and flushes it. A frame is taken whole into the socket's buffer or not
     /// at all, so a caller that gives up mid-write (its future dropped) leaves nothing torn:
-    /// what it buffered goes out with the next write.
+    /// what it buffered goes out with the next write. A message over [`FRAME_MAX_BYTES`] goes
+    /// in frames of that size, each waiting for room in the socket, by a task that finishes
+    /// it whether or not its caller still waits: a message cut off after some of its frames
+    /// would make everything after it a protocol error.
     async fn write(&self, frame: Frame) -> Result<(), ()> {
-        let mut sink = self.sink.lock().await;
-        let sent = sink.send(frame).await.map_err(|error| {
-            let message = format!("transport error: {error}");
-            let end = Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
-            let _ = self.failed.try_send(end);
-        });
-        if sent.is_ok() {
-            forget_writer(&mut sink);
+        if let Some((bytes, kind)) = fragmentable(&frame) {
+            let (sink, failed) = (self.sink.clone(), self.failed.clone());
+            let whole = tokio::spawn(async move {
+                let mut sink = sink.lock_owned().await;
+                let mut sent = Ok(());
+                for part in fragments(bytes, kind) {
+                    sent = sink.feed(Frame::Frame(part)).await;
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+                if sent.is_ok() {
+                    sent = sink.flush().await;
+                }
+                Self::settle(&mut sink, &failed, sent)
+            });
+            return whole.await.unwrap_or(Err(()));
         }
-        sent
+        let mut sink = self.sink.lock().await;
+        let sent = sink.send(frame).await;
+        Self::settle(&mut sink, &self.failed, sent)
     }
+
+    /// After a write: tells the reader of a failure, or leaves no writer registered.
+    fn settle(
+        sink: &mut Sink,
+        failed: &mpsc::Sender<Disconnect>,
+        sent: Result<(), tungstenite::Error>,
+    ) -> Result<(), ()> {
+        match sent {
+            Ok(()) => {
+                forget_writer(sink);
+                Ok(())
+            }
+            Err(error) => {
+                let message = format!("transport error: {error}");
+                let end = Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
+                let _ = failed.try_send(end);
+                Err(())
+            }
+        }
+    }
+}
+
+/// The bytes and kind of a data message too big for one frame; `None` for any other frame.
+fn fragmentable(frame: &Frame) -> Option<(Bytes, Data)> {
+    match frame {
+        Frame::Text(text) if text.len() > FRAME_MAX_BYTES => {
+            Some((Bytes::from(text.clone()), Data::Text))
+        }
+        Frame::Binary(bytes) if bytes.len() > FRAME_MAX_BYTES => {
+            Some((bytes.clone(), Data::Binary))
+        }
+        _ => None,
+    }
+}
+
+/// The frames of one message of `kind`, [`FRAME_MAX_BYTES`] each but the last, sharing its
+/// bytes (a text message may be cut inside a character: UTF-8 is checked on the whole).
+fn fragments(
+    bytes: Bytes,
+    kind: Data,
+) -> impl Iterator<Item = tungstenite::protocol::frame::Frame> {
+    let len = bytes.len();
+    (0..len).step_by(FRAME_MAX_BYTES).map(move |start| {
+        let end = (start + FRAME_MAX_BYTES).min(len);
+        let opcode = OpCode::Data(if start == 0 { kind } else { Data::Continue });
+        tungstenite::protocol::frame::Frame::message(bytes.slice(start..end), opcode, end == len)
+    })
 }
 
 /// Leaves no task registered to be woken for the socket's writes once a write is done.
@@ -226,7 +297,8 @@ impl Connection {
             .map_err(connect_error)?;
         let (sink, mut stream) = socket.split();
         let (write_failed, mut writer_gone) = mpsc::channel::<Disconnect>(1);
-        let writer = Arc::new(Writer { sink: tokio::sync::Mutex::new(sink), failed: write_failed });
+        let sink = Arc::new(tokio::sync::Mutex::new(sink));
+        let writer = Arc::new(Writer { sink, failed: write_failed });
         let (control, control_frames) = mpsc::channel::<Frame>(CONTROL_QUEUED_FRAMES);
         tokio::spawn(write_control(writer.clone(), control_frames));
         let calls = Arc::new(Mutex::new(Calls { waiting: HashMap::new(), closed: None }));

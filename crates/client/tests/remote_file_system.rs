@@ -114,6 +114,40 @@ mod a_large_file_is_read_whole {
     }
 }
 
+/// Remote only: a file written whole whose message (28 MB of JSON) is over the 16 MiB both
+/// servers take in one frame: the client sends it in several, and either server writes every
+/// byte. Sent as one frame, the server would close the connection instead (1009).
+mod a_file_bigger_than_a_frame_is_written_whole {
+    use super::*;
+
+    async fn scenario(target: Target) {
+        let server = ServerProcess::start(target).await.unwrap();
+        let client = connected(&server.url).await;
+        let scratch = Scratch::new("remote-large-write");
+        let contents: Vec<u8> = (0..21_000_000u32).map(|i| (i % 251) as u8).collect();
+        let params = serde_json::json!({
+            "path": scratch.uri("large.bin"),
+            "dataBase64": tether_testkit::client::b64encode(&contents),
+        });
+        client.write_file(serde_json::from_value(params).unwrap()).await.unwrap();
+        assert!(std::fs::read(scratch.path("large.bin")).unwrap() == contents, "changed");
+        // The connection carries on.
+        let params = serde_json::json!({"path": scratch.uri("large.bin")});
+        let metadata = client.get_metadata(serde_json::from_value(params).unwrap()).await;
+        assert!(metadata.unwrap().is_file);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tether() {
+        scenario(Target::Tether).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reference() {
+        scenario(Target::Reference).await
+    }
+}
+
 /// Remote only: an answer larger than the client accepts fails its call with a clear error —
 /// once, not again and again on every new connection — and the session carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
