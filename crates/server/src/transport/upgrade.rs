@@ -173,11 +173,24 @@ mod tests {
         assert_eq!(refusal(asking().body(()).unwrap()).await, Some(Refusal::NotUpgradable));
     }
 
-    #[test]
-    fn a_refusal_is_an_http_error_in_words() {
-        let response = Refusal::WrongVersion.into_response();
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    #[tokio::test]
+    async fn a_refusal_is_an_http_error_in_axums_words() {
+        let answer = |refusal: Refusal| async move {
+            let response = refusal.into_response();
+            let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
+            String::from_utf8(body.to_vec()).unwrap()
+        };
+        assert_eq!(Refusal::WrongVersion.into_response().status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            answer(Refusal::WrongVersion).await,
+            "`Sec-WebSocket-Version` header did not include '13'"
+        );
         assert_eq!(Refusal::NotUpgradable.into_response().status(), StatusCode::UPGRADE_REQUIRED);
         assert_eq!(Refusal::MethodNotGet.into_response().status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer(Refusal::MethodNotGet).await, "Request method must be `GET`");
+        assert_eq!(
+            answer(Refusal::NoConnectionUpgrade).await,
+            "Connection header did not include 'upgrade'"
+        );
     }
 }
