@@ -105,9 +105,9 @@ const PAUSED_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 const CONTROL_QUEUED_FRAMES: usize = 8;
 
 /// The largest frame this client sends; a bigger message goes out as several (RFC 6455
-/// fragments). Both servers refuse frames over 16 MiB (closing with 1009 "in frames of 16
-/// MiB") while taking messages of up to 64 MiB, so a `fs/writeFile` of more than 12 MB could
-/// not be sent as one frame at all. And the WebSocket library copies each frame whole into
+/// fragments). Both servers refuse frames over 16 MiB while taking messages of up to 64 MiB
+/// (Tether closes the connection with 1009 "in frames of 16 MiB", the reference drops it), so
+/// a `fs/writeFile` of more than 12 MB could not be sent as one frame at all. And the WebSocket library copies each frame whole into
 /// its write buffer, which keeps its room for the connection's life: sent whole, one big
 /// write would be held for as long as the connection lasts. 2 MiB keeps a block of
 /// `fs/writeBlock` or `fs/putFile` (1 MiB with its JSON) in one frame, written where it is
