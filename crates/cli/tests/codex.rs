@@ -307,7 +307,8 @@ async fn codex_commands_have_the_executor_users_bashrc(target: Target) {
 /// With `multi_env_copy_file` and two environments (Codex's own, `local`, and the executor,
 /// `remote`), the model's `multi_env_copy_file` moves 40 MB each way intact: into the executor
 /// as streamed writes (`fs/open` replace + 1 MiB `fs/writeBlock`s, which `fileWriteStreaming`
-/// asks for; one `fs/writeFile` of that size would not fit a frame), and back out.
+/// asks for; one `fs/writeFile` of that size would not fit a frame), and back out, in answers
+/// Tether sends as frames of 256 KiB, which Codex's client reassembles.
 async fn codex_copies_a_40_mb_file_to_and_from_the_executor(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
     let workspace = Workspace::new(target, "copy");
