@@ -107,11 +107,12 @@ const CONTROL_QUEUED_FRAMES: usize = 8;
 /// The largest frame this client sends; a bigger message goes out as several (RFC 6455
 /// fragments). Both servers refuse frames over 16 MiB while taking messages of up to 64 MiB
 /// (Tether closes the connection with 1009 "in frames of 16 MiB", the reference drops it), so
-/// a `fs/writeFile` of more than 12 MB could not be sent as one frame at all. And the WebSocket library copies each frame whole into
-/// its write buffer, which keeps its room for the connection's life: sent whole, one big
-/// write would be held for as long as the connection lasts. 2 MiB keeps a block of
-/// `fs/writeBlock` or `fs/putFile` (1 MiB with its JSON) in one frame, written where it is
-/// made; a bigger message goes through a task of its own ([`Writer::write`]).
+/// a `fs/writeFile` of more than 12 MB could not be sent as one frame at all. And the
+/// WebSocket library copies each frame whole into its write buffer, which keeps its room for
+/// the connection's life: sent whole, one big write would be held for as long as the
+/// connection lasts. 2 MiB keeps a block of `fs/writeBlock` or `fs/putFile` (1 MiB with its
+/// JSON) in one frame, written where it is made; a bigger message goes through a task of its
+/// own ([`Writer::write`]).
 pub(crate) const FRAME_MAX_BYTES: usize = 2 * 1024 * 1024;
 
 type Sink = futures_util::stream::SplitSink<
