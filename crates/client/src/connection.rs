@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
 use tether_protocol::error::METHOD_NOT_FOUND;
+use tether_protocol::fragments::fragments;
 use tether_protocol::http::{HTTP_BODY_DELTA_MAX_BYTES, HttpRequestBodyDeltaNotification};
 use tether_protocol::process::ProcessOutputNotification;
 use tether_protocol::{Incoming, JsonRpcError, Message, Notification, RequestId};
@@ -21,7 +22,7 @@ use tokio_tungstenite::tungstenite::Message as Frame;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data};
 use tracing::debug;
 
 use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
@@ -145,7 +146,7 @@ impl Writer {
             let whole = tokio::spawn(async move {
                 let mut sink = sink.lock_owned().await;
                 let mut sent = Ok(());
-                for part in fragments(bytes, kind) {
+                for part in fragments(bytes, kind, FRAME_MAX_BYTES) {
                     sent = sink.feed(Frame::Frame(part)).await;
                     if sent.is_err() {
                         break;
@@ -195,20 +196,6 @@ fn fragmentable(frame: &Frame) -> Option<(Bytes, Data)> {
         }
         _ => None,
     }
-}
-
-/// The frames of one message of `kind`, [`FRAME_MAX_BYTES`] each but the last, sharing its
-/// bytes (a text message may be cut inside a character: UTF-8 is checked on the whole).
-fn fragments(
-    bytes: Bytes,
-    kind: Data,
-) -> impl Iterator<Item = tungstenite::protocol::frame::Frame> {
-    let len = bytes.len();
-    (0..len).step_by(FRAME_MAX_BYTES).map(move |start| {
-        let end = (start + FRAME_MAX_BYTES).min(len);
-        let opcode = OpCode::Data(if start == 0 { kind } else { Data::Continue });
-        tungstenite::protocol::frame::Frame::message(bytes.slice(start..end), opcode, end == len)
-    })
 }
 
 /// Leaves no task registered to be woken for the socket's writes once a write is done.

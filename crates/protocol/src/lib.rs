@@ -21,6 +21,7 @@
 //!   chunks and `file:` URIs.
 //! - [`attached`]: Tether's `binaryBlocks` extension, file blocks as raw bytes beside their
 //!   JSON in binary WebSocket messages.
+//! - [`fragments`]: a WebSocket message too big for one frame, as the frames it goes out in.
 
 pub mod attached;
 pub mod bytes;
@@ -32,6 +33,7 @@ pub mod error;
 #[cfg(test)]
 #[macro_use]
 mod fixtures;
+pub mod fragments;
 pub mod fs;
 pub mod http;
 pub mod method;

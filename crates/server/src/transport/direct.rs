@@ -30,9 +30,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use futures_util::SinkExt;
 use futures_util::stream::SplitSink;
+use tether_protocol::fragments::fragments;
 use tokio::sync::{Mutex, MutexGuard};
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::Data;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
@@ -170,22 +170,11 @@ impl Payload {
             Payload::Text(text) => (Bytes::from(text), Data::Text),
             Payload::Binary(bytes) => (Bytes::from(bytes), Data::Binary),
         };
-        for frame in fragments(bytes, kind) {
+        for frame in fragments(bytes, kind, FRAGMENT_BYTES) {
             sink.feed(Message::Frame(frame)).await?;
         }
         Ok(())
     }
-}
-
-/// The frames of one message of `kind`, [`FRAGMENT_BYTES`] each but the last, sharing its
-/// bytes. A text message may be cut inside a character: UTF-8 is checked on the whole.
-fn fragments(bytes: Bytes, kind: Data) -> impl Iterator<Item = Frame> {
-    let len = bytes.len();
-    (0..len).step_by(FRAGMENT_BYTES).map(move |start| {
-        let end = (start + FRAGMENT_BYTES).min(len);
-        let opcode = OpCode::Data(if start == 0 { kind } else { Data::Continue });
-        Frame::message(bytes.slice(start..end), opcode, end == len)
-    })
 }
 
 #[cfg(test)]
@@ -289,27 +278,6 @@ mod tests {
         sink.send(Message::binary(vec![1u8; FRAGMENT_BYTES + 1])).await.unwrap();
         assert!(client.next().await.unwrap().is_err(), "an oversized frame was taken");
         server.abort();
-    }
-
-    #[test]
-    fn fragments_share_the_message_and_only_the_first_names_its_kind() {
-        let bytes = Bytes::from(vec![3u8; 2 * FRAGMENT_BYTES + 1]);
-        let frames: Vec<Frame> = fragments(bytes.clone(), Data::Binary).collect();
-        let shape: Vec<(OpCode, bool, usize)> = frames
-            .iter()
-            .map(|frame| (frame.header().opcode, frame.header().is_final, frame.len()))
-            .collect();
-        let header = 10; // a payload of 64 KiB or more has an 8-byte length
-        assert_eq!(
-            shape,
-            [
-                (OpCode::Data(Data::Binary), false, FRAGMENT_BYTES + header),
-                (OpCode::Data(Data::Continue), false, FRAGMENT_BYTES + header),
-                (OpCode::Data(Data::Continue), true, 1 + 2),
-            ]
-        );
-        let joined: Vec<u8> = frames.iter().flat_map(|frame| frame.payload().to_vec()).collect();
-        assert_eq!(joined, bytes);
     }
 
     /// How often a batch's writer is woken by the request that arrives after it: the server's
