@@ -5,7 +5,7 @@
 use tether_client::{ClientError, ClientOptions, ExecServerClient};
 use tether_protocol::process::ProcessSignal;
 use tether_testkit::suites::exec as shared;
-use tether_testkit::{ServerProcess, Target, scenarios};
+use tether_testkit::{ServerProcess, Target, against_both, scenarios};
 
 // Two tests per scenario — on Tether and on the reference — each with a server and a session
 // of its own.
@@ -60,29 +60,16 @@ async fn output_after_the_exit_comes_before_the_close() {
     shared::output_after_the_exit_comes_before_the_close(&client).await
 }
 
+against_both!(environment_info_is_asked_again);
+
 /// `environment/info` asked again, as Codex asks once per connection: the same shell the
 /// session started with, from either server.
-mod environment_info_is_asked_again {
-    use super::*;
-
-    async fn scenario(target: Target) {
-        let server = ServerProcess::start(target).await.unwrap();
-        let client =
-            ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
-        let asked = client.request_environment_info().await.unwrap();
-        assert!(asked.shell.path.starts_with('/'), "{asked:?}");
-        assert!(!asked.shell.name.is_empty(), "{asked:?}");
-        let at_start = client.environment_info().expect("told at initialize");
-        assert_eq!(asked.shell, at_start.shell);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tether() {
-        scenario(Target::Tether).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reference() {
-        scenario(Target::Reference).await
-    }
+async fn environment_info_is_asked_again(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    let asked = client.request_environment_info().await.unwrap();
+    assert!(asked.shell.path.starts_with('/'), "{asked:?}");
+    assert!(!asked.shell.name.is_empty(), "{asked:?}");
+    let at_start = client.environment_info().expect("told at initialize");
+    assert_eq!(asked.shell, at_start.shell);
 }

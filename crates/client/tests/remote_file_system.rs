@@ -16,7 +16,7 @@ use tether_engine::fs::{FileSystem, FsError, FsErrorKind};
 use tether_protocol::fs::FS_BLOCK_MAX_BYTES;
 use tether_testkit::scratch::Scratch;
 use tether_testkit::suites::fs as shared;
-use tether_testkit::{FaultProxy, ServerProcess, Target, scenarios};
+use tether_testkit::{FaultProxy, ServerProcess, Target, against_both, scenarios};
 
 async fn connected(url: &str) -> ExecServerClient {
     ExecServerClient::connect(url, ClientOptions::default()).await.unwrap()
@@ -85,67 +85,41 @@ scenarios!(
     ]
 );
 
+against_both!(a_large_file_is_read_whole, a_file_bigger_than_a_frame_is_written_whole);
+
 /// Remote only: a file too big for a WebSocket library's default message size (64 MiB, a
 /// 48 MiB file as base64) still comes back whole from either server.
-mod a_large_file_is_read_whole {
-    use super::*;
-
-    async fn scenario(target: Target) {
-        let server = ServerProcess::start(target).await.unwrap();
-        let client = connected(&server.url).await;
-        let scratch = Scratch::new("remote-large");
-        let path = scratch.path("large.bin");
-        let file = std::fs::File::create(&path).unwrap();
-        file.set_len(70_000_000).unwrap();
-        let params = serde_json::json!({"path": scratch.uri("large.bin")});
-        let read = client.read_file(serde_json::from_value(params).unwrap()).await.unwrap();
-        assert_eq!(read.data_base64.0.len(), 70_000_000);
-        assert!(read.data_base64.0.iter().all(|&byte| byte == 0));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tether() {
-        scenario(Target::Tether).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reference() {
-        scenario(Target::Reference).await
-    }
+async fn a_large_file_is_read_whole(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let client = connected(&server.url).await;
+    let scratch = Scratch::new("remote-large");
+    let path = scratch.path("large.bin");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(70_000_000).unwrap();
+    let params = serde_json::json!({"path": scratch.uri("large.bin")});
+    let read = client.read_file(serde_json::from_value(params).unwrap()).await.unwrap();
+    assert_eq!(read.data_base64.0.len(), 70_000_000);
+    assert!(read.data_base64.0.iter().all(|&byte| byte == 0));
 }
 
 /// Remote only: a file written whole whose message (28 MB of JSON) is over the 16 MiB both
 /// servers take in one frame: the client sends it in several, and either server writes every
 /// byte. Sent as one frame, the server would close the connection instead (1009).
-mod a_file_bigger_than_a_frame_is_written_whole {
-    use super::*;
-
-    async fn scenario(target: Target) {
-        let server = ServerProcess::start(target).await.unwrap();
-        let client = connected(&server.url).await;
-        let scratch = Scratch::new("remote-large-write");
-        let contents: Vec<u8> = (0..21_000_000u32).map(|i| (i % 251) as u8).collect();
-        let params = serde_json::json!({
-            "path": scratch.uri("large.bin"),
-            "dataBase64": tether_testkit::client::b64encode(&contents),
-        });
-        client.write_file(serde_json::from_value(params).unwrap()).await.unwrap();
-        assert!(std::fs::read(scratch.path("large.bin")).unwrap() == contents, "changed");
-        // The connection carries on.
-        let params = serde_json::json!({"path": scratch.uri("large.bin")});
-        let metadata = client.get_metadata(serde_json::from_value(params).unwrap()).await;
-        assert!(metadata.unwrap().is_file);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tether() {
-        scenario(Target::Tether).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reference() {
-        scenario(Target::Reference).await
-    }
+async fn a_file_bigger_than_a_frame_is_written_whole(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let client = connected(&server.url).await;
+    let scratch = Scratch::new("remote-large-write");
+    let contents: Vec<u8> = (0..21_000_000u32).map(|i| (i % 251) as u8).collect();
+    let params = serde_json::json!({
+        "path": scratch.uri("large.bin"),
+        "dataBase64": tether_testkit::client::b64encode(&contents),
+    });
+    client.write_file(serde_json::from_value(params).unwrap()).await.unwrap();
+    assert!(std::fs::read(scratch.path("large.bin")).unwrap() == contents, "changed");
+    // The connection carries on.
+    let params = serde_json::json!({"path": scratch.uri("large.bin")});
+    let metadata = client.get_metadata(serde_json::from_value(params).unwrap()).await;
+    assert!(metadata.unwrap().is_file);
 }
 
 /// Remote only: an answer larger than the client accepts fails its call with a clear error —
