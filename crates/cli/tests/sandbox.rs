@@ -67,6 +67,7 @@ against_both!(
     fs_writes_under_workspace_write_are_confined_to_the_roots,
     fs_writes_to_protected_names_are_refused,
     fs_writes_under_read_only_are_refused,
+    fs_writes_below_a_root_see_the_host_as_the_sandbox_shows_it,
     fs_reads_of_a_none_entry_are_denied,
     fs_open_under_a_sandbox_reads_and_writes_what_it_allows,
     fs_without_root_read_sees_the_roots_and_the_platform_only,
@@ -1350,6 +1351,60 @@ async fn fs_writes_under_read_only_are_refused(target: Target) {
     assert_eq!(root.read("inside"), "in\n");
 }
 
+/// Writes below a writable root that the sandbox shows as the host has it (Tether makes them
+/// without a sandbox once one has been built, see `sandbox_writes_below_a_root_start_no_sandbox`)
+/// get the sandbox's answers: links inside the root are followed, a file keeps its inode, the
+/// server's privilege does not count.
+async fn fs_writes_below_a_root_see_the_host_as_the_sandbox_shows_it(target: Target) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root = HostDir::new(target, "fs-in-place");
+    root.file("real", "old\n");
+    root.file("realdir/keep", "");
+    root.file("dir/keep", "");
+    root.file("hard", "old\n");
+    root.file("mine", "old\n");
+    root.file("theirs", "old\n");
+    std::fs::hard_link(root.path("hard"), root.path("hard2")).unwrap();
+    std::os::unix::fs::symlink("real", root.path("link")).unwrap();
+    std::os::unix::fs::symlink(root.path("realdir"), root.path("linkdir")).unwrap();
+    std::fs::set_permissions(root.path("mine"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(root.path("theirs"), Some(65534), Some(65534)).unwrap();
+    }
+    let (_server, mut client) = started(target).await;
+    let intent = fs_intent(workspace_write_entries(), &root);
+    let write = |relative: &str| json!({"path": root.uri(relative), "dataBase64": "eA==", "sandbox": intent.clone()});
+
+    for written in ["first", "second", "link", "linkdir/new", "hard"] {
+        assert_eq!(
+            client.ok("fs/writeFile", write(written)).await.unwrap(),
+            json!({}),
+            "{written}"
+        );
+    }
+    assert_eq!(
+        [root.read("first"), root.read("second"), root.read("real"), root.read("realdir/new")],
+        ["x", "x", "x", "x"]
+    );
+    assert_eq!(root.read("hard2"), "x", "written in place: the other link sees it");
+    let umask = rustix::process::umask(rustix::fs::Mode::empty());
+    rustix::process::umask(umask);
+    let mode = std::fs::metadata(root.path("second")).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o666 & !umask.bits(), "a new file's mode");
+
+    let missing = client.err("fs/writeFile", write("nope/new")).await.unwrap();
+    assert_error(missing, -32004, ENOENT);
+    let directory = client.err("fs/writeFile", write("dir")).await.unwrap();
+    assert_error(directory, -32603, "Is a directory (os error 21)");
+    // The helper has no capabilities: a root server's privilege does not reach into the sandbox
+    // (a read-only file of its own, another user's file).
+    for refused in ["mine", "theirs"] {
+        let error = client.err("fs/writeFile", write(refused)).await.unwrap();
+        assert_error(error, -32600, EACCES);
+        assert_eq!(root.read(refused), "old\n");
+    }
+}
+
 /// A root with a hidden file, a hidden directory, a link to the hidden file and a file a
 /// `none` glob hides; the intent that hides them (`access` is `none` or its alias `deny`) on
 /// top of workspace-write.
@@ -1934,6 +1989,16 @@ async fn stdio_answer(
     method: &str,
     params: Value,
 ) -> Value {
+    let mut answers = stdio_answers(launcher, env, &[(method, params)]).await;
+    answers.remove(0)
+}
+
+/// The answers to `requests`, sent one after the other in one stdio session of its own.
+async fn stdio_answers(
+    launcher: &[&str],
+    env: &[(&str, &str)],
+    requests: &[(&str, Value)],
+) -> Vec<Value> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let mut server = tokio::process::Command::new(launcher[0])
         .args(&launcher[1..])
@@ -1949,19 +2014,26 @@ async fn stdio_answer(
     for request in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "stdio"}}),
         json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": method, "params": params}),
     ] {
         stdin.write_all(format!("{request}\n").as_bytes()).await.unwrap();
     }
-    loop {
-        let line = lines.next_line().await.unwrap().expect("the server answered");
-        let message: Value = serde_json::from_str(&line).unwrap();
-        if message["id"] == 2 {
-            drop(stdin);
-            let _ = server.wait().await;
-            return message;
+    let mut answers = Vec::new();
+    for (n, (method, params)) in requests.iter().enumerate() {
+        let id = n + 2;
+        let request = json!({"id": id, "method": method, "params": params});
+        stdin.write_all(format!("{request}\n").as_bytes()).await.unwrap();
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the server answered");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                answers.push(message);
+                break;
+            }
         }
     }
+    drop(stdin);
+    let _ = server.wait().await;
+    answers
 }
 
 /// The answer to the session's `process/start`. Notifications of the process may come before
@@ -2052,4 +2124,96 @@ async fn without_user_namespaces_nothing_sandboxed_runs() {
     assert_ne!(exited["exitCode"], 0, "{stderr}");
     assert!(stderr.contains("bwrap: "), "bubblewrap says why: {stderr}");
     assert!(!root.exists("ran"), "the command never ran");
+}
+
+/// Once a sandbox has been built, a write below a writable root that the sandbox would show as
+/// the host has it is made without one; everything else still starts bubblewrap (counted by a
+/// wrapper around it): a protected name, a link on the way, a FIFO, a missing parent answered
+/// as the sandbox answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_writes_below_a_root_start_no_sandbox_after_the_first() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = HostDir::new(Target::Tether, "in-place-count");
+    let tools = HostDir::new(Target::Tether, "in-place-tools");
+    root.file("real/keep", "");
+    std::os::unix::fs::symlink(root.path("real"), root.path("link")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.path("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let bwrap = which_bwrap();
+    let launches = tools.path("launches");
+    let wrapper = tools.path("bwrap");
+    let script = format!(
+        "#!/bin/sh\necho launch >> '{}'\nexec '{}' \"$@\"\n",
+        launches.display(),
+        bwrap.display()
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let count = || std::fs::read_to_string(&launches).unwrap_or_default().lines().count();
+
+    let home = HostDir::new(Target::Tether, "in-place-home");
+    let args = ["--bwrap", wrapper.to_str().unwrap()];
+    let env = [("CODEX_HOME", home.display(""))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let server = ServerProcess::start_with_env(Target::Tether, &args, &env).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let intent = fs_intent(workspace_write_entries(), &root);
+    let write = |relative: &str| json!({"path": root.uri(relative), "dataBase64": "eA==", "sandbox": intent.clone()});
+    // The server tried bubblewrap once as it started, to say in its log whether it works.
+    let at_start = count();
+    let launched = || count() - at_start;
+
+    assert_eq!(client.ok("fs/writeFile", write("first")).await.unwrap(), json!({}));
+    assert_eq!(launched(), 1, "the first write builds a sandbox");
+    for written in ["second", "real/third", "new-name.txt"] {
+        assert_eq!(client.ok("fs/writeFile", write(written)).await.unwrap(), json!({}));
+    }
+    let missing = client.err("fs/writeFile", write("nope/new")).await.unwrap();
+    assert_error(missing, -32004, ENOENT);
+    assert_eq!(launched(), 1, "writes below the root are made in place");
+    assert_eq!([root.read("second"), root.read("real/third")], ["x", "x"]);
+
+    assert_eq!(client.ok("fs/writeFile", write("link/fourth")).await.unwrap(), json!({}));
+    assert_eq!((launched(), root.read("real/fourth")), (2, "x".to_owned()), "a link: the sandbox");
+    let protected = client.err("fs/writeFile", write(".git/config")).await.unwrap();
+    assert_error(protected, -32603, EROFS);
+    assert_eq!(launched(), 3, "a protected name: the sandbox");
+    let fifo = client.err("fs/writeFile", write("fifo")).await.unwrap();
+    assert_error(fifo, -32603, "No such device or address (os error 6)");
+    assert_eq!(launched(), 4, "a FIFO: the sandbox");
+}
+
+/// Where bubblewrap cannot build a sandbox (no user namespaces), every sandboxed write fails,
+/// the second as the first: none is ever made without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_user_namespaces_no_sandboxed_write_is_made() {
+    let root = HostDir::new(Target::Tether, "no-userns-writes");
+    let tether = tether_testkit::server::tether_binary().unwrap();
+    let serve = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec {} serve --listen stdio",
+        tether.display()
+    );
+    let launcher = ["unshare", "-U", "-r", "/bin/sh", "-c", &serve];
+    let intent = fs_intent(workspace_write_entries(), &root);
+    let write = |name: &str| json!({"path": root.uri(name), "dataBase64": "eA==", "sandbox": intent.clone()});
+    let requests = [("fs/writeFile", write("first")), ("fs/writeFile", write("second"))];
+    for answer in stdio_answers(&launcher, &[], &requests).await {
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("fs sandbox helper failed with status"), "{message}");
+    }
+    assert_eq!(root.names(), BTreeSet::new(), "nothing was written");
+}
+
+fn which_bwrap() -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|dir| dir.join("bwrap"))
+        .find(|candidate| candidate.is_file())
+        .expect("bubblewrap is installed")
 }

@@ -7,6 +7,8 @@
 //!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
 //! - [`socket_dir`]: the Codex app-server's socket directory, masked in every full sandbox;
 //!   [`globs`] the files a `none` glob hides, searched as the reference searches them.
+//! - [`host_view`]: where a full sandbox shows a path as the host has it, writable, so that a
+//!   write there can be made without one.
 //! - [`seccomp`]: the system-call filters; [`exec`] executes a command after one is installed,
 //!   without glibc's `/bin/sh` retry.
 //! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
@@ -23,6 +25,7 @@
 pub mod denied;
 pub mod exec;
 pub mod globs;
+pub mod host_view;
 pub mod inner;
 pub mod launch;
 pub mod mounts;

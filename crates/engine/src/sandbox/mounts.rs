@@ -339,7 +339,7 @@ pub fn plan(
 /// source but mounts onto its destination as named, inside a root where a link's absolute
 /// target leads nowhere: a writable root named through a link would fail the launch. The
 /// command starts in the real path too, as the reference's does (`pwd` and `$PWD` show it).
-fn resolved(path: &Path) -> PathBuf {
+pub(crate) fn resolved(path: &Path) -> PathBuf {
     let mut existing = path;
     let mut rest = Vec::new();
     loop {
