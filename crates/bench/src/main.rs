@@ -387,6 +387,17 @@ async fn bench() -> anyhow::Result<()> {
         })
         .await?;
         table.push(row);
+        let mut row = Row::new(
+            "sandboxed new file in a new directory, as apply_patch makes it, workspace-write (median ms)",
+            report::Better::Lower,
+        );
+        row.target = Some(Target::AtMost { of_reference: 0.2, at_most: None });
+        for_each_round_in(Scratch::VarTmp, &args, &kinds, &mut row, |server| async move {
+            let runs = sandbox_workloads::WRITE_RUNS;
+            sandbox_workloads::new_file_in_new_directory(&server.url, runs).await
+        })
+        .await?;
+        table.push(row);
     }
     // Tether over `wss://` against `ssh`, a row at a time, as the cp rows are run.
     let mut wss_table = Table::versus(

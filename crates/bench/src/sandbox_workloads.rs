@@ -1,7 +1,8 @@
-//! The sandboxed workloads: `process/start` and `fs/writeFile` under Codex's `sandbox` intents,
-//! sent as Codex 0.169 sends them. Each returns one figure for one fresh server, working in a
-//! project root of its own under `/var/tmp`, not `/tmp`: the workspace-write intent also grants
-//! `/tmp`, which would hide a write that lands outside the project root.
+//! The sandboxed workloads: `process/start`, `fs/writeFile` and `fs/createDirectory` under
+//! Codex's `sandbox` intents, sent as Codex 0.169 sends them. Each returns one figure for one
+//! fresh server, working in a project root of its own under `/var/tmp`, not `/tmp`: the
+//! workspace-write intent also grants `/tmp`, which would hide a write that lands outside the
+//! project root.
 //!
 //! The servers for these workloads keep their scratch outside the temp dir
 //! ([`Scratch::VarTmp`](crate::servers::Scratch::VarTmp)); the reference cannot sandbox
@@ -17,7 +18,7 @@ use tether_client::{ClientOptions, ExecServerClient, ProcessUpdate, RemoteProces
 use tether_engine::ProcessEvent;
 use tether_engine::fs::FileSystem;
 use tether_protocol::PathUri;
-use tether_protocol::fs::FsWriteFileParams;
+use tether_protocol::fs::{FsCreateDirectoryParams, FsWriteFileParams};
 use tether_protocol::process::ExecParams;
 use tether_protocol::sandbox::SandboxContext;
 
@@ -267,6 +268,49 @@ pub async fn write_file(url: &str, runs: usize) -> anyhow::Result<f64> {
             "write {run} landed {} bytes, not the block",
             written.len()
         );
+    }
+    Ok(median(&mut samples))
+}
+
+/// Median milliseconds to put a new 1 KiB file in a new directory of the project root under the
+/// workspace-write intent, as Codex's apply_patch does: `fs/writeFile`, answered "not found"
+/// (the directory is missing), `fs/createDirectory` of the directory, `fs/writeFile` again.
+/// Sequentially, a new directory each run; every file is checked on disk, untimed, and a write
+/// beside the project root must be refused.
+pub async fn new_file_in_new_directory(url: &str, runs: usize) -> anyhow::Result<f64> {
+    let client = connect(url).await?;
+    let root = ProjectRoot::new()?;
+    let sandbox = Intent::WorkspaceWrite.for_fs(&root)?;
+    let data = tether_protocol::ByteChunk::new(vec![b'x'; WRITE_BYTES]).to_base64();
+    let write = |path: &Path| -> anyhow::Result<FsWriteFileParams> {
+        let mut params: FsWriteFileParams =
+            serde_json::from_value(json!({"path": uri_of(path)?, "dataBase64": data}))?;
+        params.sandbox = Some(sandbox.clone());
+        Ok(params)
+    };
+    let create = |path: &Path| -> anyhow::Result<FsCreateDirectoryParams> {
+        let mut params: FsCreateDirectoryParams =
+            serde_json::from_value(json!({"path": uri_of(path)?}))?;
+        params.sandbox = Some(sandbox.clone());
+        Ok(params)
+    };
+    let denied = root.outside.join("probe");
+    if client.write_file(write(&denied)?).await.is_ok() || denied.exists() {
+        bail!("not confined: workspace-write let {} be written", denied.display());
+    }
+    let mut samples = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let dir = root.root.join(format!("module-{run}"));
+        let file = dir.join("lib.rs");
+        let (first, made, second) = (write(&file)?, create(&dir)?, write(&file)?);
+        let started = Instant::now();
+        let missing = client.write_file(first).await;
+        client.create_directory(made).await.with_context(|| format!("directory {run}"))?;
+        client.write_file(second).await.with_context(|| format!("write {run}"))?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(missing.is_err(), "run {run}: a write into a missing directory succeeded");
+        let written = std::fs::read(&file).with_context(|| format!("write {run} did not land"))?;
+        anyhow::ensure!(written.len() == WRITE_BYTES, "write {run} landed {} bytes", written.len());
     }
     Ok(median(&mut samples))
 }

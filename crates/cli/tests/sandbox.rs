@@ -1396,6 +1396,43 @@ async fn fs_writes_below_a_root_see_the_host_as_the_sandbox_shows_it(target: Tar
     assert_error(missing, -32004, ENOENT);
     let directory = client.err("fs/writeFile", write("dir")).await.unwrap();
     assert_error(directory, -32603, "Is a directory (os error 21)");
+    // apply_patch's other calls: directories made (the missing ones on the way too, unless
+    // asked not to), files removed.
+    let call = |relative: &str, extra: Value| {
+        let mut params = json!({"path": root.uri(relative), "sandbox": intent.clone()});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        params
+    };
+    for (made, recursive) in [("new/a/b", true), ("new/a/b", true), ("new/a/c", false)] {
+        let params = call(made, json!({"recursive": recursive}));
+        assert_eq!(client.ok("fs/createDirectory", params).await.unwrap(), json!({}), "{made}");
+        assert!(root.path(made).is_dir(), "{made}");
+    }
+    let through_link = call("linkdir/sub/deeper", json!({}));
+    assert_eq!(client.ok("fs/createDirectory", through_link).await.unwrap(), json!({}));
+    assert!(root.path("realdir/sub/deeper").is_dir());
+    let orphan = call("nope/x", json!({"recursive": false}));
+    assert_error(client.err("fs/createDirectory", orphan).await.unwrap(), -32004, ENOENT);
+    let existing = call("new/a", json!({"recursive": false}));
+    assert_error(client.err("fs/createDirectory", existing).await.unwrap(), -32603, EEXIST);
+    let over_a_file = call("first", json!({}));
+    assert_error(client.err("fs/createDirectory", over_a_file).await.unwrap(), -32603, EEXIST);
+
+    assert_eq!(client.ok("fs/remove", call("first", json!({}))).await.unwrap(), json!({}));
+    assert_eq!(client.ok("fs/remove", call("hard", json!({}))).await.unwrap(), json!({}));
+    assert!(!root.exists("first") && !root.exists("hard"));
+    assert_eq!(root.read("hard2"), "x", "the other link stays");
+    let forced = call("first", json!({"force": true}));
+    assert_eq!(client.ok("fs/remove", forced).await.unwrap(), json!({}));
+    let gone = call("first", json!({"force": false}));
+    assert_error(client.err("fs/remove", gone).await.unwrap(), -32004, ENOENT);
+    let gone_parent = call("nope/first", json!({"force": false}));
+    assert_error(client.err("fs/remove", gone_parent).await.unwrap(), -32004, ENOENT);
+    assert_eq!(client.ok("fs/remove", call("link", json!({}))).await.unwrap(), json!({}));
+    assert!(!root.exists("link") && root.exists("real"), "the link goes, not what it leads to");
+    assert_eq!(client.ok("fs/remove", call("new", json!({}))).await.unwrap(), json!({}));
+    assert!(!root.exists("new"), "a tree goes whole");
+
     // The helper has no capabilities: a root server's privilege does not reach into the sandbox
     // (a read-only file of its own, another user's file).
     for refused in ["mine", "theirs"] {
@@ -2126,10 +2163,11 @@ async fn without_user_namespaces_nothing_sandboxed_runs() {
     assert!(!root.exists("ran"), "the command never ran");
 }
 
-/// Once a sandbox has been built, a write below a writable root that the sandbox would show as
-/// the host has it is made without one; everything else still starts bubblewrap (counted by a
-/// wrapper around it): a protected name, a link on the way, a FIFO, a missing parent answered
-/// as the sandbox answers it.
+/// Once a sandbox has been built, a write, a new directory or a removed file below a writable
+/// root that the sandbox would show as the host has it is made without one (a missing parent or
+/// file answered as the sandbox answers it); everything else still starts bubblewrap (counted
+/// by a wrapper around it): a protected name, a link on the way, a FIFO, a directory already
+/// there, a tree to remove.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_writes_below_a_root_start_no_sandbox_after_the_first() {
     use std::os::unix::fs::PermissionsExt;
@@ -2176,8 +2214,24 @@ async fn sandbox_writes_below_a_root_start_no_sandbox_after_the_first() {
     }
     let missing = client.err("fs/writeFile", write("nope/new")).await.unwrap();
     assert_error(missing, -32004, ENOENT);
+    let call = |relative: &str, extra: Value| {
+        let mut params = json!({"path": root.uri(relative), "sandbox": intent.clone()});
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        params
+    };
+    let made = call("made/deep/er", json!({}));
+    assert_eq!(client.ok("fs/createDirectory", made).await.unwrap(), json!({}));
+    let single = call("made/single", json!({"recursive": false}));
+    assert_eq!(client.ok("fs/createDirectory", single).await.unwrap(), json!({}));
+    assert_eq!(client.ok("fs/remove", call("second", json!({}))).await.unwrap(), json!({}));
+    let forced = call("second", json!({"force": true}));
+    assert_eq!(client.ok("fs/remove", forced).await.unwrap(), json!({}));
+    let gone = call("second", json!({"force": false}));
+    assert_error(client.err("fs/remove", gone).await.unwrap(), -32004, ENOENT);
     assert_eq!(launched(), 1, "writes below the root are made in place");
-    assert_eq!([root.read("second"), root.read("real/third")], ["x", "x"]);
+    assert_eq!(root.read("real/third"), "x");
+    assert!(root.path("made/deep/er").is_dir() && root.path("made/single").is_dir());
+    assert!(!root.exists("second"));
 
     assert_eq!(client.ok("fs/writeFile", write("link/fourth")).await.unwrap(), json!({}));
     assert_eq!((launched(), root.read("real/fourth")), (2, "x".to_owned()), "a link: the sandbox");
@@ -2187,6 +2241,11 @@ async fn sandbox_writes_below_a_root_start_no_sandbox_after_the_first() {
     let fifo = client.err("fs/writeFile", write("fifo")).await.unwrap();
     assert_error(fifo, -32603, "No such device or address (os error 6)");
     assert_eq!(launched(), 4, "a FIFO: the sandbox");
+    let existing = call("made", json!({"recursive": false}));
+    assert_error(client.err("fs/createDirectory", existing).await.unwrap(), -32603, EEXIST);
+    assert_eq!(launched(), 5, "a directory already there: the sandbox words it");
+    assert_eq!(client.ok("fs/remove", call("made", json!({}))).await.unwrap(), json!({}));
+    assert_eq!((launched(), root.exists("made")), (6, false), "a tree: the sandbox");
 }
 
 /// Where bubblewrap cannot build a sandbox (no user namespaces), every sandboxed write fails,

@@ -1,29 +1,34 @@
-//! A sandboxed `fs/writeFile` made here, where the sandbox would show its path as the host has
-//! it ([`host_view`]): the same write, the same answer, without starting bubblewrap (some 4 ms
-//! a write on a 2-core machine; the write itself takes microseconds).
+//! Sandboxed writes made here — `fs/writeFile`, `fs/createDirectory` and `fs/remove` of a
+//! file — where the sandbox would show their path as the host has it ([`host_view`]): the same
+//! change, the same answer, without starting bubblewrap (some 4 ms a call on a 2-core machine;
+//! the change itself takes microseconds). These are the calls Codex's apply_patch makes.
 //!
-//! What the words of the path cannot show, the write itself refuses, and the sandbox answers
+//! What the words of the path cannot show, the call itself refuses, and the sandbox answers
 //! instead:
-//! - a link or a mount anywhere below the root: the file is opened below the root's descriptor
-//!   with `openat2` (`RESOLVE_BENEATH`, no links, no mount crossings), so what is written is
-//!   the file the sandbox's helper would write, even while a sandboxed command changes the tree;
-//! - privilege: the helper's capabilities count only on files of the server's own user (those
-//!   of its user namespace), so a server running as root writes here with its effective
-//!   capabilities off ([`Unprivileged`]); a write only they would allow goes to the sandbox;
-//! - anything but a regular file: a device node is opened by nothing here (the sandbox's binds
-//!   have no devices), a FIFO or a socket goes to the sandbox.
+//! - a link or a mount anywhere below the root: every directory on the way is opened below the
+//!   root's descriptor with `openat2` (`RESOLVE_BENEATH`, no links, no mount crossings), so what
+//!   is changed is what the sandbox's helper would change, even while a sandboxed command
+//!   changes the tree;
+//! - privilege: the helper has no capabilities, so a server running as root works here with
+//!   the thread's effective capabilities off ([`Unprivileged`]); a change only they would allow
+//!   goes to the sandbox;
+//! - anything but a regular file or a directory: a device node is opened by nothing here (the
+//!   sandbox's binds have no devices), a FIFO, a socket or a link goes to the sandbox.
 //!
-//! Only two answers are given here: the write made, and `ENOENT` for a missing parent (the
-//! answer apply_patch waits for before it makes the directory). Every other failure is left to
-//! the sandbox, whose words are the reference's. And nothing is answered here until a sandbox
-//! has been built in this process ([`prove`]): on a host whose bubblewrap cannot build one (no
-//! user namespaces), every sandboxed write fails as the reference's does.
+//! Only the answers that mean the same wherever they are made are given here: the change
+//! made, and `ENOENT` for a path or a parent that is not there (the answer apply_patch waits
+//! for before it makes the directory). Every other failure is left to the sandbox, whose words
+//! are the reference's. And nothing is made here until a sandbox has been built in this
+//! process ([`prove`]): on a host whose bubblewrap cannot build one (no user namespaces), every
+//! sandboxed write fails as the reference's does.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::fs::{CWD, FileType, Mode, OFlags, ResolveFlags};
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::op::{FileOp, Outcome};
@@ -50,17 +55,34 @@ pub(super) enum Tried {
     Sandbox(FileOp),
 }
 
-/// Makes `op` here if it is a write the sandbox `policy` describes would make as the host would.
-pub(super) async fn try_write(policy: &FullPolicy, op: FileOp) -> Tried {
-    if !PROVEN.load(Ordering::Relaxed) || !matches!(op, FileOp::WriteFile { .. }) {
+/// Makes `op` here if it is a change the sandbox `policy` describes would make as the host
+/// would.
+pub(super) async fn try_here(policy: &FullPolicy, op: FileOp) -> Tried {
+    let offered = matches!(
+        op,
+        FileOp::WriteFile { .. } | FileOp::CreateDirectory { .. } | FileOp::Remove { .. }
+    );
+    if !PROVEN.load(Ordering::Relaxed) || !offered {
         return Tried::Sandbox(op);
     }
     let policy = policy.clone();
     let attempt = tokio::task::spawn_blocking(move || {
-        let FileOp::WriteFile { path, data, .. } = &op else { unreachable!("checked above") };
-        let written = where_in_place(&policy, path)
-            .map(|place| write_below(&place.root, &place.rest, &data.0));
-        (op, written)
+        let made = match &op {
+            FileOp::WriteFile { path, data, .. } => {
+                where_in_place(&policy, path).map(|at| write_below(&at, &data.0))
+            }
+            FileOp::CreateDirectory { path, recursive, .. } => {
+                where_in_place(&policy, path).map(|at| create_below(&at, *recursive))
+            }
+            // Without following, a recursive removal is refused whatever the path (see
+            // `remove`): the sandbox says so.
+            FileOp::Remove { recursive: true, follow: false, .. } => None,
+            FileOp::Remove { path, force, .. } => {
+                where_in_place(&policy, path).map(|at| remove_below(&at, *force))
+            }
+            _ => None,
+        };
+        (op, made)
     });
     match attempt.await {
         Ok((_, Some(Ok(())))) => Tried::Answered(Ok(Outcome::Done)),
@@ -83,23 +105,20 @@ fn where_in_place(policy: &FullPolicy, path: &Path) -> Option<InPlace> {
     host_view::writable_in_place(policy, path, socket_dir.as_deref())
 }
 
-/// Creates or truncates `rest` below `root` and writes `bytes` to it, as the helper would: in
-/// place (an existing file keeps its inode and mode), never through a link or across a mount,
-/// without capabilities, and only into a regular file.
-fn write_below(root: &Path, rest: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Link-free, beneath the directory, within its mount.
+const BELOW: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
+
+/// Creates or truncates the file and writes `bytes` to it, as the helper would: in place (an
+/// existing file keeps its inode and mode), only into a regular file.
+fn write_below(at: &InPlace, bytes: &[u8]) -> io::Result<()> {
     let _unprivileged = Unprivileged::enter()?;
-    let no_links = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    let dir = rustix::fs::openat2(
-        CWD,
-        root,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        no_links,
-    )
-    .map_err(|_| not_here())?;
-    let below = no_links | ResolveFlags::BENEATH | ResolveFlags::NO_XDEV;
+    let dir = open_root(&at.root)?;
     // What is there already is looked at before it is opened: opening a device does things.
-    match rustix::fs::openat2(&dir, rest, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), below) {
+    match rustix::fs::openat2(&dir, &at.rest, OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), BELOW)
+    {
         Ok(existing) if !is_regular(&existing)? => return Err(not_here()),
         Ok(_) | Err(rustix::io::Errno::NOENT) => {}
         Err(errno) => return Err(errno.into()),
@@ -111,11 +130,87 @@ fn write_below(root: &Path, rest: &Path, bytes: &[u8]) -> io::Result<()> {
         | OFlags::NONBLOCK
         | OFlags::NOCTTY
         | OFlags::CLOEXEC;
-    let file = rustix::fs::openat2(&dir, rest, flags, Mode::from_raw_mode(0o666), below)?;
+    let file = rustix::fs::openat2(&dir, &at.rest, flags, Mode::from_raw_mode(0o666), BELOW)?;
     if !is_regular(&file)? {
         return Err(not_here());
     }
     piecewise::write_all(&std::fs::File::from(file), bytes)
+}
+
+/// Makes the directory, and with `recursive` each missing one on the way (an existing
+/// directory is success then), as the helper would.
+fn create_below(at: &InPlace, recursive: bool) -> io::Result<()> {
+    let _unprivileged = Unprivileged::enter()?;
+    let mut dir = open_root(&at.root)?;
+    let names: Vec<&std::ffi::OsStr> = at.rest.iter().collect();
+    let (last, on_the_way) = names.split_last().expect("a path below the root names something");
+    for name in on_the_way {
+        if recursive {
+            make_directory(&dir, name)?;
+        }
+        dir = open_directory(&dir, name)?;
+    }
+    match make_directory(&dir, last) {
+        // Made, or there as a directory where that is success.
+        Ok(true) => Ok(()),
+        Ok(false) if recursive => open_directory(&dir, last).map(drop),
+        // Already there: the sandbox words it.
+        Ok(false) => Err(not_here()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes a regular file (`force`: a missing one is success), as the helper would; anything
+/// else is the sandbox's to remove.
+fn remove_below(at: &InPlace, force: bool) -> io::Result<()> {
+    let _unprivileged = Unprivileged::enter()?;
+    let removed = (|| {
+        let dir = open_root(&at.root)?;
+        let parent = match at.rest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => rustix::fs::openat2(
+                &dir,
+                parent,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                BELOW,
+            )?,
+            None => dir,
+        };
+        let name = at.rest.file_name().expect("a path below the root has a name");
+        let stat = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(not_here());
+        }
+        // A directory swapped in since is refused by this call (`EISDIR`), and goes to the
+        // sandbox; another file swapped in is removed, as the helper's removal by name would.
+        Ok(rustix::fs::unlinkat(&parent, name, AtFlags::empty())?)
+    })();
+    match removed {
+        Err(error) if force && error.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// The writable root, opened as it was resolved: a link swapped in since is not followed.
+fn open_root(root: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let no_links = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    rustix::fs::openat2(CWD, root, flags, Mode::empty(), no_links).map_err(|_| not_here())
+}
+
+/// `name` in `dir`, a directory (not a link to one), opened to go on from.
+fn open_directory(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat2(dir, name, flags, Mode::empty(), BELOW)?)
+}
+
+/// Makes `name` in `dir` (`false`: something is there already).
+fn make_directory(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<bool> {
+    match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o777)) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::EXIST) => Ok(false),
+        Err(errno) => Err(errno.into()),
+    }
 }
 
 fn is_regular(fd: &impl std::os::fd::AsFd) -> io::Result<bool> {

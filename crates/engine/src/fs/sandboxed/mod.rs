@@ -10,8 +10,8 @@
 //! descriptor, so a sandboxed `fs/readFile` or `fs/open` reads (or writes) it here, at full
 //! speed, with the access the sandbox granted when it was opened.
 //!
-//! A whole-file write to a path the sandbox would show as the host has it is made here
-//! instead ([`in_place`]), with the answer the helper would give.
+//! A write, a new directory or a removed file at a path the sandbox would show as the host has
+//! it is made here instead ([`in_place`]), with the answer the helper would give.
 
 mod in_place;
 mod op;
@@ -71,7 +71,7 @@ pub(crate) async fn run<T: FromOutcome>(policy: &FullPolicy, op: FileOp) -> Resu
 }
 
 async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
-    let op = match in_place::try_write(policy, op).await {
+    let op = match in_place::try_here(policy, op).await {
         in_place::Tried::Answered(answer) => return answer,
         in_place::Tried::Sandbox(op) => op,
     };
