@@ -224,21 +224,24 @@ async fn codex_workspace_write_confines_commands_to_the_workspace(target: Target
 }
 
 /// `-s workspace-write`: `apply_patch` goes through the sandboxed file writes (a missing
-/// parent is created, as Codex expects from the `-32004` it gets first).
+/// parent is created, as Codex expects from the `-32004` it gets first), and removes a file.
 async fn codex_workspace_write_applies_patches_in_the_sandbox(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
     let workspace = Workspace::new(target, "ww-patch");
     let work = workspace.work();
     std::fs::write(work.join("existing.txt"), "keep\nold line\n").unwrap();
+    std::fs::write(work.join("obsolete.txt"), "gone soon\n").unwrap();
     let patch = "*** Begin Patch\n\
                  *** Add File: brand/new/dir/added.txt\n+hello patch\n\
                  *** Update File: existing.txt\n@@\n keep\n-old line\n+new line\n\
+                 *** Delete File: obsolete.txt\n\
                  *** End Patch\n";
     let calls = vec![ToolCall::ApplyPatch { patch: patch.into() }];
     let outputs = workspace.run_codex_sandboxed(&server, "workspace-write", calls).await;
     assert!(outputs[0].contains("Success"), "{}", outputs[0]);
     assert_eq!(read(&work.join("brand/new/dir/added.txt")), "hello patch\n");
     assert_eq!(read(&work.join("existing.txt")), "keep\nnew line\n");
+    assert!(!work.join("obsolete.txt").exists(), "the deleted file is gone");
 }
 
 /// `-s read-only` (Codex's default for `exec`): a command reads, and its write is refused by
