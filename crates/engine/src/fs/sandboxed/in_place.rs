@@ -23,10 +23,9 @@
 //! sandboxed write fails as the reference's does.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
 use rustix::thread::{CapabilitySet, CapabilitySets};
