@@ -69,7 +69,10 @@ pub fn writable_in_place(
     let hides = grants.iter().any(|(granted, other)| {
         *other == GrantAccess::None && granted != root && granted.starts_with(root)
     });
-    if *access != GrantAccess::Write || hides {
+    // Two grants that name the root through different links: which is mounted last is the
+    // mount order's to decide.
+    let contested = grants.iter().any(|(granted, other)| granted == root && *other != *access);
+    if *access != GrantAccess::Write || hides || contested {
         return None;
     }
     let rest = path.strip_prefix(root).ok()?.to_path_buf();
@@ -178,6 +181,18 @@ mod tests {
         let found = writable_in_place(&policy, &inner.join("f"), None).unwrap();
         assert_eq!((found.root, found.rest), (inner, PathBuf::from("f")));
         assert_eq!(writable_in_place(&policy, &root.join("f"), None).unwrap().root, root);
+    }
+
+    #[test]
+    fn a_root_also_granted_otherwise_through_a_link_is_for_the_sandbox() {
+        let (scratch, root, mut policy) = workspace("contested");
+        let link = std::fs::canonicalize(scratch.path("")).unwrap().join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        // Whichever order they come in.
+        policy.grants.push(grant(&link, GrantAccess::Read));
+        assert_eq!(writable_in_place(&policy, &root.join("f"), None), None);
+        policy.grants.reverse();
+        assert_eq!(writable_in_place(&policy, &root.join("f"), None), None);
     }
 
     #[test]
