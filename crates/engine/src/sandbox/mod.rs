@@ -21,6 +21,8 @@
 //! **Invariant:** nothing sandboxed ever runs unconfined. Whatever is missing (bubblewrap,
 //! user namespaces, the helper), the start is answered and the child fails, saying what is
 //! missing and how to get it — never running the command without the confinement asked for.
+//! A file write the server makes itself in place of a sandbox's helper ([`host_view`]) is one
+//! the sandbox would have made the same way, and is made only once a sandbox has been built.
 
 pub mod denied;
 pub mod exec;
