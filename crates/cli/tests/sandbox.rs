@@ -59,6 +59,7 @@ against_both!(
     sandbox_denied_follows_the_exit_code_and_output_heuristic,
     a_missing_binary_inside_the_sandbox_exits_101,
     a_root_named_through_a_link_is_the_directory_it_leads_to,
+    a_root_a_sandboxed_command_replaced_with_a_link_is_refused,
     a_project_root_of_slash_makes_everything_writable_but_its_protected_names,
     a_write_grant_on_a_file_makes_that_file_writable,
     concurrent_sandboxes_keep_the_protected_names_and_leave_nothing_behind,
@@ -1134,6 +1135,51 @@ async fn a_root_named_through_a_link_is_the_directory_it_leads_to(target: Target
     let params = json!({"path": link.uri("via-fs"), "dataBase64": "aGk=", "sandbox": intent});
     assert_eq!(client.ok("fs/writeFile", params).await.unwrap(), json!({}));
     assert_eq!(root.read("real/via-fs"), "hi");
+}
+
+/// A project below `/tmp`, which workspace-write makes writable too: a sandboxed command can
+/// move the directory above the project aside and leave a link where the project was. A
+/// sandbox built on it would bind writable wherever the link leads (here a directory outside
+/// every root); both servers refuse to build it, in the same words, and file calls under the
+/// intent are refused the same way.
+async fn a_root_a_sandboxed_command_replaced_with_a_link_is_refused(target: Target) {
+    let base = format!("/tmp/tether-swap-{}-{target:?}", std::process::id());
+    let base = HostDir { path: PathBuf::from(base) };
+    let _ = std::fs::remove_dir_all(&base.path);
+    std::fs::create_dir_all(base.path("a/work")).unwrap();
+    let victim = HostDir::new(target, "swap-victim");
+    // Removed with `base`.
+    let project = std::mem::ManuallyDrop::new(HostDir { path: base.path("a/work") });
+    let (_server, mut client) = started(target).await;
+    // A file call builds a sandbox first (after which Tether makes such calls in place).
+    let fs = fs_intent(workspace_write_entries(), &project);
+    let before = json!({"path": project.uri("before"), "dataBase64": "eA==", "sandbox": fs});
+    assert_eq!(client.ok("fs/writeFile", before).await.unwrap(), json!({}));
+    let intent = process_intent(workspace_write_entries(), &project);
+    let swap = format!(
+        "cd / && mv {a} {b} && mkdir {a} && ln -s {victim} {a}/work && echo swapped",
+        a = base.display("a"),
+        b = base.display("b"),
+        victim = victim.display(""),
+    );
+    let finished = run(&mut client, sandboxed("swap", &swap, &project, intent.clone())).await;
+    assert_eq!((finished.stdout.as_str(), finished.exit_code), ("swapped\n", 0), "{finished:?}");
+
+    let refusal = format!(
+        "error building bubblewrap command: Fatal error: cannot enforce sandbox read-only path \
+         {}/.git because it crosses writable symlink {}",
+        project.display(""),
+        project.display("")
+    );
+    let escape = format!("echo escaped > {}", victim.display("pwned"));
+    let finished = run(&mut client, sandboxed("escape", &escape, &project, intent)).await;
+    assert_eq!((finished.stderr.trim(), finished.exit_code), (refusal.as_str(), 1));
+    let write = json!({"path": victim.uri("via-fs"), "dataBase64": "eA==",
+        "sandbox": fs_intent(workspace_write_entries(), &project)});
+    let error = client.err("fs/writeFile", write).await.unwrap();
+    assert_eq!(error.code, -32603);
+    assert_contains(&error.message, &refusal);
+    assert_eq!(victim.names(), BTreeSet::new(), "nothing reached the link's target");
 }
 
 /// A project root of `/` under workspace-write: everything is writable (devices work: `/dev`

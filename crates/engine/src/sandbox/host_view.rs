@@ -16,7 +16,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::mounts::{MAX_HIDDEN_PATHS, resolved};
+use super::mounts::{MAX_HIDDEN_PATHS, resolved_grants};
 use super::policy::{FullPolicy, GrantAccess, PROTECTED_NAMES};
 
 /// The mounts every full sandbox makes fresh, whatever the grants: never the host's.
@@ -55,8 +55,9 @@ pub fn writable_in_place(
     if path.components().any(protected) || socket_dir.is_some_and(|dir| path.starts_with(dir)) {
         return None;
     }
+    // A root the sandbox would refuse to bind is the sandbox's to refuse.
     let grants: Vec<(PathBuf, GrantAccess)> =
-        policy.grants.iter().map(|grant| (resolved(&grant.path), grant.access)).collect();
+        resolved_grants(policy).ok()?.into_iter().map(|grant| (grant.path, grant.access)).collect();
     // The most specific grant above the path is the one the sandbox mounts last.
     let (root, access) = grants
         .iter()
@@ -193,6 +194,17 @@ mod tests {
         assert_eq!(writable_in_place(&policy, &root.join("f"), None), None);
         policy.grants.reverse();
         assert_eq!(writable_in_place(&policy, &root.join("f"), None), None);
+    }
+
+    #[test]
+    fn a_root_the_sandbox_refuses_is_for_the_sandbox() {
+        let (scratch, root, mut policy) = workspace("refused");
+        // The root reached through a link inside another writable root (see `mounts`).
+        let elsewhere = std::fs::canonicalize(scratch.path("")).unwrap().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("link")).unwrap();
+        policy.grants.push(grant(&root.join("link"), GrantAccess::Write));
+        assert_eq!(writable_in_place(&policy, &elsewhere.join("f"), None), None);
     }
 
     #[test]
