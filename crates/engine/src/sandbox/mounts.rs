@@ -7,7 +7,7 @@
 //! capabilities. This is where the policy meets the host: whether a path exists, is a file or
 //! a directory, decides how it is mounted.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
@@ -139,28 +139,50 @@ pub(crate) fn resolved_grants(policy: &FullPolicy) -> Result<Vec<Grant>, Crosses
         }
     }
     enforced.sort_by_key(|(_, protection)| *protection == Protection::DenyRead);
+    // The enforced paths share most of their way (a root's four protected names): each step
+    // is looked at once.
+    let mut looked: HashMap<PathBuf, Step> = HashMap::new();
     for (path, protection) in enforced {
-        if let Some(link) = writable_link_on_the_way(&path, &writable) {
+        if let Some(link) = writable_link_on_the_way(&path, &writable, &mut looked) {
             return Err(CrossesWritableLink { protection, path, link });
         }
     }
     Ok(grants)
 }
 
-/// The first link on the way to `path` (itself included) that lies inside one of `writable`.
-fn writable_link_on_the_way(path: &Path, writable: &[&Path]) -> Option<PathBuf> {
+/// What a step on the way to a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Link,
+    Other,
+    Missing,
+}
+
+/// The first link on the way to `path` (itself included) that lies inside one of `writable`;
+/// `looked` keeps what each step was.
+fn writable_link_on_the_way(
+    path: &Path,
+    writable: &[&Path],
+    looked: &mut HashMap<PathBuf, Step>,
+) -> Option<PathBuf> {
     let mut prefix = PathBuf::new();
     for component in path.components() {
         prefix.push(component);
-        match std::fs::symlink_metadata(&prefix) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                if writable.iter().any(|root| prefix.starts_with(root)) {
-                    return Some(prefix);
+        let step =
+            *looked.entry(prefix.clone()).or_insert_with(|| {
+                match std::fs::symlink_metadata(&prefix) {
+                    Ok(meta) if meta.file_type().is_symlink() => Step::Link,
+                    Ok(_) => Step::Other,
+                    Err(_) => Step::Missing,
                 }
+            });
+        match step {
+            Step::Link if writable.iter().any(|root| prefix.starts_with(root)) => {
+                return Some(prefix);
             }
-            Ok(_) => {}
+            Step::Link | Step::Other => {}
             // Nothing further exists to be a link.
-            Err(_) => return None,
+            Step::Missing => return None,
         }
     }
     None
