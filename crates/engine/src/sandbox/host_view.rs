@@ -11,12 +11,13 @@
 //! and no mount on the way, and no more privilege than the helper has).
 //!
 //! It decides from the policy and the path's words alone, the grants resolved as
-//! [`super::mounts`] resolves them; whenever it cannot be sure, it answers `None`, and the
+//! [`super::grants`] resolves them; whenever it cannot be sure, it answers `None`, and the
 //! sandbox answers instead.
 
 use std::path::{Component, Path, PathBuf};
 
-use super::mounts::{MAX_HIDDEN_PATHS, resolved_grants};
+use super::grants::resolved_grants;
+use super::mounts::MAX_HIDDEN_PATHS;
 use super::policy::{FullPolicy, GrantAccess, PROTECTED_NAMES};
 
 /// The mounts every full sandbox makes fresh, whatever the grants: never the host's.
@@ -199,7 +200,7 @@ mod tests {
     #[test]
     fn a_root_the_sandbox_refuses_is_for_the_sandbox() {
         let (scratch, root, mut policy) = workspace("refused");
-        // The root reached through a link inside another writable root (see `mounts`).
+        // The root reached through a link inside another writable root (see `grants`).
         let elsewhere = std::fs::canonicalize(scratch.path("")).unwrap().join("elsewhere");
         std::fs::create_dir(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, root.join("link")).unwrap();

@@ -3,6 +3,8 @@
 //!
 //! - [`policy`] (pure): what an intent means here — no confinement, the network filter alone,
 //!   or the full sandbox with its grants.
+//! - [`grants`]: the policy's grants as the kernel reaches them, refused when a path to keep
+//!   read-only or hidden crosses a link a sandboxed command could change.
 //! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the host's
 //!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
 //! - [`socket_dir`]: the Codex app-server's socket directory, masked in every full sandbox;
@@ -27,6 +29,7 @@
 pub mod denied;
 pub mod exec;
 pub mod globs;
+pub mod grants;
 pub mod host_view;
 pub mod inner;
 pub mod launch;

@@ -32,8 +32,8 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::op::{FileOp, Outcome};
 use crate::fs::{FsError, piecewise};
+use crate::sandbox::grants::resolved;
 use crate::sandbox::host_view::{self, InPlace};
-use crate::sandbox::mounts::resolved;
 use crate::sandbox::policy::FullPolicy;
 use crate::sandbox::socket_dir;
 
