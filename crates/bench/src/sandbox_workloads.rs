@@ -245,16 +245,8 @@ pub async fn write_file(url: &str, runs: usize) -> anyhow::Result<f64> {
     let block: Vec<u8> =
         (0..WRITE_BYTES as u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
     let data = tether_protocol::ByteChunk::new(block.clone()).to_base64();
-    let params = |path: &Path| -> anyhow::Result<FsWriteFileParams> {
-        let mut params: FsWriteFileParams =
-            serde_json::from_value(json!({"path": uri_of(path)?, "dataBase64": data}))?;
-        params.sandbox = Some(sandbox.clone());
-        Ok(params)
-    };
-    let denied = root.outside.join("probe");
-    if client.write_file(params(&denied)?).await.is_ok() || denied.exists() {
-        bail!("not confined: workspace-write let {} be written", denied.display());
-    }
+    let params = |path: &Path| sandboxed_call(path, json!({"dataBase64": data}), &sandbox);
+    check_writes_confined(&client, &root, &sandbox).await?;
     let mut samples = Vec::with_capacity(runs);
     for run in 0..runs {
         let path = root.root.join(format!("write-{run}.bin"));
@@ -283,21 +275,12 @@ pub async fn new_file_in_new_directory(url: &str, runs: usize) -> anyhow::Result
     let sandbox = Intent::WorkspaceWrite.for_fs(&root)?;
     let data = tether_protocol::ByteChunk::new(vec![b'x'; WRITE_BYTES]).to_base64();
     let write = |path: &Path| -> anyhow::Result<FsWriteFileParams> {
-        let mut params: FsWriteFileParams =
-            serde_json::from_value(json!({"path": uri_of(path)?, "dataBase64": data}))?;
-        params.sandbox = Some(sandbox.clone());
-        Ok(params)
+        sandboxed_call(path, json!({"dataBase64": data}), &sandbox)
     };
     let create = |path: &Path| -> anyhow::Result<FsCreateDirectoryParams> {
-        let mut params: FsCreateDirectoryParams =
-            serde_json::from_value(json!({"path": uri_of(path)?}))?;
-        params.sandbox = Some(sandbox.clone());
-        Ok(params)
+        sandboxed_call(path, json!({}), &sandbox)
     };
-    let denied = root.outside.join("probe");
-    if client.write_file(write(&denied)?).await.is_ok() || denied.exists() {
-        bail!("not confined: workspace-write let {} be written", denied.display());
-    }
+    check_writes_confined(&client, &root, &sandbox).await?;
     let mut samples = Vec::with_capacity(runs);
     for run in 0..runs {
         let dir = root.root.join(format!("module-{run}"));
@@ -313,4 +296,31 @@ pub async fn new_file_in_new_directory(url: &str, runs: usize) -> anyhow::Result
         anyhow::ensure!(written.len() == WRITE_BYTES, "write {run} landed {} bytes", written.len());
     }
     Ok(median(&mut samples))
+}
+
+/// The params of a file call on `path`: `fields` beside the path, under `sandbox`.
+fn sandboxed_call<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    mut fields: Value,
+    sandbox: &SandboxContext,
+) -> anyhow::Result<T> {
+    fields["path"] = json!(uri_of(path)?);
+    fields["sandbox"] = serde_json::to_value(sandbox)?;
+    Ok(serde_json::from_value(fields)?)
+}
+
+/// Fails unless a sandboxed `fs/writeFile` beside the project root is refused and leaves
+/// nothing. Run once, untimed, so a server that ignored the intent cannot post a figure.
+async fn check_writes_confined(
+    client: &ExecServerClient,
+    root: &ProjectRoot,
+    sandbox: &SandboxContext,
+) -> anyhow::Result<()> {
+    let denied = root.outside.join("probe");
+    let params: FsWriteFileParams =
+        sandboxed_call(&denied, json!({"dataBase64": "eA=="}), sandbox)?;
+    if client.write_file(params).await.is_ok() || denied.exists() {
+        bail!("not confined: workspace-write let {} be written", denied.display());
+    }
+    Ok(())
 }

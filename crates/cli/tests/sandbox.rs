@@ -1419,7 +1419,7 @@ async fn fs_writes_below_a_root_see_the_host_as_the_sandbox_shows_it(target: Tar
     }
     let (_server, mut client) = started(target).await;
     let intent = fs_intent(workspace_write_entries(), &root);
-    let write = |relative: &str| json!({"path": root.uri(relative), "dataBase64": "eA==", "sandbox": intent.clone()});
+    let write = |relative: &str| call_in(&root, relative, json!({"dataBase64": "eA=="}), &intent);
 
     for written in ["first", "second", "link", "linkdir/new", "hard"] {
         assert_eq!(
@@ -1444,11 +1444,7 @@ async fn fs_writes_below_a_root_see_the_host_as_the_sandbox_shows_it(target: Tar
     assert_error(directory, -32603, "Is a directory (os error 21)");
     // apply_patch's other calls: directories made (the missing ones on the way too, unless
     // asked not to), files removed.
-    let call = |relative: &str, extra: Value| {
-        let mut params = json!({"path": root.uri(relative), "sandbox": intent.clone()});
-        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        params
-    };
+    let call = |relative: &str, fields: Value| call_in(&root, relative, fields, &intent);
     for (made, recursive) in [("new/a/b", true), ("new/a/b", true), ("new/a/c", false)] {
         let params = call(made, json!({"recursive": recursive}));
         assert_eq!(client.ok("fs/createDirectory", params).await.unwrap(), json!({}), "{made}");
@@ -1517,6 +1513,12 @@ fn walk_params(uri: String) -> Value {
 fn with_sandbox(mut params: Value, intent: &Value) -> Value {
     params["sandbox"] = intent.clone();
     params
+}
+
+/// The params of a file call on `relative` in `root`: `fields` beside its path, under `intent`.
+fn call_in(root: &HostDir, relative: &str, mut fields: Value, intent: &Value) -> Value {
+    fields["path"] = json!(root.uri(relative));
+    with_sandbox(fields, intent)
 }
 
 async fn fs_reads_of_a_none_entry_are_denied(target: Target) {
@@ -2248,7 +2250,7 @@ async fn sandbox_writes_below_a_root_start_no_sandbox_after_the_first() {
     let server = ServerProcess::start_with_env(Target::Tether, &args, &env).await.unwrap();
     let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
     let intent = fs_intent(workspace_write_entries(), &root);
-    let write = |relative: &str| json!({"path": root.uri(relative), "dataBase64": "eA==", "sandbox": intent.clone()});
+    let write = |relative: &str| call_in(&root, relative, json!({"dataBase64": "eA=="}), &intent);
     // The server tried bubblewrap once as it started, to say in its log whether it works.
     let at_start = count();
     let launched = || count() - at_start;
@@ -2260,11 +2262,7 @@ async fn sandbox_writes_below_a_root_start_no_sandbox_after_the_first() {
     }
     let missing = client.err("fs/writeFile", write("nope/new")).await.unwrap();
     assert_error(missing, -32004, ENOENT);
-    let call = |relative: &str, extra: Value| {
-        let mut params = json!({"path": root.uri(relative), "sandbox": intent.clone()});
-        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        params
-    };
+    let call = |relative: &str, fields: Value| call_in(&root, relative, fields, &intent);
     let made = call("made/deep/er", json!({}));
     assert_eq!(client.ok("fs/createDirectory", made).await.unwrap(), json!({}));
     let single = call("made/single", json!({"recursive": false}));
@@ -2306,7 +2304,7 @@ async fn without_user_namespaces_no_sandboxed_write_is_made() {
     );
     let launcher = ["unshare", "-U", "-r", "/bin/sh", "-c", &serve];
     let intent = fs_intent(workspace_write_entries(), &root);
-    let write = |name: &str| json!({"path": root.uri(name), "dataBase64": "eA==", "sandbox": intent.clone()});
+    let write = |name: &str| call_in(&root, name, json!({"dataBase64": "eA=="}), &intent);
     let requests = [("fs/writeFile", write("first")), ("fs/writeFile", write("second"))];
     for answer in stdio_answers(&launcher, &[], &requests).await {
         assert_eq!(answer["error"]["code"], -32603, "{answer}");

@@ -147,12 +147,12 @@ fn create_below(at: &InPlace, recursive: bool) -> io::Result<()> {
         if recursive {
             make_directory(&dir, name)?;
         }
-        dir = open_directory(&dir, name)?;
+        dir = open_directory(&dir, *name)?;
     }
     match make_directory(&dir, last) {
         // Made, or there as a directory where that is success.
         Ok(true) => Ok(()),
-        Ok(false) if recursive => open_directory(&dir, last).map(drop),
+        Ok(false) if recursive => open_directory(&dir, *last).map(drop),
         // Already there: the sandbox words it.
         Ok(false) => Err(not_here()),
         Err(error) => Err(error),
@@ -166,13 +166,7 @@ fn remove_below(at: &InPlace, force: bool) -> io::Result<()> {
     let removed = (|| {
         let dir = open_root(&at.root)?;
         let parent = match at.rest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(parent) => rustix::fs::openat2(
-                &dir,
-                parent,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-                BELOW,
-            )?,
+            Some(parent) => open_directory(&dir, parent)?,
             None => dir,
         };
         let name = at.rest.file_name().expect("a path below the root has a name");
@@ -197,10 +191,10 @@ fn open_root(root: &Path) -> io::Result<OwnedFd> {
     rustix::fs::openat2(CWD, root, flags, Mode::empty(), no_links).map_err(|_| not_here())
 }
 
-/// `name` in `dir`, a directory (not a link to one), opened to go on from.
-fn open_directory(dir: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
+/// The directory `below` names in `dir` (no link on the way, nor it), opened to go on from.
+fn open_directory(dir: &OwnedFd, below: impl rustix::path::Arg) -> io::Result<OwnedFd> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat2(dir, name, flags, Mode::empty(), BELOW)?)
+    Ok(rustix::fs::openat2(dir, below, flags, Mode::empty(), BELOW)?)
 }
 
 /// Makes `name` in `dir` (`false`: something is there already).
