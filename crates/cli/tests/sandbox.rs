@@ -1184,9 +1184,15 @@ async fn a_root_a_sandboxed_command_replaced_with_a_link_is_refused(target: Targ
 
 /// A project root of `/` under workspace-write: everything is writable (devices work: `/dev`
 /// is made again over the host's), but the protected names at the top of `/`. (Whether the
-/// empty directories made for them at the host's `/` are removed is not asserted here: the
-/// other server's run of this test may hold them at the same moment.)
+/// empty directories made for them at the host's `/` are removed is not asserted here.)
+///
+/// The two servers' runs of this test take turns: each makes and removes the empty `/.git`
+/// its sandbox's read-only mount goes on, and removing a directory detaches what another
+/// mount namespace has mounted on it, so the other run's sandbox would see no `/.git` at all.
+/// (No privilege is in that: whoever may remove the directory may create it too.)
 async fn a_project_root_of_slash_makes_everything_writable_but_its_protected_names(target: Target) {
+    let turn = std::fs::File::create("/var/tmp/tether-sandbox-slash-root.lock").unwrap();
+    turn.lock().unwrap();
     let root = HostDir::new(target, "slash-root");
     let (_server, mut client) = started(target).await;
     let mut intent = process_intent(workspace_write_entries(), &root);
