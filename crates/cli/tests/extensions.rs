@@ -547,8 +547,82 @@ async fn http_bodies_travel_as_raw_bytes_in_binary_messages() {
     }
 }
 
-/// Tether only: stdio carries lines of text, so there neither `binaryBlocks` nor
-/// `attachedHttpBodies` is advertised, and a read or a stream that asks for attached bytes is
+against_both!(output_travels_raw_to_a_connection_that_asks_for_it);
+
+/// `attachedOutput`: a connection that asks at `initialize` gets each `process/output` from
+/// Tether as a binary message, the notification's JSON with an empty `chunk`, a NUL, then the
+/// bytes as they are (NULs, bytes no UTF-8 allows); the reference ignores the member and sends
+/// text. Either way the output is the same, byte for byte, in sequence. A client that resumes
+/// the session without asking gets text again: each connection says for itself what it reads.
+async fn output_travels_raw_to_a_connection_that_asks_for_it(target: Target) {
+    use tether_protocol::attached::split;
+    let server = ServerProcess::start(target).await.unwrap();
+    let mut client = RpcClient::connect(&server.url).await.unwrap();
+    let init = json!({"clientName": "raw-output", "attachOutput": true});
+    let init = client.ok("initialize", init).await.unwrap();
+    client.notify("initialized", json!({})).await.unwrap();
+    let granted = target == Target::Tether;
+    assert_eq!(init.get("attachedOutput"), granted.then_some(&json!(true)), "{init}");
+
+    let script = r"printf 'a\000b\377'; printf '\n%.0s' $(seq 3000); printf end";
+    let id = client.send_request("process/start", common::exec("raw", script)).await.unwrap();
+    let (mut bytes, mut next_seq, mut binary_messages) = (Vec::new(), 1, 0);
+    loop {
+        let (message, chunk) = match client.next_text_or_binary().await.unwrap() {
+            Ok(message) if message["id"] == id => continue,
+            Ok(message) => {
+                let chunk = message["params"]["chunk"]
+                    .as_str()
+                    .map(|chunk| tether_testkit::client::b64decode(&json!(chunk)));
+                (message, chunk)
+            }
+            Err(binary) => {
+                binary_messages += 1;
+                let (json, attached) = split(&binary).unwrap();
+                let message: Value = serde_json::from_slice(json).unwrap();
+                assert_eq!(message["params"]["chunk"], "", "{message}");
+                (message, Some(attached.to_vec()))
+            }
+        };
+        assert_eq!(message["params"]["seq"], next_seq, "{message}");
+        next_seq += 1;
+        match message["method"].as_str().unwrap() {
+            "process/output" => {
+                assert_eq!(message["params"]["stream"], "stdout");
+                bytes.extend(chunk.unwrap());
+            }
+            "process/exited" => assert_eq!(message["params"]["exitCode"], 0),
+            "process/closed" => break,
+            other => panic!("{other}"),
+        }
+    }
+    let expected: Vec<u8> = [&b"a\0b\xff"[..], &[b'\n'; 3000][..], &b"end"[..]].concat();
+    assert!(bytes == expected, "{} bytes: {:?}…", bytes.len(), &bytes[..bytes.len().min(8)]);
+    assert_eq!(binary_messages > 0, granted, "{binary_messages} binary messages");
+    if target == Target::Reference {
+        return;
+    }
+
+    // Resumed by a connection that does not ask: text again.
+    let session = init["sessionId"].as_str().unwrap().to_owned();
+    client.close().await;
+    let mut resumed = RpcClient::connect(&server.url).await.unwrap();
+    let init = loop {
+        match resumed.initialize(Some(&session)).await.unwrap() {
+            Ok(init) => break init,
+            // The first connection's end may not have been seen yet.
+            Err(error) if error.code == -32010 => continue,
+            Err(error) => panic!("{error}"),
+        }
+    };
+    assert_eq!(init.get("attachedOutput"), None, "{init}");
+    resumed.ok("process/start", common::exec("text", "printf plain")).await.unwrap();
+    let events = resumed.process_events("text").await.unwrap();
+    assert_eq!(output_text(&events), "plain");
+}
+
+/// Tether only: stdio carries lines of text, so there neither `binaryBlocks`,
+/// `attachedHttpBodies` nor `attachedOutput` is advertised (nor output attached when asked), and a read or a stream that asks for attached bytes is
 /// refused, saying why.
 #[tokio::test]
 async fn over_stdio_blocks_stay_in_the_json() {
@@ -565,7 +639,8 @@ async fn over_stdio_blocks_stay_in_the_json() {
         .unwrap();
     let path = format!("file://{}/f", dir.display());
     let lines = [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "stdio"}}),
+        json!({"id": 1, "method": "initialize",
+            "params": {"clientName": "stdio", "attachOutput": true}}),
         json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "environment/info", "params": {}}),
         json!({"id": 3, "method": "fs/open", "params": {"handleId": "r", "path": path}}),
@@ -593,6 +668,8 @@ async fn over_stdio_blocks_stay_in_the_json() {
         (&extensions["binaryBlocks"], &extensions["attachedHttpBodies"]),
         (&json!(false), &json!(false))
     );
+    assert_eq!(extensions["attachedOutput"], false);
+    assert_eq!(by_id(1)["result"].get("attachedOutput"), None, "output stays text over stdio");
     assert_eq!(
         *by_id(4),
         json!({"error": {"code": -32600, "message": "attachChunk needs binary messages, which stdio does not carry: read the block without it"}, "id": 4})

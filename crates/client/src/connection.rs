@@ -31,6 +31,8 @@ use crate::options::ClientOptions;
 
 /// How a Tether server begins a body delta's JSON, with or without attached bytes.
 const BODY_DELTA_PREFIX: &[u8] = br#"{"method":"http/request/bodyDelta","#;
+/// How `process/output` begins as both servers write it.
+const OUTPUT_PREFIX: &[u8] = br#"{"method":"process/output","#;
 
 /// What a connection reports to its client, in the order it happened.
 #[derive(Debug)]
@@ -427,6 +429,21 @@ impl Connection {
                     }
                     // And one whose bytes are attached (`attachedHttpBodies`), taken without a
                     // copy.
+                    // Output with its bytes attached (`attachedOutput`), likewise.
+                    Some(attached) if json.starts_with(OUTPUT_PREFIX) => {
+                        let Some(output) = ProcessOutputNotification::from_attached(json, attached)
+                        else {
+                            break End::Broken(
+                                "malformed process/output with attached bytes from the server \
+                                 (its JSON's chunk must be empty)"
+                                    .to_string(),
+                            );
+                        };
+                        let queued = gate.queue(output.chunk.len()).await;
+                        let _ = events.send(ConnectionEvent::Output(output, queued)).await;
+                        heard = tokio::time::Instant::now();
+                        continue;
+                    }
                     Some(attached) if json.starts_with(BODY_DELTA_PREFIX) => {
                         let Some(delta) =
                             HttpRequestBodyDeltaNotification::from_attached(json, attached)
@@ -461,8 +478,8 @@ impl Connection {
                     Ok(Incoming::Other(Message::Notification(notification)))
                         if attached.is_some() =>
                     {
-                        // Only a body delta carries bytes, and only in the form read above:
-                        // read here, its bytes would be lost without a word.
+                        // Only output and a body delta carry bytes, and only in the forms read
+                        // above: read here, its bytes would be lost without a word.
                         break End::Broken(format!(
                             "{} notification with attached bytes the client cannot read",
                             notification.method

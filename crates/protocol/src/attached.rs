@@ -14,7 +14,9 @@
 //! `fs/readBlock` that asked for it with `attachChunk: true`, whose result is `{eof}`, and the
 //! answer to an `fs/readFile` that asked for it with `attachData: true`, whose result is `{}`.
 //! A fourth, under its own flag (`attachedHttpBodies`): an `http/request/bodyDelta` of a
-//! stream that asked for it with `attachBody: true`, whose `deltaBase64` is then empty.
+//! stream that asked for it with `attachBody: true`, whose `deltaBase64` is then empty. A
+//! fifth, under `attachedOutput`: a `process/output` to a connection that asked for it with
+//! `initialize {attachOutput: true}`, whose `chunk` is then empty.
 
 /// The byte between the JSON and the attached bytes.
 pub const SEPARATOR: u8 = 0;

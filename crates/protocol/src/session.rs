@@ -21,6 +21,13 @@ pub struct InitializeParams {
     /// keeps what it had.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detached_ttl_secs: Option<u64>,
+    /// Tether extension (`attachedOutput`): this connection reads `process/output` whose chunk
+    /// travels raw, attached to a binary message ([`crate::attached`]), instead of as base64 in
+    /// the JSON. Asked by each connection for itself, so a session resumed by a client that
+    /// does not ask gets text again. Granted over WebSocket only
+    /// ([`InitializeResponse::attached_output`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attach_output: bool,
 }
 
 /// `initialize` result.
@@ -36,6 +43,11 @@ pub struct InitializeResponse {
     /// connection is gone, when the request asked (`detachedTtlSecs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detached_ttl_secs: Option<u64>,
+    /// Tether extension (`attachedOutput`): this connection's output comes attached, as the
+    /// request asked (`attachOutput`); absent when it did not ask or the transport carries
+    /// text only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attached_output: bool,
 }
 
 /// What the executor is: its shell, paths and the optional protocol features it serves.
@@ -133,6 +145,9 @@ pub struct TetherExtensions {
     /// `http/request {attachBody}`: the body as raw bytes in binary WebSocket messages — the
     /// buffered answer, or each streamed delta ([`crate::attached`]). Over WebSocket only.
     pub attached_http_bodies: bool,
+    /// `initialize {attachOutput}`: `process/output` chunks as raw bytes in binary WebSocket
+    /// messages ([`crate::attached`]). Over WebSocket only.
+    pub attached_output: bool,
 }
 
 /// `environment/status` result.

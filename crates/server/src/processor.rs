@@ -290,6 +290,10 @@ impl Processor {
         if !matches!(self.phase, Phase::AwaitingInitialize) {
             return Err(invalid_request("initialize may only be sent once per connection"));
         }
+        // Each connection says for itself how it reads output (`attachedOutput`); the
+        // session's events reach it through the outbound handed over below.
+        let attached_output = params.attach_output && self.transport.carries_binary();
+        self.outbound.set_attached_output(attached_output);
         let sessions = &self.state.sessions;
         // A failed attach leaves the phase alone: the client may try again on this connection.
         let session = match &params.resume_session_id {
@@ -332,6 +336,7 @@ impl Processor {
             session_id: session.id.clone(),
             environment_info: Some(self.environment_info().into_owned()),
             detached_ttl_secs: granted,
+            attached_output,
         };
         self.phase = Phase::AwaitingInitialized(session);
         Ok(encode_response(id, &response))
@@ -387,7 +392,8 @@ impl Processor {
     }
 
     /// What `environment/info` says on this connection: the server's, without
-    /// `binaryBlocks` and `attachedHttpBodies` where the transport has no binary messages.
+    /// `binaryBlocks`, `attachedHttpBodies` and `attachedOutput` where the transport has no
+    /// binary messages.
     fn environment_info(&self) -> std::borrow::Cow<'_, EnvironmentInfo> {
         let info = &self.state.environment_info;
         if self.transport.carries_binary() {
@@ -399,6 +405,7 @@ impl Processor {
         {
             extensions.binary_blocks = false;
             extensions.attached_http_bodies = false;
+            extensions.attached_output = false;
         }
         std::borrow::Cow::Owned(info)
     }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{Instrument, info_span};
 
-use crate::transport::{ConnectionId, Outbound};
+use crate::transport::{ConnectionId, Outbound, Payload};
 
 /// Process events buffered between a session's processes and its connection.
 const SESSION_EVENT_QUEUE: usize = 256;
@@ -144,25 +144,25 @@ async fn forward_events(
         // If the connection died meanwhile, the notification goes nowhere, which is what a
         // detached session does with it anyway.
         let _ = match event {
-            ProcessEvent::Output { .. } => outbound.send_output(notification_text(event)).await,
-            _ => outbound.send(notification_text(event)).await,
+            ProcessEvent::Output { process_id, seq, stream, chunk } => {
+                let output =
+                    ProcessOutputNotification { process_id, seq, stream, chunk: ByteChunk(chunk) };
+                let payload = match outbound.attached_output() {
+                    true => Payload::Binary(output.to_attached_message()),
+                    false => Payload::Text(output.to_notification_text()),
+                };
+                outbound.send_output_payload(payload).await
+            }
+            ProcessEvent::Exited { process_id, seq, exit_code, sandbox_denied } => {
+                let exited =
+                    ProcessExitedNotification { process_id, seq, exit_code, sandbox_denied };
+                outbound.send(encode_notification(PROCESS_EXITED, &exited)).await
+            }
+            ProcessEvent::Closed { process_id, seq } => {
+                let closed = ProcessClosedNotification { process_id, seq };
+                outbound.send(encode_notification(PROCESS_CLOSED, &closed)).await
+            }
         };
-    }
-}
-
-fn notification_text(event: ProcessEvent) -> String {
-    match event {
-        ProcessEvent::Output { process_id, seq, stream, chunk } => {
-            ProcessOutputNotification { process_id, seq, stream, chunk: ByteChunk(chunk) }
-                .to_notification_text()
-        }
-        ProcessEvent::Exited { process_id, seq, exit_code, sandbox_denied } => encode_notification(
-            PROCESS_EXITED,
-            &ProcessExitedNotification { process_id, seq, exit_code, sandbox_denied },
-        ),
-        ProcessEvent::Closed { process_id, seq } => {
-            encode_notification(PROCESS_CLOSED, &ProcessClosedNotification { process_id, seq })
-        }
     }
 }
 

@@ -72,6 +72,7 @@ fn capabilities() -> Capabilities {
             binary_blocks: true,
             session_ttl: true,
             attached_http_bodies: true,
+            attached_output: true,
         }),
         ..Capabilities::default()
     }

@@ -45,6 +45,9 @@ pub(crate) struct Outbound {
     unwritten: Unwritten,
     /// The socket itself, where the transport lets answers be written where they are made.
     direct: Option<Arc<SharedSocket>>,
+    /// Whether the connection asked for `process/output` with its chunk attached
+    /// (`attachedOutput`), set at `initialize` before the session takes its copy.
+    attached_output: bool,
 }
 
 /// A message on its way out. Its permit, if any, returns its bytes to the output budget once
@@ -91,7 +94,19 @@ impl Outbound {
         let (queue, receiver) = mpsc::channel(OUTBOUND_QUEUE_MESSAGES);
         let output_budget = Arc::new(Semaphore::new(OUTPUT_IN_FLIGHT_BYTES));
         let unwritten = Unwritten::default();
-        (Self { queue, output_budget, metrics, unwritten, direct }, receiver)
+        let attached_output = false;
+        (Self { queue, output_budget, metrics, unwritten, direct, attached_output }, receiver)
+    }
+
+    /// Whether `process/output` to this connection goes as a binary message with its chunk
+    /// attached ([`tether_protocol::attached`]) rather than as text.
+    pub(crate) fn attached_output(&self) -> bool {
+        self.attached_output
+    }
+
+    /// Records what the connection asked at `initialize` (and its transport allows).
+    pub(crate) fn set_attached_output(&mut self, attached: bool) {
+        self.attached_output = attached;
     }
 
     /// The connection's processor's answer to a request: written to the socket at once where
@@ -149,15 +164,10 @@ impl Outbound {
         self.queue.send(outgoing).await.map_err(|_| Closed)
     }
 
-    /// Queues process output (or a streamed HTTP body), waiting also while too many output bytes are written but not yet
-    /// flushed to the socket. Output in flight is what a dropped connection loses, and a
+    /// Queues process output (or a streamed HTTP body), waiting also while too many output
+    /// bytes are written but not yet flushed to the socket. Output in flight is what a dropped connection loses, and a
     /// resuming client can only get it back from what the server retained: keeping it well
     /// under the retained-output size is what makes a reconnect lossless.
-    pub(crate) async fn send_output(&self, text: String) -> Result<(), Closed> {
-        self.send_output_payload(Payload::Text(text)).await
-    }
-
-    /// [`Self::send_output`] of a message of either kind.
     pub(crate) async fn send_output_payload(&self, payload: Payload) -> Result<(), Closed> {
         let len = payload.len();
         self.metrics.output_sent(len);
