@@ -19,10 +19,24 @@ pub fn fork_exec_wait(runs: usize) -> anyhow::Result<f64> {
     Ok(median(&mut samples))
 }
 
+/// Runs of the bare pipe path the pipe ceiling takes the best of: one run is a round like any
+/// other on this machine, fast or slow with it, and a server's best round could pass it.
+const PIPE_CEILING_RUNS: usize = 3;
+
 /// MB/s of `head -c BYTES /dev/zero` carried as a server would carry it, minus the server:
 /// one thread reads the pipe and writes each read to a loopback TCP connection, another reads
-/// that connection. No encoding, no framing, no protocol — the bytes' own path.
+/// that connection. No encoding, no framing, no protocol — the bytes' own path. The best of
+/// [`PIPE_CEILING_RUNS`].
 pub fn pipe_over_loopback_throughput(bytes: u64) -> anyhow::Result<f64> {
+    let mut best: f64 = 0.0;
+    for _ in 0..PIPE_CEILING_RUNS {
+        best = best.max(pipe_over_loopback_once(bytes)?);
+    }
+    Ok(best)
+}
+
+/// One run of [`pipe_over_loopback_throughput`].
+fn pipe_over_loopback_once(bytes: u64) -> anyhow::Result<f64> {
     use std::io::Write as _;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let address = listener.local_addr()?;

@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tether_protocol::envelope::encode_error;
 use tether_protocol::{JsonRpcError, RequestId};
 
-use self::direct::{SharedSocket, Ticket, Unwritten};
+use self::direct::{DIRECT_ANSWER_MAX_BYTES, FRAGMENT_BYTES, SharedSocket, Ticket, Unwritten};
 use crate::config::{OUTBOUND_QUEUE_MESSAGES, OUTPUT_IN_FLIGHT_BYTES};
 use crate::metrics::Metrics;
 
@@ -118,10 +118,12 @@ impl Outbound {
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<(), Closed> {
         let payload = match &self.direct {
-            Some(socket) => match socket.try_write(&self.unwritten, payload).await {
-                Ok(written) => return written,
-                Err(payload) => payload,
-            },
+            Some(socket) => {
+                match socket.try_write(&self.unwritten, payload, DIRECT_ANSWER_MAX_BYTES).await {
+                    Ok(written) => return written,
+                    Err(payload) => payload,
+                }
+            }
             None => payload,
         };
         self.send_payload(payload, permit).await
@@ -164,16 +166,27 @@ impl Outbound {
         self.queue.send(outgoing).await.map_err(|_| Closed)
     }
 
-    /// Queues process output (or a streamed HTTP body), waiting also while too many output
-    /// bytes are written but not yet flushed to the socket. Output in flight is what a dropped connection loses, and a
-    /// resuming client can only get it back from what the server retained: keeping it well
-    /// under the retained-output size is what makes a reconnect lossless.
+    /// Sends process output (or a streamed HTTP body), waiting also while too many output
+    /// bytes are written but not yet flushed to the socket. Output in flight is what a dropped
+    /// connection loses, and a resuming client can only get it back from what the server
+    /// retained: keeping it well under the retained-output size is what makes a reconnect
+    /// lossless. Written where it is made when the socket is free and nothing queued is
+    /// unwritten (see `direct`).
     pub(crate) async fn send_output_payload(&self, payload: Payload) -> Result<(), Closed> {
         let len = payload.len();
         self.metrics.output_sent(len);
         let bytes = len.clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
         let permit =
             self.output_budget.clone().acquire_many_owned(bytes).await.map_err(|_| Closed)?;
+        let payload = match &self.direct {
+            Some(socket) => {
+                match socket.try_write(&self.unwritten, payload, FRAGMENT_BYTES).await {
+                    Ok(written) => return written,
+                    Err(payload) => payload,
+                }
+            }
+            None => payload,
+        };
         self.send_payload(payload, Some(permit)).await
     }
 }
