@@ -2,6 +2,7 @@
 //! a client that sends only the reference's messages sees the reference's behaviour, on Tether
 //! as on the reference.
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -566,8 +567,10 @@ async fn output_travels_raw_to_a_connection_that_asks_for_it(target: Target) {
 
     let script = r"printf 'a\000b\377'; printf '\n%.0s' $(seq 3000); printf end";
     let id = client.send_request("process/start", common::exec("raw", script)).await.unwrap();
-    let (mut bytes, mut next_seq, mut binary_messages) = (Vec::new(), 1, 0);
-    loop {
+    // By sequence number: the reference reports the exit from a task of its own, sometimes
+    // before the output it follows.
+    let (mut events, mut closed_seq, mut binary_messages) = (BTreeMap::new(), None, 0);
+    while closed_seq.is_none_or(|closed| events.len() < closed) {
         let (message, chunk) = match client.next_text_or_binary().await.unwrap() {
             Ok(message) if message["id"] == id => continue,
             Ok(message) => {
@@ -584,15 +587,25 @@ async fn output_travels_raw_to_a_connection_that_asks_for_it(target: Target) {
                 (message, Some(attached.to_vec()))
             }
         };
-        assert_eq!(message["params"]["seq"], next_seq, "{message}");
-        next_seq += 1;
+        let seq = message["params"]["seq"].as_u64().unwrap() as usize;
+        if message["method"] == "process/closed" {
+            closed_seq = Some(seq);
+        }
+        assert!(events.insert(seq, (message, chunk)).is_none(), "seq {seq} twice");
+    }
+    assert_eq!(
+        events.keys().copied().collect::<Vec<_>>(),
+        (1..=closed_seq.unwrap()).collect::<Vec<_>>()
+    );
+    let mut bytes = Vec::new();
+    for (message, chunk) in events.into_values() {
         match message["method"].as_str().unwrap() {
             "process/output" => {
                 assert_eq!(message["params"]["stream"], "stdout");
                 bytes.extend(chunk.unwrap());
             }
             "process/exited" => assert_eq!(message["params"]["exitCode"], 0),
-            "process/closed" => break,
+            "process/closed" => {}
             other => panic!("{other}"),
         }
     }

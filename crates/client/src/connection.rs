@@ -427,9 +427,7 @@ impl Connection {
                             continue;
                         }
                     }
-                    // And one whose bytes are attached (`attachedHttpBodies`), taken without a
-                    // copy.
-                    // Output with its bytes attached (`attachedOutput`), likewise.
+                    // Output whose bytes are attached (`attachedOutput`), taken without a copy.
                     Some(attached) if json.starts_with(OUTPUT_PREFIX) => {
                         let Some(output) = ProcessOutputNotification::from_attached(json, attached)
                         else {
@@ -444,6 +442,8 @@ impl Connection {
                         heard = tokio::time::Instant::now();
                         continue;
                     }
+                    // And a body delta whose bytes are attached (`attachedHttpBodies`),
+                    // likewise.
                     Some(attached) if json.starts_with(BODY_DELTA_PREFIX) => {
                         let Some(delta) =
                             HttpRequestBodyDeltaNotification::from_attached(json, attached)

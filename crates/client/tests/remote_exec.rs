@@ -2,10 +2,12 @@
 //! scenarios the engine runs in-process (`tether_testkit::suites::exec`), so a remote
 //! `ExecProcess` is held to the local one's order, bytes, exits and refusals.
 
+use std::time::Duration;
+
 use tether_client::{ClientError, ClientOptions, ExecServerClient};
 use tether_protocol::process::ProcessSignal;
 use tether_testkit::suites::exec as shared;
-use tether_testkit::{ServerProcess, Target, against_both, scenarios};
+use tether_testkit::{ServerProcess, Target, against_both, scenarios, shell_params};
 
 // Two tests per scenario — on Tether and on the reference — each with a server and a session
 // of its own.
@@ -72,4 +74,76 @@ async fn environment_info_is_asked_again(target: Target) {
     assert!(!asked.shell.name.is_empty(), "{asked:?}");
     let at_start = client.environment_info().expect("told at initialize");
     assert_eq!(asked.shell, at_start.shell);
+}
+
+/// The client asks for output with its bytes attached (`attachOutput`) and takes a chunk so,
+/// NULs and all (here with its members in serde's order, not the one Tether writes); a server that then sends output with bytes both in its base64 and attached
+/// fails the process with a protocol error that says so, instead of taking either half and
+/// losing the other. The server is scripted: no real one sends such a message.
+#[tokio::test]
+async fn attached_output_is_read_raw_and_a_malformed_one_fails_the_process() {
+    use futures_util::{SinkExt, StreamExt};
+    use serde_json::{Value, json};
+    use tether_client::ProcessUpdate;
+    use tether_engine::ProcessEvent;
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    // Output is sent once the client holds the process's handle: output that overtakes the
+    // start's answer is held for it, and a failure meanwhile ends the process without it.
+    let (started, handle_held) = tokio::sync::oneshot::channel::<()>();
+    let script = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(socket).await.unwrap();
+        let next_text = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| loop {
+            if let Message::Text(text) = ws.next().await.unwrap().unwrap() {
+                return serde_json::from_str::<Value>(&text).unwrap();
+            }
+        };
+        let initialize = next_text(&mut ws).await;
+        let answer = json!({"id": initialize["id"], "result": {"sessionId": "scripted",
+            "environmentInfo": {"shell": {"name": "sh", "path": "/bin/sh"},
+                "capabilities": {"tetherExtensions": {"attachedOutput": true}}},
+            "attachedOutput": true}});
+        ws.send(Message::text(answer.to_string())).await.unwrap();
+        assert_eq!(next_text(&mut ws).await["method"], "initialized");
+        let start = next_text(&mut ws).await;
+        let process_id = start["params"]["processId"].clone();
+        let answer = json!({"id": start["id"], "result": {"processId": process_id}});
+        ws.send(Message::text(answer.to_string())).await.unwrap();
+        handle_held.await.unwrap();
+        let output = |seq: u64, chunk: &str| {
+            json!({"method": "process/output", "params": {"processId": process_id, "seq": seq,
+                "stream": "stdout", "chunk": chunk}})
+            .to_string()
+        };
+        let good = tether_protocol::attached::join(&output(1, ""), b"hi\0there");
+        ws.send(Message::binary(good)).await.unwrap();
+        let bad = tether_protocol::attached::join(&output(2, "aGk="), b"more");
+        ws.send(Message::binary(bad)).await.unwrap();
+        // Until the client lets go of the connection.
+        while let Some(Ok(_)) = ws.next().await {}
+        initialize["params"].clone()
+    });
+    let options = ClientOptions { recovery_timeout: Duration::ZERO, ..ClientOptions::default() };
+    let client = ExecServerClient::connect(&url, options).await.unwrap();
+    let mut process = client.start(shell_params("scripted", "true")).await.unwrap();
+    started.send(()).unwrap();
+    let update = process.next_update().await.unwrap();
+    let ProcessUpdate::Event(ProcessEvent::Output { seq: 1, chunk, .. }) = update else {
+        panic!("{update:?}")
+    };
+    assert_eq!(&chunk[..], b"hi\0there");
+    let Some(ProcessUpdate::Failed(message)) = process.next_update().await else {
+        panic!("the process did not fail")
+    };
+    assert!(
+        message.contains(
+            "malformed process/output with attached bytes from the server (its JSON's chunk must \
+             be empty)"
+        ),
+        "{message}"
+    );
+    let asked = script.await.unwrap();
+    assert_eq!(asked["attachOutput"], true);
 }

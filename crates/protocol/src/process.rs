@@ -473,10 +473,39 @@ impl ProcessOutputNotification {
     }
 
     /// A notification read from a binary message's two parts (`attachedOutput`): `json`, read
-    /// as [`Self::from_frame`] reads a text frame, whose `chunk` must be empty, and the
-    /// `attached` bytes, which become the chunk without a copy. `None` for anything else.
+    /// as [`Self::from_frame`] reads a text frame (or, with its members in another order, by
+    /// serde, which refuses members the notification does not have, or repeated), whose
+    /// `chunk` must be empty, and the `attached` bytes, which become the chunk without a copy.
+    /// `None` for anything else.
     pub fn from_attached(json: &[u8], attached: bytes::Bytes) -> Option<Self> {
-        let mut output = Self::from_frame(json)?;
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Whole {
+            #[serde(rename = "method")]
+            _method: MethodIsOutput,
+            params: Params,
+        }
+        #[derive(Deserialize)]
+        enum MethodIsOutput {
+            #[serde(rename = "process/output")]
+            Output,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Params {
+            process_id: ProcessId,
+            seq: u64,
+            stream: ExecOutputStream,
+            chunk: ByteChunk,
+        }
+        let mut output = match Self::from_frame(json) {
+            Some(output) => output,
+            None => {
+                let Params { process_id, seq, stream, chunk } =
+                    serde_json::from_slice::<Whole>(json).ok()?.params;
+                Self { process_id, seq, stream, chunk }
+            }
+        };
         if !output.chunk.is_empty() {
             return None;
         }
@@ -624,6 +653,18 @@ mod tests {
         assert_eq!(read, Some(notification.clone()));
         let text = notification.to_notification_text();
         assert_eq!(ProcessOutputNotification::from_attached(text.as_bytes(), Bytes::new()), None);
+        // Members in another order are read too; another method, or a member too many, not.
+        let reordered = br#"{"params":{"chunk":"","stream":"pty","seq":7,"processId":"p\"1"},"method":"process/output"}"#;
+        let read =
+            ProcessOutputNotification::from_attached(reordered, Bytes::copy_from_slice(attached));
+        assert_eq!(read, Some(notification));
+        for refused in [
+            &br#"{"method":"process/exited","params":{"processId":"p","seq":7,"stream":"pty","chunk":""}}"#[..],
+            br#"{"method":"process/output","params":{"processId":"p","seq":7,"stream":"pty","chunk":"","extra":1}}"#,
+            br#"{"params":{"processId":"p","seq":7,"seq":8,"stream":"pty","chunk":""},"method":"process/output"}"#,
+        ] {
+            assert_eq!(ProcessOutputNotification::from_attached(refused, Bytes::new()), None);
+        }
     }
 
     /// The fast read of an output frame takes exactly what the general decoder would read as
