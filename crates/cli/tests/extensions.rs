@@ -635,8 +635,8 @@ async fn output_travels_raw_to_a_connection_that_asks_for_it(target: Target) {
 }
 
 /// Tether only: stdio carries lines of text, so there neither `binaryBlocks`,
-/// `attachedHttpBodies` nor `attachedOutput` is advertised (nor output attached when asked), and a read or a stream that asks for attached bytes is
-/// refused, saying why.
+/// `attachedHttpBodies` nor `attachedOutput` is advertised (nor output attached when asked),
+/// and a read or a stream that asks for attached bytes is refused, saying why.
 #[tokio::test]
 async fn over_stdio_blocks_stay_in_the_json() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

@@ -77,9 +77,10 @@ async fn environment_info_is_asked_again(target: Target) {
 }
 
 /// The client asks for output with its bytes attached (`attachOutput`) and takes a chunk so,
-/// NULs and all (here with its members in serde's order, not the one Tether writes); a server that then sends output with bytes both in its base64 and attached
-/// fails the process with a protocol error that says so, instead of taking either half and
-/// losing the other. The server is scripted: no real one sends such a message.
+/// NULs and all (here with its members in serde's order, not the one Tether writes); a server
+/// that then sends output with bytes both in its base64 and attached fails the process with a
+/// protocol error that says so, instead of taking either half and losing the other. The server
+/// is scripted: no real one sends such a message.
 #[tokio::test]
 async fn attached_output_is_read_raw_and_a_malformed_one_fails_the_process() {
     use futures_util::{SinkExt, StreamExt};

@@ -117,13 +117,23 @@ impl Outbound {
         payload: Payload,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<(), Closed> {
+        self.write_or_queue(payload, DIRECT_ANSWER_MAX_BYTES, permit).await
+    }
+
+    /// Writes `payload` to the socket at once where the transport allows it, it is at most
+    /// `max_bytes` and nothing queued is still unwritten (see `direct`); queues it otherwise,
+    /// holding `permit` until it has been written.
+    async fn write_or_queue(
+        &self,
+        payload: Payload,
+        max_bytes: usize,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), Closed> {
         let payload = match &self.direct {
-            Some(socket) => {
-                match socket.try_write(&self.unwritten, payload, DIRECT_ANSWER_MAX_BYTES).await {
-                    Ok(written) => return written,
-                    Err(payload) => payload,
-                }
-            }
+            Some(socket) => match socket.try_write(&self.unwritten, payload, max_bytes).await {
+                Ok(written) => return written,
+                Err(payload) => payload,
+            },
             None => payload,
         };
         self.send_payload(payload, permit).await
@@ -178,16 +188,7 @@ impl Outbound {
         let bytes = len.clamp(1, OUTPUT_IN_FLIGHT_BYTES) as u32;
         let permit =
             self.output_budget.clone().acquire_many_owned(bytes).await.map_err(|_| Closed)?;
-        let payload = match &self.direct {
-            Some(socket) => {
-                match socket.try_write(&self.unwritten, payload, FRAGMENT_BYTES).await {
-                    Ok(written) => return written,
-                    Err(payload) => payload,
-                }
-            }
-            None => payload,
-        };
-        self.send_payload(payload, Some(permit)).await
+        self.write_or_queue(payload, FRAGMENT_BYTES, Some(permit)).await
     }
 }
 
