@@ -14,6 +14,7 @@ use tether_protocol::envelope::{encode_error, encode_notification, encode_reques
 use tether_protocol::error::METHOD_NOT_FOUND;
 use tether_protocol::fragments::fragments;
 use tether_protocol::http::{HTTP_BODY_DELTA_MAX_BYTES, HttpRequestBodyDeltaNotification};
+use tether_protocol::method::{HTTP_REQUEST_BODY_DELTA, PROCESS_OUTPUT};
 use tether_protocol::process::ProcessOutputNotification;
 use tether_protocol::{Incoming, JsonRpcError, Message, Notification, RequestId};
 use tokio::sync::{mpsc, oneshot};
@@ -409,57 +410,35 @@ impl Connection {
                     _ => continue,
                 };
                 let json = &message[..json_len];
-                match attached {
-                    // Output, the bulk of what arrives, is read straight into its event.
-                    None => {
-                        if let Some(output) = ProcessOutputNotification::from_frame(json) {
+                // Output and body deltas, the bulk of what arrives, are read straight into
+                // their events.
+                let bulk = match &attached {
+                    None => ProcessOutputNotification::from_frame(json)
+                        .map(Bulk::Output)
+                        .or_else(|| {
+                            HttpRequestBodyDeltaNotification::from_frame(json).map(Bulk::BodyDelta)
+                        })
+                        .map(Ok),
+                    // With their bytes attached (`attachedOutput`, `attachedHttpBodies`), taken
+                    // without a copy.
+                    Some(bytes) => attached_bulk(json, bytes),
+                };
+                if let Some(bulk) = bulk {
+                    let event = match bulk {
+                        Ok(Bulk::Output(output)) => {
                             let queued = gate.queue(output.chunk.len()).await;
-                            let _ = events.send(ConnectionEvent::Output(output, queued)).await;
-                            // Waiting for the router is not the server's silence.
-                            heard = tokio::time::Instant::now();
-                            continue;
+                            ConnectionEvent::Output(output, queued)
                         }
-                        // So is a streamed HTTP body.
-                        if let Some(delta) = HttpRequestBodyDeltaNotification::from_frame(json) {
+                        Ok(Bulk::BodyDelta(delta)) => {
                             let queued = gate.queue(delta.delta_base64.len()).await;
-                            let _ = events.send(ConnectionEvent::BodyDelta(delta, queued)).await;
-                            heard = tokio::time::Instant::now();
-                            continue;
+                            ConnectionEvent::BodyDelta(delta, queued)
                         }
-                    }
-                    // Output whose bytes are attached (`attachedOutput`), taken without a copy.
-                    Some(attached) if json.starts_with(OUTPUT_PREFIX) => {
-                        let Some(output) = ProcessOutputNotification::from_attached(json, attached)
-                        else {
-                            break End::Broken(
-                                "malformed process/output with attached bytes from the server \
-                                 (its JSON's chunk must be empty)"
-                                    .to_string(),
-                            );
-                        };
-                        let queued = gate.queue(output.chunk.len()).await;
-                        let _ = events.send(ConnectionEvent::Output(output, queued)).await;
-                        heard = tokio::time::Instant::now();
-                        continue;
-                    }
-                    // And a body delta whose bytes are attached (`attachedHttpBodies`),
-                    // likewise.
-                    Some(attached) if json.starts_with(BODY_DELTA_PREFIX) => {
-                        let Some(delta) =
-                            HttpRequestBodyDeltaNotification::from_attached(json, attached)
-                        else {
-                            break End::Broken(format!(
-                                "malformed http/request/bodyDelta with attached bytes from the \
-                                 server (at most {HTTP_BODY_DELTA_MAX_BYTES} bytes, after JSON \
-                                 whose deltaBase64 is empty)"
-                            ));
-                        };
-                        let queued = gate.queue(delta.delta_base64.len()).await;
-                        let _ = events.send(ConnectionEvent::BodyDelta(delta, queued)).await;
-                        heard = tokio::time::Instant::now();
-                        continue;
-                    }
-                    Some(_) => {}
+                        Err(message) => break End::Broken(message),
+                    };
+                    let _ = events.send(event).await;
+                    // Waiting for the router is not the server's silence.
+                    heard = tokio::time::Instant::now();
+                    continue;
                 }
                 match Incoming::decode(json) {
                     Ok(Incoming::Answer { id, result }) => {
@@ -654,6 +633,60 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
     }
+}
+
+/// A notification that carries a process's output or a streamed HTTP body: read apart from
+/// every other message, since it is most of what arrives.
+enum Bulk {
+    Output(ProcessOutputNotification),
+    BodyDelta(HttpRequestBodyDeltaNotification),
+}
+
+/// The bulk notification a binary message with `bytes` after its JSON carries, or why it is
+/// malformed; `None` if it carries none (an answer with a block's bytes, or a notification
+/// the reader refuses). Both servers write `method` first; a message that does not is read
+/// all the same, the slower way.
+fn attached_bulk(json: &[u8], bytes: &Bytes) -> Option<Result<Bulk, String>> {
+    let method: std::borrow::Cow<'_, str> = if json.starts_with(OUTPUT_PREFIX) {
+        PROCESS_OUTPUT.into()
+    } else if json.starts_with(BODY_DELTA_PREFIX) {
+        HTTP_REQUEST_BODY_DELTA.into()
+    } else {
+        notification_method(json)?.into()
+    };
+    match &*method {
+        PROCESS_OUTPUT => Some(
+            ProcessOutputNotification::from_attached(json, bytes.clone())
+                .map(Bulk::Output)
+                .ok_or_else(|| {
+                    "malformed process/output with attached bytes from the server (its JSON's \
+                     chunk must be empty)"
+                        .to_string()
+                }),
+        ),
+        HTTP_REQUEST_BODY_DELTA => Some(
+            HttpRequestBodyDeltaNotification::from_attached(json, bytes.clone())
+                .map(Bulk::BodyDelta)
+                .ok_or_else(|| {
+                    format!(
+                        "malformed http/request/bodyDelta with attached bytes from the server \
+                         (at most {HTTP_BODY_DELTA_MAX_BYTES} bytes, after JSON whose \
+                         deltaBase64 is empty)"
+                    )
+                }),
+        ),
+        _ => None,
+    }
+}
+
+/// The `method` of a message whose members come in another order than the servers write
+/// them; `None` for an answer, or for JSON that is not an object.
+fn notification_method(json: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct MethodOnly {
+        method: Option<String>,
+    }
+    serde_json::from_slice::<MethodOnly>(json).ok()?.method
 }
 
 /// A call's result as the type the caller expects, read straight from its text. A type that

@@ -82,7 +82,7 @@ async fn environment_info_is_asked_again(target: Target) {
 /// protocol error that says so, instead of taking either half and losing the other. The server
 /// is scripted: no real one sends such a message.
 #[tokio::test]
-async fn attached_output_is_read_raw_and_a_malformed_one_fails_the_process() {
+async fn attached_output_is_read_raw_in_any_member_order_and_a_malformed_one_fails_the_process() {
     use futures_util::{SinkExt, StreamExt};
     use serde_json::{Value, json};
     use tether_client::ProcessUpdate;
@@ -120,7 +120,13 @@ async fn attached_output_is_read_raw_and_a_malformed_one_fails_the_process() {
         };
         let good = tether_protocol::attached::join(&output(1, ""), b"hi\0there");
         ws.send(Message::binary(good)).await.unwrap();
-        let bad = tether_protocol::attached::join(&output(2, "aGk="), b"more");
+        // Members in another order than Tether writes them are read all the same.
+        let reordered = format!(
+            r#"{{"params":{{"chunk":"","stream":"stdout","seq":2,"processId":{process_id}}},"method":"process/output"}}"#
+        );
+        let reordered = tether_protocol::attached::join(&reordered, b"\xffagain");
+        ws.send(Message::binary(reordered)).await.unwrap();
+        let bad = tether_protocol::attached::join(&output(3, "aGk="), b"more");
         ws.send(Message::binary(bad)).await.unwrap();
         // Until the client lets go of the connection.
         while let Some(Ok(_)) = ws.next().await {}
@@ -135,6 +141,11 @@ async fn attached_output_is_read_raw_and_a_malformed_one_fails_the_process() {
         panic!("{update:?}")
     };
     assert_eq!(&chunk[..], b"hi\0there");
+    let update = process.next_update().await.unwrap();
+    let ProcessUpdate::Event(ProcessEvent::Output { seq: 2, chunk, .. }) = update else {
+        panic!("{update:?}")
+    };
+    assert_eq!(&chunk[..], b"\xffagain");
     let Some(ProcessUpdate::Failed(message)) = process.next_update().await else {
         panic!("the process did not fail")
     };

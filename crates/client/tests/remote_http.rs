@@ -90,12 +90,13 @@ async fn a_buffered_request_is_not_resent_after_a_drop() {
     assert_eq!(peer.requests(), ["GET /slow-head?ms=1000"], "sent once");
 }
 
-/// A server that says it sends bodies attached (`attachedHttpBodies`) and then sends a delta
-/// the client cannot read so — bytes both in its base64 and attached — breaks the connection
+/// A server that says it sends bodies attached (`attachedHttpBodies`) has its deltas read
+/// whatever the order of their members, and one that then sends a delta the client cannot
+/// read so — bytes both in its base64 and attached — breaks the connection
 /// with a protocol error that the stream reports, instead of taking either half and losing the
 /// other. The server is scripted: no real one sends such a message.
 #[tokio::test]
-async fn an_attached_delta_that_also_carries_base64_breaks_the_connection() {
+async fn attached_deltas_in_any_member_order_are_read_but_base64_too_breaks_it() {
     use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -118,8 +119,15 @@ async fn an_attached_delta_that_also_carries_base64_breaks_the_connection() {
         let answer = json!({"id": request["id"],
             "result": {"status": 200, "headers": [], "bodyBase64": ""}});
         ws.send(Message::text(answer.to_string())).await.unwrap();
+        // Members in another order than Tether writes them are read all the same.
+        let reordered = format!(
+            r#"{{"params":{{"done":false,"deltaBase64":"","seq":1,"requestId":{}}},"method":"http/request/bodyDelta"}}"#,
+            request["params"]["requestId"]
+        );
+        let reordered = tether_protocol::attached::join(&reordered, b"first\0");
+        ws.send(Message::binary(reordered)).await.unwrap();
         let delta = json!({"method": "http/request/bodyDelta", "params": {
-            "requestId": request["params"]["requestId"], "seq": 1, "deltaBase64": "aGk=",
+            "requestId": request["params"]["requestId"], "seq": 2, "deltaBase64": "aGk=",
             "done": false, "error": null}});
         let message = tether_protocol::attached::join(&delta.to_string(), b"more");
         ws.send(Message::binary(message)).await.unwrap();
@@ -131,6 +139,7 @@ async fn an_attached_delta_that_also_carries_base64_breaks_the_connection() {
     let client = ExecServerClient::connect(&url, options).await.unwrap();
     let (head, mut body) = client.request_streamed(get("http://peer.invalid/")).await.unwrap();
     assert_eq!(head.status, 200);
+    assert_eq!(&body.next().await.unwrap().unwrap()[..], b"first\0");
     let error = body.next().await.unwrap().unwrap_err();
     assert_eq!(
         error.0,

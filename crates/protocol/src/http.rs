@@ -226,12 +226,28 @@ impl HttpRequestBodyDeltaNotification {
     /// A notification read from a binary message's two parts (`attachedHttpBodies`): `json`,
     /// read as [`Self::from_frame`] reads a text frame, whose `deltaBase64` must be empty, and
     /// the `attached` bytes, which become the delta without a copy. `None` for anything else,
-    /// and for bytes beyond [`HTTP_BODY_DELTA_MAX_BYTES`].
+    /// and for bytes beyond [`HTTP_BODY_DELTA_MAX_BYTES`]. JSON whose members come in another
+    /// order than Tether writes them is read by the JSON parser instead.
     pub fn from_attached(json: &[u8], attached: bytes::Bytes) -> Option<Self> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Whole {
+            #[serde(rename = "method")]
+            _method: MethodIsDelta,
+            params: HttpRequestBodyDeltaNotification,
+        }
+        #[derive(Deserialize)]
+        enum MethodIsDelta {
+            #[serde(rename = "http/request/bodyDelta")]
+            Delta,
+        }
         if attached.len() > HTTP_BODY_DELTA_MAX_BYTES {
             return None;
         }
-        let mut delta = Self::from_frame(json)?;
+        let mut delta = match Self::from_frame(json) {
+            Some(delta) => delta,
+            None => serde_json::from_slice::<Whole>(json).ok()?.params,
+        };
         if !delta.delta_base64.is_empty() {
             return None;
         }
@@ -489,6 +505,13 @@ mod tests {
             bytes::Bytes::copy_from_slice(attached),
         );
         assert_eq!(read, Some(delta));
+        // Another order of members (`method` last, `params` shuffled) reads the same.
+        let reordered = br#"{"params":{"error":null,"done":false,"deltaBase64":"","seq":7,"requestId":"id \"quoted\""},"method":"http/request/bodyDelta"}"#;
+        let read = HttpRequestBodyDeltaNotification::from_attached(
+            reordered,
+            bytes::Bytes::copy_from_slice(attached),
+        );
+        assert_eq!(read.map(|read| read.delta_base64), Some(ByteChunk::from(bytes)));
     }
 
     #[test]
@@ -504,7 +527,10 @@ mod tests {
         assert_eq!(HttpRequestBodyDeltaNotification::from_attached(empty, past), None);
         let other = br#"{"method":"process/output","params":{}}"#;
         let extra = bytes::Bytes::from_static(b"x");
-        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(other, extra), None);
+        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(other, extra.clone()), None);
+        let reordered_other =
+            br#"{"params":{"requestId":"r","seq":1,"deltaBase64":""},"method":"process/output"}"#;
+        assert_eq!(HttpRequestBodyDeltaNotification::from_attached(reordered_other, extra), None);
     }
 
     #[test]
