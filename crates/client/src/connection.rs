@@ -1,83 +1,30 @@
-//! One physical connection to an exec-server: a WebSocket, the calls in flight on it, and the
-//! notifications it delivers. A logical client outlives many of these ("generations").
+//! One physical connection to an exec-server: a WebSocket, its sending half, and the calls in
+//! flight on it (`crate::calls`); its reading half is `crate::reader`'s. A logical client
+//! outlives many of these ("generations").
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tether_protocol::envelope::{encode_error, encode_notification, encode_request};
-use tether_protocol::error::METHOD_NOT_FOUND;
+use tether_protocol::RequestId;
+use tether_protocol::envelope::{encode_notification, encode_request};
 use tether_protocol::fragments::fragments;
-use tether_protocol::http::{HTTP_BODY_DELTA_MAX_BYTES, HttpRequestBodyDeltaNotification};
-use tether_protocol::method::{HTTP_REQUEST_BODY_DELTA, PROCESS_OUTPUT};
-use tether_protocol::process::ProcessOutputNotification;
-use tether_protocol::{Incoming, JsonRpcError, Message, Notification, RequestId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::Message as Frame;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data};
-use tracing::debug;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::Data;
 
+use crate::calls::{Answer, Calls};
 use crate::error::{ClientError, ConnectError, ConnectErrorKind, Disconnect, DisconnectKind};
-use crate::flow::{PauseGate, Queued};
+use crate::flow::PauseGate;
 use crate::options::ClientOptions;
-
-/// How a Tether server begins a body delta's JSON, with or without attached bytes.
-const BODY_DELTA_PREFIX: &[u8] = br#"{"method":"http/request/bodyDelta","#;
-/// How `process/output` begins as both servers write it.
-const OUTPUT_PREFIX: &[u8] = br#"{"method":"process/output","#;
-
-/// What a connection reports to its client, in the order it happened.
-#[derive(Debug)]
-pub(crate) enum ConnectionEvent {
-    /// A `process/output` notification, read by the fast path, with its bytes' room in the
-    /// queue to the router.
-    Output(ProcessOutputNotification, Queued),
-    /// An `http/request/bodyDelta` notification, read by the fast path, with its bytes' room.
-    BodyDelta(HttpRequestBodyDeltaNotification, Queued),
-    Notification(Notification),
-    Closed {
-        generation: u64,
-        reason: String,
-        /// The server said it is going away (Close 1001): it is stopping, or a proxy in front
-        /// of it is. Recovery then tries briefly instead of for its whole deadline.
-        going_away: bool,
-    },
-}
-
-type Reply = oneshot::Sender<Result<Answer, ClientError>>;
-
-/// A call's result, and the bytes attached to it (Tether's `binaryBlocks`: an answer in a
-/// binary message, its JSON and a block's bytes after a NUL).
-struct Answer {
-    /// The result's JSON, checked with its frame by the hardened reader, decoded by the caller
-    /// into the type it expects.
-    result: Bytes,
-    attached: Option<Bytes>,
-}
-
-struct Calls {
-    waiting: HashMap<i64, Reply>,
-    /// Set once the connection is gone; later calls fail at once with it.
-    closed: Option<Disconnect>,
-}
-
-/// How a connection's reader ended.
-enum End {
-    /// The connection is gone; calls in flight may be sent again on the next one.
-    Dropped(Disconnect),
-    /// The server broke the protocol: the calls waiting fail for good instead of being sent
-    /// again on the next connection, where the same answer would break that one too.
-    Broken(String),
-}
+use crate::reader::{ConnectionEvent, Reader, Shared};
 
 /// One WebSocket connection and its calls in flight.
 pub(crate) struct Connection {
@@ -86,7 +33,7 @@ pub(crate) struct Connection {
     /// Frames the reader and [`Connection::close`] send, which must not wait for the socket
     /// (see [`CONTROL_QUEUED_FRAMES`]): written by a task of their own.
     control: mpsc::Sender<Frame>,
-    calls: Arc<Mutex<Calls>>,
+    calls: Arc<Calls>,
     next_id: AtomicI64,
     reader: tokio::task::JoinHandle<()>,
     /// Whether the session's pause gate applies to this connection's reader: from when it is
@@ -94,11 +41,6 @@ pub(crate) struct Connection {
     /// read on, or the answers the resume waits for would never be read.
     gated: Arc<AtomicBool>,
 }
-
-/// How often a paused reader probes its connection with a ping, to notice that it ended:
-/// while the server's side is gone, nothing holds the process back, so the output the server
-/// retains is all the time the client has to come back.
-const PAUSED_PROBE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Control frames (pings, the close, the answer to a request the server made) waiting for
 /// the socket. The reader never waits on a write — a reader blocked behind a full socket
@@ -226,13 +168,6 @@ async fn write_control(writer: Arc<Writer>, mut frames: mpsc::Receiver<Frame>) {
     let _ = writer.sink.lock().await.close().await;
 }
 
-/// When to ping the server, and how long a silence means the connection is dead.
-struct Keepalive {
-    enabled: bool,
-    interval: Duration,
-    timeout: Duration,
-}
-
 impl Connection {
     /// Opens a connection; its notifications and its end go to `events`. Its reader stops
     /// reading while `gate` says a full handle pauses the connection, once [`Self::apply_gate`]
@@ -286,232 +221,24 @@ impl Connection {
                 )
             })?
             .map_err(connect_error)?;
-        let (sink, mut stream) = socket.split();
-        let (write_failed, mut writer_gone) = mpsc::channel::<Disconnect>(1);
+        let (sink, stream) = socket.split();
+        let (write_failed, writer_gone) = mpsc::channel::<Disconnect>(1);
         let sink = Arc::new(tokio::sync::Mutex::new(sink));
         let writer = Arc::new(Writer { sink, failed: write_failed });
         let (control, control_frames) = mpsc::channel::<Frame>(CONTROL_QUEUED_FRAMES);
         tokio::spawn(write_control(writer.clone(), control_frames));
-        let calls = Arc::new(Mutex::new(Calls { waiting: HashMap::new(), closed: None }));
-        let reader_calls = calls.clone();
-        let reader_control = control.clone();
-        let keepalive = Keepalive {
-            enabled: options.keepalive_interval.is_some(),
-            interval: options.keepalive_interval.unwrap_or(Duration::from_secs(3600)),
-            timeout: options.keepalive_timeout,
-        };
+        let calls = Arc::new(Calls::default());
         let gated = Arc::new(AtomicBool::new(gated));
-        let reader_gated = gated.clone();
-        let reader = tokio::spawn(async move {
-            // Why the connection ended, and whether the server broke the protocol: then the
-            // calls waiting on it fail for good instead of being sent again on the next
-            // connection, where the same answer would break that one too.
-            let mut heard = tokio::time::Instant::now();
-            let mut ping = tokio::time::interval_at(heard + keepalive.interval, keepalive.interval);
-            let mut full_handles = gate.subscribe();
-            let mut paused_since: Option<tokio::time::Instant> = None;
-            let end = loop {
-                // Paused while a full handle says so (see `crate::flow`). Time paused is not
-                // the server's silence, and pings go on meanwhile, so the server hears us.
-                let paused =
-                    reader_gated.load(Ordering::Acquire) && *full_handles.borrow_and_update() > 0;
-                match (paused, paused_since) {
-                    (true, None) => paused_since = Some(tokio::time::Instant::now()),
-                    (false, Some(_)) => {
-                        paused_since = None;
-                        heard = tokio::time::Instant::now();
-                    }
-                    _ => {}
-                }
-                let give_up_at = paused_since.zip(gate.patience()).map(|(since, p)| since + p);
-                let next = tokio::select! {
-                    next = stream.next(), if !paused => next,
-                    _ = full_handles.changed(), if paused => continue,
-                    () = sleep_until_or_never(give_up_at), if paused => {
-                        gate.give_up_pause();
-                        continue;
-                    }
-                    // Not reading, the reader cannot see the connection end; a write to a
-                    // socket the peer closed fails (the second at the latest), which ends it
-                    // here: the session recovers, and the server holds nothing back for a
-                    // connection that is gone.
-                    () = tokio::time::sleep(PAUSED_PROBE_INTERVAL), if paused => {
-                        let _ = reader_control.try_send(Frame::Ping(Default::default()));
-                        continue;
-                    }
-                    Some(end) = writer_gone.recv() => break End::Dropped(end),
-                    _ = ping.tick(), if keepalive.enabled => {
-                        // Silence past the deadline is a dead connection (a peer gone without
-                        // a word, a network that swallows packets): recover now rather than when
-                        // TCP gives up, minutes later.
-                        if !paused && heard.elapsed() > keepalive.timeout {
-                            let message = format!(
-                                "no answer from the exec-server within {:?}",
-                                keepalive.timeout
-                            );
-                            break End::Dropped(Disconnect::new(DisconnectKind::Silent, message));
-                        }
-                        let _ = reader_control.try_send(Frame::Ping(Default::default()));
-                        continue;
-                    }
-                };
-                heard = tokio::time::Instant::now();
-                let frame = match next {
-                    Some(Ok(frame)) => frame,
-                    Some(Err(tungstenite::Error::Capacity(error))) => {
-                        break End::Broken(format!(
-                            "a message from the exec-server is too large: {error}"
-                        ));
-                    }
-                    Some(Err(error)) => {
-                        let message = format!("transport error: {error}");
-                        let end =
-                            Disconnect::new(DisconnectKind::Transport, message).caused_by(error);
-                        break End::Dropped(end);
-                    }
-                    None => break End::Dropped(Disconnect::closed()),
-                };
-                // A binary message may carry bytes after its JSON (`binaryBlocks`,
-                // `attachedHttpBodies`); decoded where the frame lies: an answer can be hundreds
-                // of MB.
-                let (message, json_len, attached) = match frame {
-                    Frame::Text(text) => {
-                        let message = Bytes::from(text);
-                        let json_len = message.len();
-                        (message, json_len, None)
-                    }
-                    Frame::Binary(bytes) => match tether_protocol::attached::split(&bytes) {
-                        Some((json, _)) => {
-                            let json_len = json.len();
-                            let attached = bytes.slice(json_len + 1..);
-                            (bytes, json_len, Some(attached))
-                        }
-                        None => {
-                            let json_len = bytes.len();
-                            (bytes, json_len, None)
-                        }
-                    },
-                    Frame::Close(Some(close)) if close.code == CloseCode::Away => {
-                        let message = format!("the exec-server is going away: {}", close.reason);
-                        break End::Dropped(Disconnect::new(DisconnectKind::GoingAway, message));
-                    }
-                    Frame::Close(Some(close)) => {
-                        let code = u16::from(close.code);
-                        let message = format!(
-                            "the exec-server closed the connection ({code}: {})",
-                            close.reason
-                        );
-                        break End::Dropped(Disconnect::new(DisconnectKind::Closed, message));
-                    }
-                    Frame::Close(None) => {
-                        let message = "server closed the connection";
-                        break End::Dropped(Disconnect::new(DisconnectKind::Closed, message));
-                    }
-                    _ => continue,
-                };
-                let json = &message[..json_len];
-                // Output and body deltas, the bulk of what arrives, are read straight into
-                // their events.
-                let bulk = match &attached {
-                    None => ProcessOutputNotification::from_frame(json)
-                        .map(Bulk::Output)
-                        .or_else(|| {
-                            HttpRequestBodyDeltaNotification::from_frame(json).map(Bulk::BodyDelta)
-                        })
-                        .map(Ok),
-                    // With their bytes attached (`attachedOutput`, `attachedHttpBodies`), taken
-                    // without a copy.
-                    Some(bytes) => attached_bulk(json, bytes),
-                };
-                if let Some(bulk) = bulk {
-                    let event = match bulk {
-                        Ok(Bulk::Output(output)) => {
-                            let queued = gate.queue(output.chunk.len()).await;
-                            ConnectionEvent::Output(output, queued)
-                        }
-                        Ok(Bulk::BodyDelta(delta)) => {
-                            let queued = gate.queue(delta.delta_base64.len()).await;
-                            ConnectionEvent::BodyDelta(delta, queued)
-                        }
-                        Err(message) => break End::Broken(message),
-                    };
-                    let _ = events.send(event).await;
-                    // Waiting for the router is not the server's silence.
-                    heard = tokio::time::Instant::now();
-                    continue;
-                }
-                match Incoming::decode(json) {
-                    Ok(Incoming::Answer { id, result }) => {
-                        let answer = Answer { result: message.slice(result), attached };
-                        complete(&reader_calls, &RequestId::Integer(id), Ok(answer));
-                    }
-                    Ok(Incoming::Other(Message::Response(response))) => {
-                        // A `null` result, or an id that is not this client's: rare, so made
-                        // text again.
-                        let result = Bytes::from(response.result.to_string());
-                        complete(&reader_calls, &response.id, Ok(Answer { result, attached }));
-                    }
-                    Ok(Incoming::Other(Message::Error(error))) => {
-                        complete(&reader_calls, &error.id, Err(ClientError::from_rpc(error.error)));
-                    }
-                    Ok(Incoming::Other(Message::Notification(notification)))
-                        if attached.is_some() =>
-                    {
-                        // Only output and a body delta carry bytes, and only in the forms read
-                        // above: read here, its bytes would be lost without a word.
-                        break End::Broken(format!(
-                            "{} notification with attached bytes the client cannot read",
-                            notification.method
-                        ));
-                    }
-                    Ok(Incoming::Other(Message::Notification(notification))) => {
-                        let _ = events.send(ConnectionEvent::Notification(notification)).await;
-                        heard = tokio::time::Instant::now();
-                    }
-                    Ok(Incoming::Other(Message::Request(request))) => {
-                        // The server asks something of us (network policy decisions); this
-                        // client makes none, and says so.
-                        let error = JsonRpcError::new(
-                            METHOD_NOT_FOUND,
-                            format!(
-                                "exec-server client does not implement `{}` yet",
-                                request.method
-                            ),
-                        );
-                        if reader_control
-                            .try_send(Frame::text(encode_error(&request.id, &error)))
-                            .is_err()
-                        {
-                            debug!(method = %request.method, "server request left unanswered: control queue full");
-                        }
-                    }
-                    Err(error) => {
-                        break End::Broken(format!("malformed message from the server: {error}"));
-                    }
-                }
-            };
-            let (disconnect, failure) = match end {
-                End::Dropped(disconnect) => {
-                    (disconnect.clone(), ClientError::Disconnected(disconnect))
-                }
-                End::Broken(message) => (
-                    Disconnect::new(DisconnectKind::Closed, message.clone()),
-                    ClientError::Protocol(message),
-                ),
-            };
-            let reason = disconnect.to_string();
-            let going_away = disconnect.kind == DisconnectKind::GoingAway;
-            debug!(generation, %reason, "connection ended");
-            let waiting = {
-                let mut calls = reader_calls.lock().unwrap();
-                calls.closed = Some(disconnect);
-                std::mem::take(&mut calls.waiting)
-            };
-            for (_, reply) in waiting {
-                let _ = reply.send(Err(failure.clone()));
-            }
-            let _ = events.send(ConnectionEvent::Closed { generation, reason, going_away }).await;
-        });
+        let shared = Shared {
+            generation,
+            calls: calls.clone(),
+            control: control.clone(),
+            writer_gone,
+            events,
+            gate,
+            gated: gated.clone(),
+        };
+        let reader = tokio::spawn(Reader::new(stream, shared, options).run());
         Ok(Arc::new(Self {
             generation,
             writer,
@@ -582,22 +309,10 @@ impl Connection {
         encode: impl FnOnce(&RequestId) -> Frame,
     ) -> Result<Answer, ClientError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (reply, answer) = oneshot::channel();
-        {
-            let mut calls = self.calls.lock().unwrap();
-            if let Some(end) = &calls.closed {
-                return Err(ClientError::Disconnected(end.clone()));
-            }
-            calls.waiting.insert(id, reply);
-        }
+        let answer = self.calls.register(id)?;
         let frame = encode(&RequestId::Integer(id));
         if self.writer.write(frame).await.is_err() {
-            // The socket is broken: the connection is over, whether or not the reader has seen
-            // it yet. Marked so, a caller that retries waits for the next connection instead of
-            // coming straight back here.
-            let mut calls = self.calls.lock().unwrap();
-            calls.waiting.remove(&id);
-            calls.closed.get_or_insert_with(Disconnect::closed);
+            self.calls.unsent(id);
             return Err(Disconnect::closed().into());
         }
         answer.await.map_err(|_| ClientError::from(Disconnect::closed()))?
@@ -615,7 +330,7 @@ impl Connection {
 
     /// Whether the connection has ended.
     pub(crate) fn is_closed(&self) -> bool {
-        self.calls.lock().unwrap().closed.is_some()
+        self.calls.is_closed()
     }
 
     /// Ends the connection (its end is reported like any other).
@@ -635,60 +350,6 @@ impl Drop for Connection {
     }
 }
 
-/// A notification that carries a process's output or a streamed HTTP body: read apart from
-/// every other message, since it is most of what arrives.
-enum Bulk {
-    Output(ProcessOutputNotification),
-    BodyDelta(HttpRequestBodyDeltaNotification),
-}
-
-/// The bulk notification a binary message with `bytes` after its JSON carries, or why it is
-/// malformed; `None` if it carries none (an answer with a block's bytes, or a notification
-/// the reader refuses). Both servers write `method` first; a message that does not is read
-/// all the same, the slower way.
-fn attached_bulk(json: &[u8], bytes: &Bytes) -> Option<Result<Bulk, String>> {
-    let method: std::borrow::Cow<'_, str> = if json.starts_with(OUTPUT_PREFIX) {
-        PROCESS_OUTPUT.into()
-    } else if json.starts_with(BODY_DELTA_PREFIX) {
-        HTTP_REQUEST_BODY_DELTA.into()
-    } else {
-        notification_method(json)?.into()
-    };
-    match &*method {
-        PROCESS_OUTPUT => Some(
-            ProcessOutputNotification::from_attached(json, bytes.clone())
-                .map(Bulk::Output)
-                .ok_or_else(|| {
-                    "malformed process/output with attached bytes from the server (its JSON's \
-                     chunk must be empty)"
-                        .to_string()
-                }),
-        ),
-        HTTP_REQUEST_BODY_DELTA => Some(
-            HttpRequestBodyDeltaNotification::from_attached(json, bytes.clone())
-                .map(Bulk::BodyDelta)
-                .ok_or_else(|| {
-                    format!(
-                        "malformed http/request/bodyDelta with attached bytes from the server \
-                         (at most {HTTP_BODY_DELTA_MAX_BYTES} bytes, after JSON whose \
-                         deltaBase64 is empty)"
-                    )
-                }),
-        ),
-        _ => None,
-    }
-}
-
-/// The `method` of a message whose members come in another order than the servers write
-/// them; `None` for an answer, or for JSON that is not an object.
-fn notification_method(json: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct MethodOnly {
-        method: Option<String>,
-    }
-    serde_json::from_slice::<MethodOnly>(json).ok()?.method
-}
-
 /// A call's result as the type the caller expects, read straight from its text. A type that
 /// reads a number only from a JSON value (serde buffers what a flattened field holds, and with
 /// `arbitrary_precision` a buffered fraction read from text is no longer a number) is read
@@ -697,21 +358,6 @@ fn decode_result<R: DeserializeOwned>(method: &str, result: &[u8]) -> Result<R, 
     serde_json::from_slice(result)
         .or_else(|_| tether_protocol::decode::parse_value(result).and_then(serde_json::from_value))
         .map_err(|e| ClientError::Protocol(format!("unexpected `{method}` result: {e}")))
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-fn complete(calls: &Mutex<Calls>, id: &RequestId, result: Result<Answer, ClientError>) {
-    let RequestId::Integer(id) = id else { return };
-    if let Some(reply) = calls.lock().unwrap().waiting.remove(id) {
-        let _ = reply.send(result);
-    }
 }
 
 /// A failed upgrade in words that say what to do, and of a kind to act on: a refusal's

@@ -36,6 +36,7 @@ pub mod flow;
 pub mod reconcile;
 pub mod reorder;
 
+mod calls;
 mod catch_up;
 mod client;
 mod connection;
@@ -43,6 +44,7 @@ mod environment;
 mod http_streams;
 mod options;
 mod process;
+mod reader;
 mod recovery;
 mod registration;
 mod remote_exec;

@@ -250,7 +250,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::connection::ConnectionEvent;
+    use crate::reader::ConnectionEvent;
     use crate::{ConnectionStatus, ExecServerClient, ProcessUpdate};
 
     fn generation(client: &ExecServerClient) -> Option<u64> {

@@ -15,7 +15,7 @@ use tether_protocol::process::{
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::connection::ConnectionEvent;
+use crate::reader::ConnectionEvent;
 use crate::recovery::{connection_lost, give_up};
 use crate::session::Session;
 

@@ -14,11 +14,12 @@ use tether_protocol::ProcessId;
 use tether_protocol::session::{EnvironmentInfo, TetherExtensions};
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::connection::{Connection, ConnectionEvent};
+use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::flow::PauseGate;
 use crate::http_streams::HttpStreams;
 use crate::options::ClientOptions;
+use crate::reader::ConnectionEvent;
 use crate::registration::{Finished, Registration};
 
 /// Where the client's session stands.
