@@ -1,0 +1,320 @@
+//! `tether cp SRC… DST`: files and directory trees up to an executor or down from one, as
+//! `scp -r` and `kubectl cp` copy them. A remote path is written `:/abs/path` (the executor of
+//! `--url`) or `NAME:/abs/path` (a named executor), as scp writes `host:path`.
+//!
+//! The bytes go through the executor's `fs/*` calls: a file bigger than one block streamed
+//! in blocks of 1 MiB (never one whole-file message), a smaller one in a single call each way
+//! (`fs/putFile` up, `fs/readFile` down), since a tree of small files is otherwise mostly
+//! round trips. Every file is written under a temporary name in its directory and renamed into
+//! place once whole — by the server itself within `fs/putFile` — so an interrupted copy leaves
+//! no half-written file under the final name. A remote tree is listed one directory per call,
+//! each entry with its own mode and time (`fs/readDirectory {includeMetadata}`).
+//! Modes, modification times and symbolic links are kept where the server can set them (the
+//! `fsMetadata` extension); against a server without it, the bytes are copied and the command
+//! says what was not kept.
+
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tether_client::ExecServerClient;
+use tether_engine::fs::FsError;
+use tether_protocol::PathUri;
+
+mod down;
+mod local;
+mod up;
+
+/// Files copied at once: enough to hide each file's few round trips (open, blocks, close,
+/// metadata, rename) behind the others' for a tree of small files, few enough that a tree of
+/// big ones holds at most this many blocks in memory per direction.
+const FILES_IN_FLIGHT: usize = 16;
+
+/// Metadata questions asked at once while listing a remote tree.
+const LOOKUPS_IN_FLIGHT: usize = 32;
+
+/// How much of a local file is read at once for an upload: one `fs/writeBlock`'s worth.
+const UPLOAD_CHUNK_BYTES: usize = tether_protocol::fs::FS_BLOCK_MAX_BYTES;
+
+/// Files up to this size go in one call each way (`fs/putFile` up, `fs/readFile` down)
+/// instead of a handle's open, blocks and close: a tree of small files is mostly round trips
+/// otherwise. One block's worth, so a file in flight costs what a block of a big one does.
+const WHOLE_FILE_MAX_BYTES: u64 = tether_protocol::fs::FS_BLOCK_MAX_BYTES as u64;
+
+const CP_HELP: &str = "\
+Examples:
+  tether cp --url ws://127.0.0.1:4500 ./notes.txt :/tmp/notes.txt      up
+  tether cp --url ws://127.0.0.1:4500 :/var/log/app.log .              down, into a directory
+  tether cp -r ./src build:/work/                                      a tree, to a named executor
+
+A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
+executor). A path with a slash before its first colon is local (./a:b).
+
+Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
+
+#[derive(Args)]
+#[command(after_help = CP_HELP)]
+pub struct CpArgs {
+    /// The executor that `:/path` means: `ws://HOST:PORT`, `wss://HOST:PORT`, or a name.
+    #[arg(long, env = "TETHER_URL", value_name = "URL|NAME")]
+    url: Option<String>,
+
+    /// Read the exec-server's bearer token from this file (default: TETHER_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+
+    /// For `wss://`: trust only this CA certificate (PEM), or the server's own.
+    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
+
+    /// For `wss://`: trust exactly the certificate with this fingerprint.
+    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
+    tls_fingerprint: Option<tether_client::TlsFingerprint>,
+
+    /// Copy directories and what they hold (as `cp -r`, `scp -r`).
+    #[arg(short, long)]
+    recursive: bool,
+
+    /// What to copy, then where to: one side local, the other on the executor.
+    #[arg(required = true, num_args = 2.., value_name = "SRC… DST")]
+    paths: Vec<String>,
+}
+
+/// Runs the copy; returns the exit code.
+pub async fn cp(args: CpArgs) -> i32 {
+    match run(args).await {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("tether cp: {}", crate::report::one_line(&error));
+            1
+        }
+    }
+}
+
+/// Where a path is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Location {
+    Local(PathBuf),
+    /// On the executor `executor` names (`None`: `--url`'s), at an absolute path.
+    Remote {
+        executor: Option<String>,
+        path: PathBuf,
+    },
+}
+
+/// Reads a path as scp does: a colon before any slash makes it remote.
+fn location(text: &str) -> anyhow::Result<Location> {
+    let Some((host, path)) = text.split_once(':') else {
+        return Ok(Location::Local(PathBuf::from(text)));
+    };
+    if host.contains('/') {
+        return Ok(Location::Local(PathBuf::from(text)));
+    }
+    if !path.starts_with('/') {
+        bail!("{text}: a path on the executor must be absolute; write {host}:/abs/path");
+    }
+    let executor = (!host.is_empty()).then(|| host.to_owned());
+    Ok(Location::Remote { executor, path: PathBuf::from(path) })
+}
+
+/// One thing to copy, relative to the root being copied (`""`: the root itself).
+#[derive(Debug, Clone)]
+struct Entry {
+    relative: PathBuf,
+    kind: Kind,
+    mode: Option<u32>,
+    modified_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    File { size: u64 },
+    Directory,
+    Link { target: String },
+}
+
+/// What the copy could not keep, said once at the end.
+#[derive(Default)]
+struct NotKept {
+    metadata: AtomicU64,
+    links: AtomicU64,
+}
+
+async fn run(args: CpArgs) -> anyhow::Result<()> {
+    let (destination, sources) = args.paths.split_last().expect("clap: at least two paths");
+    let destination = location(destination)?;
+    let sources = sources.iter().map(|s| location(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let upload = matches!(destination, Location::Remote { .. });
+    let mut executor = match &destination {
+        Location::Remote { executor, .. } => executor.clone(),
+        Location::Local(_) => None,
+    };
+    for source in &sources {
+        match (source, upload) {
+            (Location::Local(path), false) => bail!(
+                "{}: both sides are here; copy with cp, or write the executor's side as :/path",
+                path.display()
+            ),
+            (Location::Remote { .. }, true) => {
+                bail!("both sides are on an executor; one of them must be a path here")
+            }
+            (Location::Remote { executor: named, .. }, false) => {
+                if executor.is_some() && named != &executor {
+                    bail!("the sources name different executors; copy from one at a time");
+                }
+                executor = named.clone();
+            }
+            (Location::Local(_), true) => {}
+        }
+    }
+    let client = connect(&args, executor.as_deref()).await?;
+    let keeps_metadata = client.tether_extensions().fs_metadata;
+    let not_kept = NotKept::default();
+    let progress = progress_bar();
+    let copy = Copier { client: &client, keeps_metadata, not_kept: &not_kept, progress: &progress };
+    let several = sources.len() > 1;
+    let result = async {
+        for source in &sources {
+            match (source, &destination) {
+                (Location::Local(from), Location::Remote { path: to, .. }) => {
+                    copy.upload(from, to, several, args.recursive).await?
+                }
+                (Location::Remote { path: from, .. }, Location::Local(to)) => {
+                    copy.download(from, to, several, args.recursive).await?
+                }
+                _ => unreachable!("checked above"),
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    progress.finish_and_clear();
+    client.disconnect();
+    result?;
+    let (metadata, links) =
+        (not_kept.metadata.load(Ordering::Relaxed), not_kept.links.load(Ordering::Relaxed));
+    if metadata > 0 || links > 0 {
+        eprintln!(
+            "tether cp: the server cannot set modes, times or links (it lacks Tether's fsMetadata): {metadata} entries kept only their bytes, {links} symbolic links were {}",
+            if upload { "skipped" } else { "copied as what they point to" }
+        );
+    }
+    Ok(())
+}
+
+async fn connect(args: &CpArgs, named: Option<&str>) -> anyhow::Result<ExecServerClient> {
+    let Some(url) = named.or(args.url.as_deref()) else {
+        bail!("which executor? give --url (or TETHER_URL), or write the remote path as NAME:/path");
+    };
+    let executor = crate::executors::resolve(url)?.with_flags(
+        args.token_file.clone(),
+        args.tls_ca_file.clone(),
+        args.tls_fingerprint,
+    );
+    let options = executor.client_options("tether-cp")?;
+    crate::report::connect(&executor.url, options).await
+}
+
+/// A progress bar on a terminal; nothing otherwise.
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    let style = ProgressStyle::with_template(
+        "{wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}",
+    )
+    .expect("a valid template");
+    bar.set_style(style);
+    bar
+}
+
+fn uri(path: &Path) -> anyhow::Result<PathUri> {
+    PathUri::from_path(path).with_context(|| format!("{}: not an absolute path", path.display()))
+}
+
+/// An error from the executor about `path`, in one line.
+fn remote(path: &Path, error: FsError) -> anyhow::Error {
+    anyhow::anyhow!("{} on the executor: {}", path.display(), error.message)
+}
+
+/// `relative` under `root`; the empty path is the root itself (no trailing slash, which would
+/// make a file's path a directory's).
+fn under(root: &Path, relative: &Path) -> PathBuf {
+    match relative.as_os_str().is_empty() {
+        true => root.to_owned(),
+        false => root.join(relative),
+    }
+}
+
+/// A name for a file being written next to `path`, unique to this run.
+fn temporary(path: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.tether-{}-{unique}", std::process::id()))
+}
+
+/// The last component of a source, for "copy into this directory".
+fn base_name(path: &Path) -> anyhow::Result<&std::ffi::OsStr> {
+    path.file_name().with_context(|| format!("{}: has no name to copy under", path.display()))
+}
+
+/// One run's copying: its connection, whether the server sets modes, times and links
+/// (`fsMetadata`), what could not be kept without it, and the progress shown. Its copies up
+/// are in `up`, down in `down`; this side's files are handled in `local`.
+struct Copier<'a> {
+    client: &'a ExecServerClient,
+    keeps_metadata: bool,
+    not_kept: &'a NotKept,
+    progress: &'a ProgressBar,
+}
+
+impl Copier<'_> {
+    fn add_bytes(&self, entries: &[Entry]) {
+        let bytes: u64 = entries
+            .iter()
+            .map(|e| match e.kind {
+                Kind::File { size } => size,
+                _ => 0,
+            })
+            .sum();
+        self.progress.inc_length(bytes);
+    }
+}
+
+/// The next directory of `entries` from `*next` on, whose listing is still to be read: a tree
+/// is listed breadth first by appending each listing to the entries it walks.
+fn next_directory(entries: &[Entry], next: &mut usize) -> Option<PathBuf> {
+    while let Some(entry) = entries.get(*next) {
+        *next += 1;
+        if matches!(entry.kind, Kind::Directory) {
+            return Some(entry.relative.clone());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_read_as_scp_reads_them() {
+        let remote = |executor: Option<&str>, path: &str| Location::Remote {
+            executor: executor.map(str::to_owned),
+            path: PathBuf::from(path),
+        };
+        assert_eq!(location(":/tmp/x").unwrap(), remote(None, "/tmp/x"));
+        assert_eq!(location("build:/work").unwrap(), remote(Some("build"), "/work"));
+        assert_eq!(location("./a:b").unwrap(), Location::Local(PathBuf::from("./a:b")));
+        assert_eq!(location("notes.txt").unwrap(), Location::Local(PathBuf::from("notes.txt")));
+        assert_eq!(
+            location("build:work").unwrap_err().to_string(),
+            "build:work: a path on the executor must be absolute; write build:/abs/path"
+        );
+    }
+}
