@@ -405,9 +405,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         whole_read_budget_bytes: args.file_read_budget_bytes,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
     };
-    let server = Server::bind(&listen, config)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+    let server = Server::bind(&listen, config).await.map_err(|error| {
+        let hint = bind_hint(&error);
+        anyhow::anyhow!("cannot listen on {listen}: {error}{hint}")
+    })?;
     if let Some(url) = server.url() {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{url}")?;
@@ -422,6 +423,27 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server.serve(shutdown).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
+}
+
+/// What a person can do about an address the system would not listen on, by its reason. The
+/// server's own refusals (no certificate, no authentication) say it themselves.
+fn bind_hint(error: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    if error.raw_os_error().is_none() {
+        return "";
+    }
+    match error.kind() {
+        ErrorKind::AddrInUse => {
+            "; another program listens on that port: pick another, or port 0 for a free one"
+        }
+        ErrorKind::PermissionDenied => {
+            "; ports below 1024 need privileges this user lacks: pick a higher port"
+        }
+        ErrorKind::AddrNotAvailable => {
+            "; this machine has no such address: listen on one of its own, or on 0.0.0.0 for all"
+        }
+        _ => "",
+    }
 }
 
 /// The signals that stop the server, handled from before it is up.

@@ -1,5 +1,6 @@
 //! What a person reads before running anything: `--help` that the README matches, shell
-//! completion, and named executors from the config file.
+//! completion, named executors from the config file, and what `tether serve` says of an
+//! address it cannot listen on.
 
 use std::process::Stdio;
 
@@ -104,4 +105,32 @@ async fn named_executors_come_from_the_config_file() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&config);
+}
+
+/// An address the system will not listen on is one line naming it and the reason, ending with
+/// what to do; nothing is printed on standard output, where the URL would go.
+#[test]
+fn an_address_that_cannot_be_listened_on_is_said_with_what_to_do() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}", taken.local_addr().unwrap());
+    // An address of the documentation range (RFC 5737), which no interface here has.
+    let absent = "ws://192.0.2.1:0";
+    for (args, ending) in [
+        (
+            vec!["serve", "--listen", &url],
+            "another program listens on that port: pick another, or port 0 for a free one",
+        ),
+        (
+            vec!["serve", "--listen", absent, "--insecure-no-auth"],
+            "this machine has no such address: listen on one of its own, or on 0.0.0.0 for all",
+        ),
+    ] {
+        let output = tether(&args, &[]);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with(&format!("tether: cannot listen on {}: ", args[2])), "{stderr}");
+        assert!(last.ends_with(ending), "{stderr}");
+    }
 }
