@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use tether_client::Environment;
 use tether_mcp::rmcp::model::{CallToolResult, JsonObject};
 use tether_mcp::{
-    HttpServerConfig, McpClient, McpClientOptions, McpNotification, McpServerConfig,
+    HttpServerConfig, McpClient, McpClientOptions, McpError, McpNotification, McpServerConfig,
     StdioServerCommand,
 };
 
@@ -156,9 +156,20 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
         None => Environment::local(),
     };
     let client = McpClient::connect(&environment, &server, McpClientOptions::default()).await;
+    // Where the MCP server runs, for what to do about one that cannot be started or reached.
+    let place = if args.url.is_some() { "the executor" } else { "this machine" };
     let client = match client {
-        Err(error @ tether_mcp::McpError::Unauthorized { .. }) => {
+        Err(error @ McpError::Unauthorized { .. }) => {
             bail!("{error}; set {TOKEN_VARIABLE}, or pass --http-token-file FILE")
+        }
+        Err(error @ McpError::Launch { .. }) => {
+            bail!("{error}; install it on {place}, or give its full path there")
+        }
+        Err(error @ McpError::Transport { .. }) if args.http.is_some() => {
+            let url = args.http.as_deref().unwrap_or_default();
+            // Without its query, which may hold a key.
+            let url = url.split(['?', '#']).next().unwrap_or_default();
+            bail!("{error}; check that it serves {url} and that {place} can reach it")
         }
         client => client?,
     };

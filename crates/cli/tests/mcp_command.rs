@@ -138,4 +138,23 @@ async fn mistakes_get_one_clear_line() {
     assert_eq!(missing.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("cannot start the MCP server /nonexistent/server"), "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with("; install it on this machine, or give its full path there"),
+        "{stderr}"
+    );
+
+    // Nothing listens on port 9 (discard) here.
+    let absent = ["--local", "--http", "http://127.0.0.1:9/mcp?key=secret", "tools"];
+    let unreachable = tether_mcp(&absent, None).await;
+    assert_eq!(unreachable.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&unreachable.stderr);
+    assert!(stderr.starts_with("tether mcp: the MCP server cannot be reached: "), "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with(
+            "; check that it serves http://127.0.0.1:9/mcp and that this machine can reach it"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
