@@ -355,10 +355,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut fingerprint = None;
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(
-            tether_server::transport::tls::load_server_config(cert, key)
-                .map_err(anyhow::Error::msg)?,
-        ),
+        (Some(cert), Some(key)) => {
+            Some(tether_server::transport::tls::load_server_config(cert, key).map_err(|error| {
+                anyhow::anyhow!(
+                    "{error}; give --tls-cert the certificate chain and --tls-key its private \
+                     key, both PEM files this user can read, or use --tls-self-signed"
+                )
+            })?)
+        }
         _ if args.tls_self_signed => {
             let made = tether_server::transport::tls::self_signed(certificate_names(&listen))
                 .map_err(anyhow::Error::msg)?;
@@ -378,7 +382,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(dir) => {
             let spill =
                 SpillConfig { dir: dir.clone(), bytes_per_process: args.spill_output_bytes };
-            spill.validate().map_err(|e| anyhow::anyhow!("--spill-output-dir: {e}"))?;
+            spill.validate().map_err(|e| {
+                anyhow::anyhow!(
+                    "--spill-output-dir: {e}; give a directory that exists and this user can \
+                     write to"
+                )
+            })?;
             Some(spill)
         }
         None => None,

@@ -1,6 +1,6 @@
 //! What a person reads before running anything: `--help` that the README matches, shell
-//! completion, named executors from the config file, and what `tether serve` says of an
-//! address it cannot listen on.
+//! completion, named executors from the config file, and what `tether serve` says of a
+//! mistake at startup.
 
 use std::process::Stdio;
 
@@ -107,22 +107,30 @@ async fn named_executors_come_from_the_config_file() {
     let _ = std::fs::remove_dir_all(&config);
 }
 
-/// An address the system will not listen on is one line naming it and the reason, ending with
-/// what to do; nothing is printed on standard output, where the URL would go.
+/// An address the system will not listen on, or a spill directory it cannot write in, is one
+/// line naming it and the reason, ending with what to do; nothing is printed on standard
+/// output, where the URL would go.
 #[test]
-fn an_address_that_cannot_be_listened_on_is_said_with_what_to_do() {
+fn startup_mistakes_are_said_in_one_line_with_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("ws://{}", taken.local_addr().unwrap());
     // An address of the documentation range (RFC 5737), which no interface here has.
     let absent = "ws://192.0.2.1:0";
-    for (args, ending) in [
+    for (args, said, ending) in [
         (
             vec!["serve", "--listen", &url],
+            format!("cannot listen on {url}: "),
             "another program listens on that port: pick another, or port 0 for a free one",
         ),
         (
             vec!["serve", "--listen", absent, "--insecure-no-auth"],
+            format!("cannot listen on {absent}: "),
             "this machine has no such address: listen on one of its own, or on 0.0.0.0 for all",
+        ),
+        (
+            vec!["serve", "--listen", "ws://127.0.0.1:0", "--spill-output-dir", "/nonexistent/d"],
+            "--spill-output-dir: cannot create spill files in /nonexistent/d: ".to_owned(),
+            "give a directory that exists and this user can write to",
         ),
     ] {
         let output = tether(&args, &[]);
@@ -130,7 +138,7 @@ fn an_address_that_cannot_be_listened_on_is_said_with_what_to_do() {
         assert!(output.stdout.is_empty(), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         let last = stderr.lines().last().unwrap_or_default();
-        assert!(last.starts_with(&format!("tether: cannot listen on {}: ", args[2])), "{stderr}");
-        assert!(last.ends_with(ending), "{stderr}");
+        assert!(last.starts_with(&format!("tether: {said}")), "{stderr}");
+        assert!(last.ends_with(&format!("; {ending}")), "{stderr}");
     }
 }

@@ -159,20 +159,40 @@ async fn tls_and_a_bearer_token_together() {
     assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"ok\n"[..]));
 }
 
+/// A certificate and key that do not fit, or a file that is not there, are refused at
+/// startup in one line that ends with what to give instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_and_key_that_do_not_fit_are_refused_at_startup() {
     let certs = certificates("mismatch");
     let other = certificates("mismatch-other");
-    let output = tokio::process::Command::new(tether_binary().unwrap())
-        .args(["serve", "--listen", "ws://127.0.0.1:0"])
-        .args(["--tls-cert", path(&certs.cert), "--tls-key", path(&other.key)])
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    assert_ne!(output.status.code(), Some(0));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("do not go together"), "{stderr}");
+    let missing = certs.cert.with_file_name("missing.pem");
+    for (cert, key, said) in [
+        (&certs.cert, &other.key, "the TLS certificate and key do not go together: ".to_owned()),
+        (
+            &missing,
+            &certs.key,
+            format!("cannot read the TLS certificate chain {}: ", missing.display()),
+        ),
+    ] {
+        let output = tokio::process::Command::new(tether_binary().unwrap())
+            .args(["serve", "--listen", "ws://127.0.0.1:0"])
+            .args(["--tls-cert", path(cert), "--tls-key", path(key)])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with(&format!("tether: {said}")), "{stderr}");
+        assert!(
+            last.ends_with(
+                "; give --tls-cert the certificate chain and --tls-key its private key, both PEM \
+                 files this user can read, or use --tls-self-signed"
+            ),
+            "{stderr}"
+        );
+    }
 }
 
 /// A stranger who completes the TLS handshake and then says nothing is closed at the
