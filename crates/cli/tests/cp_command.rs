@@ -287,6 +287,21 @@ async fn mistakes_are_refused_with_what_is_wrong() {
             vec![here("local-file"), here("dir"), sides.remote("file")],
             format!("{} on the executor: not a directory (several sources)", there("file")),
         ),
+        (
+            vec![here("local-file"), sides.remote("absent/new")],
+            format!(
+                "{} on the executor: no such directory; make it first, or copy into a directory \
+                 that exists",
+                there("absent")
+            ),
+        ),
+        (
+            vec![sides.remote("file"), here("absent/new")],
+            format!(
+                "{}: no such directory; make it first, or copy into a directory that exists",
+                here("absent")
+            ),
+        ),
     ];
     for (args, message) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -11,7 +11,7 @@ use tether_protocol::fs::{
     FsReadLinkParams,
 };
 
-use super::local::{place_local, place_staged_local, set_local_metadata};
+use super::local::{check_local_parent, place_local, place_staged_local, set_local_metadata};
 use super::{
     Copier, Entry, FILES_IN_FLIGHT, Kind, LOOKUPS_IN_FLIGHT, WHOLE_FILE_MAX_BYTES, base_name,
     next_directory, remote, temporary, under, uri,
@@ -38,6 +38,11 @@ impl Copier<'_> {
             ),
             Ok(_) | Err(_) if several => {
                 bail!("{}: not a directory (several sources)", to.display())
+            }
+            // A tree's directories are made with their parents; a file's must be there.
+            Err(_) if !root_is_directory => {
+                check_local_parent(to)?;
+                to.to_owned()
             }
             _ => to.to_owned(),
         };

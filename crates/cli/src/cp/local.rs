@@ -122,3 +122,20 @@ pub(super) fn place_staged_local(
     }
     placed
 }
+
+/// Refuses a new file here whose directory is not there, in those words rather than as the
+/// failed write of its temporary name.
+pub(super) fn check_local_parent(path: &Path) -> anyhow::Result<()> {
+    let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match std::fs::metadata(parent) {
+        Ok(found) if found.is_dir() => Ok(()),
+        Ok(_) => bail!("{} is not a directory", parent.display()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{}: no such directory; make it first, or copy into a directory that exists",
+            parent.display()
+        ),
+        Err(error) => Err(error).with_context(|| format!("cannot look at {}", parent.display())),
+    }
+}

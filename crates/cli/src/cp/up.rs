@@ -43,6 +43,11 @@ impl Copier<'_> {
             Some(false) | None if several => {
                 bail!("{} on the executor: not a directory (several sources)", to.display())
             }
+            // A tree's directories are made with their parents; a file's must be there.
+            None if !root_is_directory => {
+                self.check_remote_parent(to).await?;
+                to.to_owned()
+            }
             _ => to.to_owned(),
         };
         self.add_bytes(&entries);
@@ -66,6 +71,21 @@ impl Copier<'_> {
             self.set_remote_metadata(&under(&target, &entry.relative), entry).await?;
         }
         Ok(())
+    }
+
+    /// Refuses a new file on the executor whose directory is not there, in those words rather
+    /// than as the "No such file or directory" of the first write into it.
+    async fn check_remote_parent(&self, path: &Path) -> anyhow::Result<()> {
+        let Some(parent) = path.parent() else { return Ok(()) };
+        match self.remote_kind(parent).await? {
+            Some(true) => Ok(()),
+            Some(false) => bail!("{} on the executor is not a directory", parent.display()),
+            None => bail!(
+                "{} on the executor: no such directory; make it first, or copy into a directory \
+                 that exists",
+                parent.display()
+            ),
+        }
     }
 
     /// Whether `path` on the executor is a directory (`None`: nothing there).
