@@ -4,8 +4,6 @@
 
 use std::path::Path;
 
-use anyhow::Context as _;
-
 /// The environment variable holding the exec-server token.
 pub const TOKEN_VARIABLE: &str = "TETHER_TOKEN";
 
@@ -18,10 +16,19 @@ pub fn exec_server_token(file: Option<&Path>) -> anyhow::Result<Option<String>> 
 /// variable `variable`, else none.
 pub fn token(file: Option<&Path>, variable: &str) -> anyhow::Result<Option<String>> {
     if let Some(file) = file {
-        let token = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read the token file {}", file.display()))?;
+        let token = std::fs::read_to_string(file).map_err(|error| {
+            anyhow::anyhow!(
+                "cannot read the token file {}: {error}; give a file this user can read, or set \
+                 {variable} instead",
+                file.display()
+            )
+        })?;
         let token = token.trim();
-        anyhow::ensure!(!token.is_empty(), "the token file {} is empty", file.display());
+        anyhow::ensure!(
+            !token.is_empty(),
+            "the token file {} is empty; write the token into it, or set {variable} instead",
+            file.display()
+        );
         return Ok(Some(token.to_owned()));
     }
     Ok(std::env::var(variable).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))

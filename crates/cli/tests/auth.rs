@@ -231,6 +231,18 @@ async fn tether_exec_takes_its_token_from_the_environment() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let missing = dir.join("missing").display().to_string();
+    let unreadable =
+        tether(&["exec", "--url", &server.url, "--token-file", &missing, "--", "true"], &[]).await;
+    assert_eq!(unreadable.status.code(), Some(255));
+    let stderr = String::from_utf8_lossy(&unreadable.stderr);
+    assert!(stderr.starts_with(&format!("tether exec: cannot read the token file {missing}: ")));
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with("; give a file this user can read, or set TETHER_TOKEN instead"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
