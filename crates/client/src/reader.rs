@@ -106,8 +106,9 @@ pub(crate) struct Shared {
 pub(crate) struct Reader {
     stream: Stream,
     shared: Shared,
-    /// Whether to ping the server, and how long a silence means the connection is dead.
+    /// How long a silence means the connection is dead; `None`: no pings, no deadline.
     keepalive: Option<Duration>,
+    /// When to ping next.
     ping: Interval,
     /// When the server was last heard from (or the reader last stopped waiting for room).
     heard: Instant,
@@ -118,6 +119,8 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
+    /// A reader of `stream`, pinging as `options` say (`keepalive_interval`, and
+    /// `keepalive_timeout` for the silence that ends a connection).
     pub(crate) fn new(stream: Stream, shared: Shared, options: &ClientOptions) -> Self {
         let heard = Instant::now();
         // Without keep-alive the timer is never looked at.
