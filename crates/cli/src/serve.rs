@@ -335,8 +335,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
     if args.shutdown_grace_secs > MAX_SHUTDOWN_GRACE.as_secs() {
         bail!(
-            "--shutdown-grace-secs {} is more than the most a drain may last, {} (an hour)",
+            "--shutdown-grace-secs {} is more than the most a drain may last, {} (an hour); give \
+             {} or less",
             args.shutdown_grace_secs,
+            MAX_SHUTDOWN_GRACE.as_secs(),
             MAX_SHUTDOWN_GRACE.as_secs()
         );
     }

@@ -278,6 +278,7 @@ fn a_grace_past_an_hour_is_refused() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(
         stderr,
-        "tether: --shutdown-grace-secs 3601 is more than the most a drain may last, 3600 (an hour)\n"
+        "tether: --shutdown-grace-secs 3601 is more than the most a drain may last, 3600 (an hour); \
+         give 3600 or less\n"
     );
 }
