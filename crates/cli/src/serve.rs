@@ -334,12 +334,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // it, and a stop that comes as it starts takes the clean way out.
     let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
     if args.shutdown_grace_secs > MAX_SHUTDOWN_GRACE.as_secs() {
+        let (asked, max) = (args.shutdown_grace_secs, MAX_SHUTDOWN_GRACE.as_secs());
         bail!(
-            "--shutdown-grace-secs {} is more than the most a drain may last, {} (an hour); give \
-             {} or less",
-            args.shutdown_grace_secs,
-            MAX_SHUTDOWN_GRACE.as_secs(),
-            MAX_SHUTDOWN_GRACE.as_secs()
+            "--shutdown-grace-secs {asked} is more than the most a drain may last, {max} (an \
+             hour); give {max} or less"
         );
     }
     let listen: ListenAddress = args.listen.parse()?;
