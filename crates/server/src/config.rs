@@ -6,7 +6,6 @@ use std::time::Duration;
 use tether_engine::ProcessTableConfig;
 
 use crate::auth::WsAuth;
-pub use crate::transport::accept::{DEFAULT_REQUEST_HEAD_DEADLINE, MAX_PENDING_CONNECTIONS};
 
 /// How long a session whose connection went away keeps running, waiting to be resumed.
 ///
@@ -59,6 +58,17 @@ pub const OUTBOUND_QUEUE_MESSAGES: usize = 128;
 /// must stay below the retained size, which is why retention defaults to 8 MiB and this to
 /// 1 MiB. It still lets a fast process stream at full speed on any link.
 pub const OUTPUT_IN_FLIGHT_BYTES: usize = 1024 * 1024;
+
+/// Longest from the moment the server starts waiting for a request head (just after the TCP
+/// accept, or the TLS handshake) until the head is complete. Any client on any network sends
+/// its few hundred bytes of upgrade request at once; 10 s is generous for a congested mobile
+/// link and still turns over an attacker's sockets quickly.
+pub const DEFAULT_REQUEST_HEAD_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Connections held before their upgrade, TLS handshakes included. Each costs one descriptor
+/// and a few KiB; 256 is far more than legitimate clients ever have in flight at once (each
+/// is here for a round trip), and small beside the descriptor headroom the server keeps.
+pub const MAX_PENDING_CONNECTIONS: usize = 256;
 
 /// Requests per connection that may wait at once (long-poll `process/read`s). Tether answers
 /// other requests while they wait; past this many, the connection stops reading new requests

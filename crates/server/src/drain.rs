@@ -14,7 +14,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::{Instrument, info, info_span};
@@ -26,20 +25,6 @@ use crate::state::ServerState;
 /// last close. (Counting it down by events instead would race with the engine, which forgets
 /// a process a moment after its `Closed` event went out.)
 const DRAIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Whether the server is draining: set once, never cleared (a drain ends in a shutdown).
-#[derive(Default)]
-pub(crate) struct DrainFlag(AtomicBool);
-
-impl DrainFlag {
-    pub(crate) fn is_draining(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-
-    fn start(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
 
 /// A handle on a server's drain, taken before it serves ([`crate::Server::drain`]).
 #[derive(Clone)]

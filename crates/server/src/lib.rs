@@ -4,8 +4,10 @@
 //! - [`config`]: every knob and default, with the reason for each.
 //! - [`auth`] and [`jwt`]: who may open a WebSocket (capability token, signed bearer token).
 //! - [`listen`]: `--listen` parsing.
-//! - [`transport`]: WebSocket (axum, optionally over TLS) and stdio framing; each yields frames
-//!   to a connection. Before its upgrade a connection is a stranger's: deadlines and a cap.
+//! - [`transport`]: a connection's frames and outbound queue, the WebSocket upgrade and TLS.
+//!   Before its upgrade a connection is a stranger's: deadlines and a cap.
+//! - `serve`: each transport's connections (WebSocket routes, stdio), each handed to a
+//!   processor.
 //! - [`descriptors`]: making the connection limit fit the file-descriptor limit.
 //! - [`drain`]: a graceful stop — no new sessions, running processes given a grace to finish.
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
@@ -13,6 +15,10 @@
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
 //! - `rpc_error`: engine errors to JSON-RPC codes.
 //! - `metrics`: `GET /metrics`, in Prometheus text format.
+//!
+//! Imports point one way, down this order: `config` (with `auth`, `jwt`, `metrics`,
+//! `rpc_error`), `transport`, `session`, `registry`, `state`, `drain`, `handlers`,
+//! `processor`, `serve`.
 //!
 //! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
 //! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
@@ -32,6 +38,7 @@ mod metrics;
 mod processor;
 mod registry;
 mod rpc_error;
+mod serve;
 mod session;
 mod state;
 pub mod transport;
@@ -117,10 +124,10 @@ impl Server {
     pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let result = match self.listener {
             Listener::WebSocket(listener) => {
-                transport::websocket::serve(listener, self.state.clone(), shutdown).await
+                serve::websocket::serve(listener, self.state.clone(), shutdown).await
             }
             Listener::Stdio => {
-                transport::stdio::serve(self.state.clone(), shutdown).await;
+                serve::stdio::serve(self.state.clone(), shutdown).await;
                 Ok(())
             }
         };

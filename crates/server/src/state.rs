@@ -1,6 +1,7 @@
 //! What every connection of one server shares.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tether_engine::fs::LocalFileSystem;
 use tether_engine::http::LocalHttpClient;
@@ -11,7 +12,6 @@ use tether_engine::capabilities::InventoryCache;
 use tether_engine::shell_snapshot::ShellSnapshots;
 
 use crate::config::ServerConfig;
-use crate::drain::DrainFlag;
 use crate::metrics::Metrics;
 use crate::registry::SessionRegistry;
 
@@ -75,5 +75,20 @@ fn capabilities() -> Capabilities {
             attached_output: true,
         }),
         ..Capabilities::default()
+    }
+}
+
+/// Whether the server is draining ([`crate::drain`]): set once, never cleared (a drain ends in
+/// a shutdown).
+#[derive(Default)]
+pub(crate) struct DrainFlag(AtomicBool);
+
+impl DrainFlag {
+    pub(crate) fn is_draining(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn start(&self) {
+        self.0.store(true, Ordering::Release);
     }
 }

@@ -6,8 +6,8 @@
 //! the sessions already running (their process starts and file reads need descriptors too):
 //!
 //! - **Deadlines.** A TLS handshake must finish within [`HANDSHAKE_TIMEOUT`], and then a request
-//!   head must arrive whole within the request-head deadline ([`DEFAULT_REQUEST_HEAD_DEADLINE`],
-//!   `--request-head-timeout-secs`) — counted from when the server starts waiting, not from the
+//!   head must arrive whole within the request-head deadline
+//!   ([`crate::config::DEFAULT_REQUEST_HEAD_DEADLINE`], `--request-head-timeout-secs`) — counted from when the server starts waiting, not from the
 //!   first byte, so a connection that sends nothing, or a byte at a time, is closed all the same.
 //! - **A cap on strangers.** At most [`MAX_PENDING_CONNECTIONS`] connections are held before
 //!   their upgrade. Past it, the *oldest* is closed to make room: a real client finishes its
@@ -34,18 +34,8 @@ use tracing::debug;
 
 use super::liveness::{ClockedIo, SocketClock};
 use super::tls::HANDSHAKE_TIMEOUT;
+use crate::config::MAX_PENDING_CONNECTIONS;
 use crate::metrics::{EarlyClose, Metrics};
-
-/// Longest from the moment the server starts waiting for a request head (just after the TCP
-/// accept, or the TLS handshake) until the head is complete. Any client on any network sends
-/// its few hundred bytes of upgrade request at once; 10 s is generous for a congested mobile
-/// link and still turns over an attacker's sockets quickly.
-pub const DEFAULT_REQUEST_HEAD_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Connections held before their upgrade, TLS handshakes included. Each costs one descriptor
-/// and a few KiB; 256 is far more than legitimate clients ever have in flight at once (each
-/// is here for a round trip), and small beside the descriptor headroom the server keeps.
-pub const MAX_PENDING_CONNECTIONS: usize = 256;
 
 /// How long the accept loop waits after `accept` fails (out of descriptors, say) before it
 /// tries again: long enough not to spin, short enough that a freed descriptor is soon used.
@@ -55,7 +45,7 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 pub(crate) struct AcceptRules {
     /// Serve `wss://` with these settings.
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// See [`DEFAULT_REQUEST_HEAD_DEADLINE`].
+    /// See [`crate::config::DEFAULT_REQUEST_HEAD_DEADLINE`].
     pub request_head_deadline: Duration,
 }
 

@@ -1,25 +1,24 @@
 //! Transports: how frames reach a connection and leave it. Both carry one JSON-RPC message per
-//! frame; everything above them is transport-independent ([`crate::processor`]).
+//! frame; everything above them is transport-independent ([`crate::processor`]), and
+//! [`crate::serve`] joins the two.
 //!
 //! - [`accept`]: TCP (and TLS) connections before their upgrade: deadlines and a cap, so
 //!   unauthenticated peers cannot exhaust descriptors.
 //! - `liveness`: whether a WebSocket peer is still there, judged from its socket's reads and
 //!   writes, whatever the connection's tasks are doing.
-//! - [`websocket`]: the routes (the upgrade on `/`, `GET /readyz`, `GET /metrics`), a
-//!   connection's reading and writing, pings, size caps.
 //! - `upgrade`: the WebSocket handshake itself, which leaves the connection its own
 //!   `tokio_tungstenite` stream.
 //! - `direct`: a connection's own answers written to its WebSocket where they are made, when
 //!   nothing queued is waiting to go out ahead of them; big messages cut into frames.
-//! - [`stdio`]: newline-delimited JSON on stdin/stdout, one connection per server.
+//! - [`tls`]: the certificate and key, or a self-signed certificate made at startup.
+//! - Here: a connection's outbound queue ([`Outbound`]), its id, and what each transport can
+//!   carry ([`TransportKind`]).
 
 pub mod accept;
-mod direct;
-mod liveness;
-pub(crate) mod stdio;
+pub(crate) mod direct;
+pub(crate) mod liveness;
 pub mod tls;
-mod upgrade;
-pub(crate) mod websocket;
+pub(crate) mod upgrade;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +86,7 @@ impl Outbound {
 
     /// A new queue, whose answers may also be written straight to `direct`, the socket the
     /// writer writes the queue to.
-    fn with_socket(
+    pub(crate) fn with_socket(
         metrics: Arc<Metrics>,
         direct: Option<Arc<SharedSocket>>,
     ) -> (Self, mpsc::Receiver<Outgoing>) {

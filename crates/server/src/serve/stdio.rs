@@ -7,10 +7,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 
-use super::{ConnectionId, Outbound, Payload, TransportKind};
 use crate::config::MAX_MESSAGE_BYTES;
 use crate::processor::{InboundFrame, serve_connection};
 use crate::state::ServerState;
+use crate::transport::{ConnectionId, Outbound, Payload, TransportKind};
 
 /// Serves the one stdio connection until stdin ends; its session ends with it.
 pub(crate) async fn serve(server: Arc<ServerState>, shutdown: CancellationToken) {

@@ -21,15 +21,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
 
-use super::accept;
-use super::direct::{SharedSocket, Sink, forget_writer};
-use super::liveness::{Gone, SocketClock};
-use super::upgrade::{Refusal, Socket, Upgrade};
-use super::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, WEBSOCKET_READ_BYTES};
 use crate::metrics::UpgradeRefusal;
 use crate::processor::{Ending, Inbound, InboundFrame, serve_connection};
 use crate::state::ServerState;
+use crate::transport::accept;
+use crate::transport::direct::{SharedSocket, Sink, forget_writer};
+use crate::transport::liveness::{Gone, SocketClock};
+use crate::transport::upgrade::{Refusal, Socket, Upgrade};
+use crate::transport::{ConnectionId, Outbound, Outgoing, Payload, TransportKind};
 
 /// Most queued messages written before one flush.
 const WRITE_BATCH_MESSAGES: usize = 64;
