@@ -41,6 +41,7 @@ mod catch_up;
 mod client;
 mod connection;
 mod environment;
+mod fs_errors;
 mod http_streams;
 mod options;
 mod process;

@@ -16,7 +16,7 @@ use tether_protocol::method::Method;
 use tokio::task::JoinHandle;
 
 use crate::connection::Connection;
-use crate::remote_fs::{StreamOf, stream_error};
+use crate::fs_errors::{StreamOf, stream_error};
 
 /// How many `fs/writeBlock` calls a stream keeps in flight: 4 (4 MiB of blocks). With one,
 /// every block waits a whole round trip and the server's disk write before the next one

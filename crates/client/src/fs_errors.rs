@@ -1,0 +1,46 @@
+//! A filesystem call's failure as the engine's [`FsError`], decided on the server's error
+//! code, with the server's words.
+
+use tether_engine::fs::FsError;
+use tether_protocol::error::{INVALID_REQUEST, METHOD_NOT_FOUND, NOT_FOUND};
+
+use crate::error::ClientError;
+
+/// The server's message with the kind its code stands for (`-32004` not found, `-32600`
+/// invalid input — which is also what a permission refusal comes back as — `-32601`
+/// unsupported, anything else other); what the client itself reports (a drop, a lost
+/// session) is other, in its words.
+pub(crate) fn fs_error(error: ClientError) -> FsError {
+    match error {
+        ClientError::Server { code: NOT_FOUND, message, .. } => FsError::not_found(message),
+        ClientError::Server { code: INVALID_REQUEST, message, .. } => {
+            FsError::invalid_input(message)
+        }
+        ClientError::Server { code: METHOD_NOT_FOUND, message, .. } => {
+            FsError::unsupported(message)
+        }
+        ClientError::Server { message, .. } => FsError::other(message),
+        error => FsError::other(error.to_string()),
+    }
+}
+
+/// Which way a stream goes, for its errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StreamOf {
+    Read,
+    Write,
+}
+
+/// As [`fs_error`], saying why a dropped connection ends the stream for good.
+pub(crate) fn stream_error(error: ClientError, of: StreamOf) -> FsError {
+    let what = match of {
+        StreamOf::Read => "read",
+        StreamOf::Write => "write",
+    };
+    match error {
+        ClientError::Disconnected(reason) => FsError::other(format!(
+            "exec-server connection dropped during a streamed file {what} ({reason}); its file handle went with the connection, so the {what} cannot be resumed"
+        )),
+        error => fs_error(error),
+    }
+}
