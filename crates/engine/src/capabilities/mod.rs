@@ -25,7 +25,6 @@ use tether_protocol::capabilities::{
 
 pub use cache::InventoryCache;
 pub(crate) use inventory::{Locations, inventory};
-pub(crate) use scan::{InlineMcp, Rules, scan_root};
 
 use crate::codex_config::Sources;
 use crate::fs::FsError;
@@ -37,10 +36,6 @@ use crate::fs::sandboxed::FileOp;
 /// the 64 MiB message bound whatever the roots hold: a root that would pass it is answered
 /// with an error instead of its files.
 pub const MAX_ROOTS_RESPONSE_BYTES: usize = 48 * 1024 * 1024;
-
-/// How `capabilityRoots/discoverV1` reads a root: inline MCP servers have no file of their own.
-pub(crate) const ROOT_RULES: Rules =
-    Rules { inline_mcp: InlineMcp::NoFile, warn_missing_declared: false };
 
 /// Why discovery gave no answer at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -49,6 +49,10 @@ pub(crate) enum InlineMcp {
     Manifest,
 }
 
+/// How `capabilityRoots/discoverV1` reads a root: inline MCP servers have no file of their own.
+pub(crate) const ROOT_RULES: Rules =
+    Rules { inline_mcp: InlineMcp::NoFile, warn_missing_declared: false };
+
 /// Scans the root `uri` names, reading its plugin files by `rules`.
 pub(crate) fn scan_root(id: String, uri: PathUri, rules: Rules) -> CapabilityRootDiscovery {
     scan_root_noting(id, uri, rules, &mut Vec::new())

@@ -15,7 +15,8 @@ use tether_protocol::{ByteChunk, PathUri};
 
 use super::super::directory::{self, Listing};
 use super::super::{FsError, copy, metadata, put_file, regular_file, remove, set_metadata, walk};
-use crate::capabilities::{self, Locations};
+use crate::capabilities::scan::{ROOT_RULES, scan_root};
+use crate::capabilities::{Locations, inventory};
 
 /// One operation, as the helper receives it. Paths travel as their bytes: a path need not be
 /// UTF-8.
@@ -178,11 +179,11 @@ impl FileOp {
                 OpenHow::Replace => regular_file::open_for_write(&path, true),
             }
             .map(Outcome::File),
-            FileOp::DiscoverRoot { id, path } => Ok(Outcome::Root(Box::new(
-                capabilities::scan_root(id, path, capabilities::ROOT_RULES),
-            ))),
+            FileOp::DiscoverRoot { id, path } => {
+                Ok(Outcome::Root(Box::new(scan_root(id, path, ROOT_RULES))))
+            }
             FileOp::Inventory { locations } => {
-                Ok(Outcome::Inventory(Box::new(capabilities::inventory(&locations))))
+                Ok(Outcome::Inventory(Box::new(inventory(&locations))))
             }
         }
     }
