@@ -33,6 +33,8 @@ use crate::options::ClientOptions;
 const BODY_DELTA_PREFIX: &[u8] = br#"{"method":"http/request/bodyDelta","#;
 /// How `process/output` begins as both servers write it.
 const OUTPUT_PREFIX: &[u8] = br#"{"method":"process/output","#;
+/// How an answer begins as both servers write it.
+const ANSWER_PREFIX: &[u8] = br#"{"id":"#;
 
 /// How often a paused reader probes its connection with a ping, to notice that it ended:
 /// while the server's side is gone, nothing holds the process back, so the output the server
@@ -358,6 +360,9 @@ fn attached_bulk(json: &[u8], bytes: &Bytes) -> Option<Result<Bulk, String>> {
         PROCESS_OUTPUT.into()
     } else if json.starts_with(BODY_DELTA_PREFIX) {
         HTTP_REQUEST_BODY_DELTA.into()
+    } else if json.starts_with(ANSWER_PREFIX) {
+        // An answer with a block's bytes, as both servers write it: no second parse.
+        return None;
     } else {
         notification_method(json)?.into()
     };
