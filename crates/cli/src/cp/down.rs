@@ -13,8 +13,8 @@ use tether_protocol::fs::{
 
 use super::local::{check_local_parent, place_local, place_staged_local, set_local_metadata};
 use super::{
-    Copier, Entry, FILES_IN_FLIGHT, Kind, LOOKUPS_IN_FLIGHT, WHOLE_FILE_MAX_BYTES, base_name,
-    next_directory, remote, temporary, under, uri,
+    Copier, Entry, FILES_IN_FLIGHT, Kind, LOOKUPS_IN_FLIGHT, Landing, WHOLE_FILE_MAX_BYTES,
+    landing, next_directory, remote, temporary, under, uri,
 };
 
 impl Copier<'_> {
@@ -29,23 +29,17 @@ impl Copier<'_> {
     ) -> anyhow::Result<()> {
         let entries = self.remote_tree(from, recursive).await?;
         let root_is_directory = matches!(entries[0].kind, Kind::Directory);
-        let target = match std::fs::metadata(to) {
-            Ok(found) if found.is_dir() => to.join(base_name(from)?),
-            Ok(_) if root_is_directory => bail!(
-                "cannot copy the directory {} on the executor onto the file {}",
-                from.display(),
-                to.display()
-            ),
-            Ok(_) | Err(_) if several => {
-                bail!("{}: not a directory (several sources)", to.display())
-            }
-            // A tree's directories are made with their parents; a file's must be there.
-            Err(_) if !root_is_directory => {
-                check_local_parent(to)?;
-                to.to_owned()
-            }
-            _ => to.to_owned(),
-        };
+        let (from_name, to_name) =
+            (format!("{} on the executor", from.display()), to.display().to_string());
+        let found = std::fs::metadata(to).ok().map(|found| found.is_dir());
+        let target =
+            match landing((from, &from_name), (to, &to_name), found, root_is_directory, several)? {
+                Landing::At(target) => target,
+                Landing::NewFile(target) => {
+                    check_local_parent(&target)?;
+                    target
+                }
+            };
         self.add_bytes(&entries);
         for entry in entries.iter().filter(|e| matches!(e.kind, Kind::Directory)) {
             let path = under(&target, &entry.relative);

@@ -263,6 +263,36 @@ fn base_name(path: &Path) -> anyhow::Result<&std::ffi::OsStr> {
     path.file_name().with_context(|| format!("{}: has no name to copy under", path.display()))
 }
 
+/// Where a copy lands, as scp decides it.
+enum Landing {
+    /// This path, which is there already (into a directory, under the source's own name; or
+    /// onto a file) or will be made with its parents (a tree's root).
+    At(PathBuf),
+    /// This path, new, for a file: its directory must be there already.
+    NewFile(PathBuf),
+}
+
+/// Where a copy of `from` to `to` lands, given what `to` is on its side (`Some(true)` a
+/// directory, `Some(false)` anything else, `None` nothing); `from_name` and `to_name` are the
+/// two paths as the errors name them, each with the side it is on.
+fn landing(
+    (from, from_name): (&Path, &str),
+    (to, to_name): (&Path, &str),
+    found: Option<bool>,
+    root_is_directory: bool,
+    several: bool,
+) -> anyhow::Result<Landing> {
+    Ok(match found {
+        Some(true) => Landing::At(to.join(base_name(from)?)),
+        Some(false) if root_is_directory => {
+            bail!("cannot copy the directory {from_name} onto the file {to_name}")
+        }
+        Some(false) | None if several => bail!("{to_name}: not a directory (several sources)"),
+        None if !root_is_directory => Landing::NewFile(to.to_owned()),
+        _ => Landing::At(to.to_owned()),
+    })
+}
+
 /// One run's copying: its connection, whether the server sets modes, times and links
 /// (`fsMetadata`), what could not be kept without it, and the progress shown. Its copies up
 /// are in `up`, down in `down`; this side's files are handled in `local`.

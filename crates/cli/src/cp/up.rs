@@ -15,8 +15,8 @@ use tether_protocol::fs::{
 
 use super::local::local_tree;
 use super::{
-    Copier, Entry, FILES_IN_FLIGHT, Kind, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES, base_name,
-    remote, temporary, under, uri,
+    Copier, Entry, FILES_IN_FLIGHT, Kind, Landing, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES,
+    landing, remote, temporary, under, uri,
 };
 
 impl Copier<'_> {
@@ -33,23 +33,17 @@ impl Copier<'_> {
     ) -> anyhow::Result<()> {
         let entries = local_tree(from, recursive)?;
         let root_is_directory = matches!(entries[0].kind, Kind::Directory);
-        let target = match self.remote_kind(to).await? {
-            Some(true) => to.join(base_name(from)?),
-            Some(false) if root_is_directory => bail!(
-                "cannot copy the directory {} onto the file {} on the executor",
-                from.display(),
-                to.display()
-            ),
-            Some(false) | None if several => {
-                bail!("{} on the executor: not a directory (several sources)", to.display())
-            }
-            // A tree's directories are made with their parents; a file's must be there.
-            None if !root_is_directory => {
-                self.check_remote_parent(to).await?;
-                to.to_owned()
-            }
-            _ => to.to_owned(),
-        };
+        let (from_name, to_name) =
+            (from.display().to_string(), format!("{} on the executor", to.display()));
+        let found = self.remote_kind(to).await?;
+        let target =
+            match landing((from, &from_name), (to, &to_name), found, root_is_directory, several)? {
+                Landing::At(target) => target,
+                Landing::NewFile(target) => {
+                    self.check_remote_parent(&target).await?;
+                    target
+                }
+            };
         self.add_bytes(&entries);
         for entry in entries.iter().filter(|e| matches!(e.kind, Kind::Directory)) {
             let path = under(&target, &entry.relative);
