@@ -8,8 +8,9 @@
 //!   writes, whatever the connection's tasks are doing.
 //! - `upgrade`: the WebSocket handshake itself, which leaves the connection its own
 //!   `tokio_tungstenite` stream.
-//! - `direct`: a connection's own answers written to its WebSocket where they are made, when
-//!   nothing queued is waiting to go out ahead of them; big messages cut into frames.
+//! - `direct`: a connection's own answers, and its output, written to its WebSocket where they
+//!   are made, when nothing queued is waiting to go out ahead of them; big messages cut into
+//!   frames.
 //! - [`tls`]: the certificate and key, or a self-signed certificate made at startup.
 //! - Here: a connection's outbound queue ([`Outbound`]), its id, and what each transport can
 //!   carry ([`TransportKind`]).
