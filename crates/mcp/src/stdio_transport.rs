@@ -10,6 +10,13 @@
 //! the writes in the order they were asked for, so a line is never interleaved with another.
 //! The transport talks to it through channels; dropping the transport ends the pump, which
 //! terminates the process, so nothing outlives its client.
+//!
+//! Both channels are bounded. Messages read and not yet taken by the client hold at most
+//! [`QUEUED_MESSAGE_BYTES`]: at that, the pump stops taking the process's output — it stays
+//! in the process handle, which holds it within its own bound and catches up on it later, or
+//! says the output was lost — so a server that floods a slow client costs the client no more
+//! than that. Writes are served meanwhile: the client's next message may be the one that lets
+//! the server stop.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
@@ -24,7 +31,7 @@ use tether_engine::ProcessEvent;
 use tether_engine::exec::{ExecBackend, ExecError, ExecProcess, ProcessUpdate};
 use tether_protocol::PathUri;
 use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, WriteStatus};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::error::McpError;
@@ -39,6 +46,22 @@ pub const MAX_STDERR_LINE_BYTES: usize = 1024 * 1024;
 const STDERR_TAIL_LINES: usize = 20;
 /// Bytes of one stderr line kept in that tail.
 const STDERR_TAIL_LINE_BYTES: usize = 512;
+
+/// Messages read from the server and not yet taken by the client, by the bytes of their
+/// lines: 1 MiB, hundreds of ordinary messages, which a client that keeps up never comes near
+/// (rmcp takes each as it comes). A line longer than this is queued alone, once the queue is
+/// empty, so the bound is this or one longest line ([`MAX_STDOUT_LINE_BYTES`]), whichever is
+/// more.
+pub const QUEUED_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// The least a queued message counts for, however short its line: a parsed message costs its
+/// maps and strings beyond its text, so a flood of tiny messages is bounded too.
+const MESSAGE_COST_FLOOR_BYTES: usize = 256;
+
+/// Writes asked for and not yet performed: rmcp writes one message at a time per request or
+/// answer it sends, so a queue of a few dozen never fills unless the process stops reading
+/// its stdin, and then a writer waits here rather than growing the queue.
+const QUEUED_WRITES: usize = 64;
 
 /// How to start a stdio MCP server on the executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +107,7 @@ impl ServerEnd {
 /// An rmcp client transport over an executor process.
 pub struct ExecutorStdioTransport {
     writes: mpsc::Sender<WriteRequest>,
-    messages: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    messages: mpsc::UnboundedReceiver<Queued>,
     shutdown: Option<oneshot::Sender<()>>,
     end: Arc<Mutex<ServerEnd>>,
 }
@@ -92,6 +115,19 @@ pub struct ExecutorStdioTransport {
 struct WriteRequest {
     line: Bytes,
     reply: oneshot::Sender<std::io::Result<()>>,
+}
+
+/// A message for the client, holding its room in the queue ([`QUEUED_MESSAGE_BYTES`]) until
+/// it is taken: the channel is unbounded, the room is its bound.
+struct Queued {
+    message: ServerJsonRpcMessage,
+    _room: OwnedSemaphorePermit,
+}
+
+/// What a message read from the server counts for in the queue ([`QUEUED_MESSAGE_BYTES`]).
+fn queue_cost(line_bytes: usize) -> u32 {
+    // The bound is far below `u32::MAX`.
+    line_bytes.clamp(MESSAGE_COST_FLOOR_BYTES, QUEUED_MESSAGE_BYTES) as u32
 }
 
 impl ExecutorStdioTransport {
@@ -110,25 +146,7 @@ impl ExecutorStdioTransport {
         command: &StdioServerCommand,
         tap: Option<NotificationTap>,
     ) -> Result<Self, McpError> {
-        let process_id = format!("mcp-stdio-{}", uuid::Uuid::new_v4());
-        let cwd = PathUri::from_path(&command.cwd).ok_or_else(|| {
-            McpError::InvalidConfig(format!(
-                "the stdio server's cwd must be an absolute path, got {}",
-                command.cwd.display()
-            ))
-        })?;
-        let mut argv = vec![command.program.clone()];
-        argv.extend(command.args.iter().cloned());
-        let mut params = ExecParams::new(process_id.as_str(), argv, cwd);
-        params.pipe_stdin = true;
-        params.env = command.env.clone();
-        params.env_policy = Some(EnvPolicy {
-            inherit: EnvInherit::Core,
-            ignore_default_excludes: false,
-            exclude: Vec::new(),
-            set: BTreeMap::new(),
-            include_only: Vec::new(),
-        });
+        let params = exec_params(command)?;
         let process = exec.start(params).await.map_err(|error| McpError::Launch {
             program: command.program.clone(),
             message: error.message,
@@ -137,22 +155,34 @@ impl ExecutorStdioTransport {
     }
 
     fn spawn(process: Box<dyn ExecProcess>, program: &str, tap: Option<NotificationTap>) -> Self {
-        let (writes, write_requests) = mpsc::channel(64);
+        let span = info_span!("mcp_stdio", process_id = %process.process_id(), program);
+        let (transport, pump) = Self::pair(process, tap);
+        tokio::spawn(pump.run().instrument(span));
+        transport
+    }
+
+    /// The transport to `process` and the pump that serves it, not yet started.
+    fn pair(process: Box<dyn ExecProcess>, tap: Option<NotificationTap>) -> (Self, Pump) {
+        let (writes, write_requests) = mpsc::channel(QUEUED_WRITES);
         let (message_sender, messages) = mpsc::unbounded_channel();
         let (shutdown, shutdown_requested) = oneshot::channel();
         let end = Arc::new(Mutex::new(ServerEnd::default()));
-        let span = info_span!("mcp_stdio", process_id = %process.process_id(), program);
         let pump = Pump {
             process,
             write_requests,
+            shutdown: shutdown_requested,
             messages: message_sender,
+            room: Arc::new(Semaphore::new(QUEUED_MESSAGE_BYTES)),
+            read: VecDeque::new(),
+            ended: false,
             end: end.clone(),
             tap,
             stdout: LineBuffer::new(MAX_STDOUT_LINE_BYTES),
             stderr: LineBuffer::new(MAX_STDERR_LINE_BYTES),
+            #[cfg(test)]
+            waits_for_room: None,
         };
-        tokio::spawn(pump.run(shutdown_requested).instrument(span));
-        Self { writes, messages, shutdown: Some(shutdown), end }
+        (Self { writes, messages, shutdown: Some(shutdown), end }, pump)
     }
 
     /// How the server ended, shared with the client for its errors.
@@ -178,20 +208,15 @@ impl Transport<RoleClient> for ExecutorStdioTransport {
             let mut line = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             line.push(b'\n');
             let (reply, answer) = oneshot::channel();
-            let gone = || {
-                let why = end.lock().unwrap().describe();
-                std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    why.unwrap_or_else(|| "the MCP server transport is closed".into()),
-                )
-            };
+            let gone = || gone(&end);
             writes.send(WriteRequest { line: line.into(), reply }).await.map_err(|_| gone())?;
             answer.await.map_err(|_| gone())?
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<ServerJsonRpcMessage>> + Send {
-        self.messages.recv()
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        // Taken, the message gives its room back.
+        self.messages.recv().await.map(|queued| queued.message)
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
@@ -202,34 +227,101 @@ impl Transport<RoleClient> for ExecutorStdioTransport {
     }
 }
 
+/// How `command` is started: piped stdin, no TTY, the executor's core variables and the
+/// command's own.
+fn exec_params(command: &StdioServerCommand) -> Result<ExecParams, McpError> {
+    let process_id = format!("mcp-stdio-{}", uuid::Uuid::new_v4());
+    let cwd = PathUri::from_path(&command.cwd).ok_or_else(|| {
+        McpError::InvalidConfig(format!(
+            "the stdio server's cwd must be an absolute path, got {}",
+            command.cwd.display()
+        ))
+    })?;
+    let mut argv = vec![command.program.clone()];
+    argv.extend(command.args.iter().cloned());
+    let mut params = ExecParams::new(process_id.as_str(), argv, cwd);
+    params.pipe_stdin = true;
+    params.env = command.env.clone();
+    params.env_policy = Some(EnvPolicy {
+        inherit: EnvInherit::Core,
+        ignore_default_excludes: false,
+        exclude: Vec::new(),
+        set: BTreeMap::new(),
+        include_only: Vec::new(),
+    });
+    Ok(params)
+}
+
+/// The error a write meets once the server is gone: how it ended, when that is known.
+fn gone(end: &Mutex<ServerEnd>) -> std::io::Error {
+    let why = end.lock().unwrap().describe();
+    std::io::Error::new(
+        std::io::ErrorKind::BrokenPipe,
+        why.unwrap_or_else(|| "the MCP server transport is closed".into()),
+    )
+}
+
 /// The task that owns the process handle (see the module docs).
 struct Pump {
     process: Box<dyn ExecProcess>,
     write_requests: mpsc::Receiver<WriteRequest>,
-    messages: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    /// Told when the transport is closed.
+    shutdown: oneshot::Receiver<()>,
+    messages: mpsc::UnboundedSender<Queued>,
+    /// Room left in the client's queue ([`QUEUED_MESSAGE_BYTES`]).
+    room: Arc<Semaphore>,
+    /// Messages read and waiting for room, with what each counts for: the lines of one
+    /// update at most, as the next update is taken only once these are queued.
+    read: VecDeque<(ServerJsonRpcMessage, u32)>,
+    /// The process said its last: what is read goes to the client, then the pump ends.
+    ended: bool,
     end: Arc<Mutex<ServerEnd>>,
     tap: Option<NotificationTap>,
     stdout: LineBuffer,
     stderr: LineBuffer,
+    /// Told each time the pump finds no room for the next message.
+    #[cfg(test)]
+    waits_for_room: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Pump {
-    async fn run(mut self, mut shutdown: oneshot::Receiver<()>) {
+    async fn run(mut self) {
         loop {
+            let next_cost = self.read.front().map(|(_, cost)| *cost);
+            if self.ended && next_cost.is_none() {
+                // Dropping the sender ends the client's stream once it has taken the rest.
+                return;
+            }
+            #[cfg(test)]
+            if let (Some(cost), Some(waits)) = (next_cost, &self.waits_for_room)
+                && self.room.available_permits() < cost as usize
+            {
+                waits.notify_one();
+            }
             tokio::select! {
                 biased;
-                _ = &mut shutdown => return self.terminate("the transport was closed").await,
+                _ = &mut self.shutdown => return self.terminate("the transport was closed").await,
                 request = self.write_requests.recv() => match request {
+                    Some(WriteRequest { reply, .. }) if self.ended => {
+                        let _ = reply.send(Err(gone(&self.end)));
+                    }
                     Some(WriteRequest { line, reply }) => {
                         let result = self.process.write(line).await;
                         let _ = reply.send(write_result(result));
                     }
                     None => return self.terminate("the transport was dropped").await,
                 },
-                update = self.process.next_update() => {
-                    if !self.follow(update) {
-                        return;
+                room = self.room.clone().acquire_many_owned(next_cost.unwrap_or(0)),
+                    if next_cost.is_some() =>
+                {
+                    let (message, _) = self.read.pop_front().expect("a message waits for room");
+                    let room = room.expect("the queue's room is never closed");
+                    if self.messages.send(Queued { message, _room: room }).is_err() {
+                        return self.terminate("the client stopped listening").await;
                     }
+                }
+                update = self.process.next_update(), if next_cost.is_none() && !self.ended => {
+                    self.ended = !self.follow(update);
                     if self.messages.is_closed() {
                         return self.terminate("the client stopped listening").await;
                     }
@@ -286,7 +378,7 @@ impl Pump {
                     if let Some(tap) = &self.tap {
                         tap.offer(&message);
                     }
-                    let _ = self.messages.send(message);
+                    self.read.push_back((message, queue_cost(line.len())));
                 }
                 Err(error) => {
                     debug!(bytes = line.len(), %error, "stdout line that is no MCP message skipped")
@@ -340,5 +432,108 @@ fn write_result(result: Result<WriteStatus, ExecError>) -> std::io::Result<()> {
             Err(Error::new(ErrorKind::WouldBlock, "the MCP server process is still starting"))
         }
         Err(error) => Err(Error::other(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tether_engine::ProcessTableConfig;
+    use tether_engine::exec::LocalExecBackend;
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// Messages in the flood: 100 of 20 KB, twice the queue, and within what the process
+    /// handle holds for a slow reader (so nothing may be lost).
+    const FLOOD_MESSAGES: usize = 100;
+    const FLOOD_PAD_BYTES: usize = 20_000;
+
+    /// A server that writes `FLOOD_MESSAGES` log messages at once, numbered, then waits for
+    /// its stdin to close.
+    fn flooding_server() -> StdioServerCommand {
+        let script = format!(
+            r#"pad=$(head -c {FLOOD_PAD_BYTES} /dev/zero | tr '\0' a); i=0
+while [ $i -lt {FLOOD_MESSAGES} ]; do
+  printf '{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"%s %s"}}}}\n' $i "$pad"
+  i=$((i+1))
+done
+exec cat >/dev/null"#
+        );
+        StdioServerCommand {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script],
+            env: BTreeMap::new(),
+            cwd: std::env::temp_dir(),
+        }
+    }
+
+    /// The number a flood message carries in its data.
+    fn number(message: &ServerJsonRpcMessage) -> usize {
+        let ServerJsonRpcMessage::Notification(notification) = message else {
+            panic!("not a notification: {message:?}");
+        };
+        let value = serde_json::to_value(&notification.notification).unwrap();
+        let data = value["params"]["data"].as_str().unwrap();
+        data.split(' ').next().unwrap().parse().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_the_client_does_not_read_waits_at_the_bound_and_then_arrives_whole() {
+        let backend = LocalExecBackend::new(ProcessTableConfig::default());
+        let command = flooding_server();
+        let process = backend.start(exec_params(&command).unwrap()).await.unwrap();
+        let (mut transport, mut pump) = ExecutorStdioTransport::pair(process, None);
+        let waits = Arc::new(Notify::new());
+        pump.waits_for_room = Some(waits.clone());
+        tokio::spawn(pump.run());
+
+        // Nothing is taken: the pump stops once the queue is full, far short of the flood.
+        waits.notified().await;
+        let line_bytes = FLOOD_PAD_BYTES + 80;
+        let queued = transport.messages.len();
+        assert!(queued * line_bytes <= QUEUED_MESSAGE_BYTES, "{queued} messages queued");
+        assert!(queued * line_bytes > QUEUED_MESSAGE_BYTES - line_bytes, "{queued} queued");
+        assert!(queued < FLOOD_MESSAGES);
+
+        // Taken now, every message comes, once, in order.
+        for expected in 0..FLOOD_MESSAGES {
+            let message = transport.receive().await.expect("the flood ended early");
+            assert_eq!(number(&message), expected);
+        }
+
+        // Writes are served all along; closing ends the server and the stream.
+        transport.close().await.unwrap();
+        assert!(transport.receive().await.is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_is_served_while_the_queue_is_full() {
+        let backend = LocalExecBackend::new(ProcessTableConfig::default());
+        // The flood, then one more message once the server reads a line: the answer to the
+        // write made while nothing was taken.
+        let mut command = flooding_server();
+        let script = command.args[1].replace(
+            "exec cat >/dev/null",
+            r#"read line; printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"100 after the write"}}\n'; exec cat >/dev/null"#,
+        );
+        command.args[1] = script;
+        let process = backend.start(exec_params(&command).unwrap()).await.unwrap();
+        let (mut transport, mut pump) = ExecutorStdioTransport::pair(process, None);
+        let waits = Arc::new(Notify::new());
+        pump.waits_for_room = Some(waits.clone());
+        tokio::spawn(pump.run());
+
+        waits.notified().await;
+        let ping: ClientJsonRpcMessage = serde_json::from_value(serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "ping"
+        }))
+        .unwrap();
+        transport.send(ping).await.expect("a write while the queue is full");
+
+        for expected in 0..=FLOOD_MESSAGES {
+            let message = transport.receive().await.expect("the flood ended early");
+            assert_eq!(number(&message), expected);
+        }
+        transport.close().await.unwrap();
     }
 }
