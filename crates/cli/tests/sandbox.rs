@@ -1251,7 +1251,7 @@ async fn a_write_grant_on_a_file_makes_that_file_writable(target: Target) {
 /// Thirty commands and twenty file writes sandboxed in one root at once, ending in no
 /// particular order: each command still finds the missing protected names read-only when the
 /// others have ended, and once the last has closed none of the empty directories made for them
-/// is left on the host.
+/// is left on the host (Tether; the reference sometimes leaves some, see below).
 async fn concurrent_sandboxes_keep_the_protected_names_and_leave_nothing_behind(target: Target) {
     let root = HostDir::new(target, "concurrent");
     let (_server, mut client) = started(target).await;
@@ -1280,7 +1280,16 @@ async fn concurrent_sandboxes_keep_the_protected_names_and_leave_nothing_behind(
         assert_eq!((finished.stdout, finished.exit_code), (format!("{i}\n"), 0), "{id}");
     }
     let left: Vec<String> = root.names().into_iter().filter(|name| name.starts_with('.')).collect();
-    assert!(left.is_empty(), "left on the host: {left:?}");
+    if target == Target::Tether {
+        assert!(left.is_empty(), "left on the host: {left:?}");
+    } else {
+        // Deliberate difference: the reference's helpers share a registry of the empty dirs
+        // they made, and under load it sometimes leaves some of them on the host after the
+        // last command has closed (seen: `.agents` and `.git`). What it leaves is only ever
+        // those empty dirs.
+        let synthetic = |name: &String| PROTECTED_NAMES.contains(&name.as_str());
+        assert!(left.iter().all(|name| synthetic(name) && root.is_empty_dir(name)), "{left:?}");
+    }
 }
 
 async fn a_missing_cwd_fails_a_sandboxed_start(target: Target) {
