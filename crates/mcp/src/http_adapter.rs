@@ -18,13 +18,16 @@
 //! | 2xx `text/event-stream`                   | `Sse` (events bounded in size)           |
 //! | 2xx `application/json`                    | `Json` (body bounded in size)            |
 //! | GET 405 / DELETE 405                      | no SSE stream / nothing to delete        |
+//! | a resume the server already ended empty   | no SSE stream (rmcp stops resuming)      |
 //!
 //! Bodies are never collected without a bound, header values that are not text are refused
 //! rather than dropped, and custom headers cannot override the ones the protocol owns.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, StreamExt};
@@ -54,6 +57,9 @@ const LAST_EVENT_ID: &str = "last-event-id";
 const RESERVED: &[&str] = &["accept", "content-type", SESSION_ID, LAST_EVENT_ID];
 /// Longest `Retry-After` kept (as rmcp does).
 const MAX_RETRY_AFTER_BYTES: usize = 128;
+/// Resumes remembered as ended empty ([`EmptyResumes`]): a resume is retried within seconds,
+/// so only the latest few matter; past this the oldest is forgotten.
+const EMPTY_RESUMES_KEPT: usize = 64;
 
 /// Why the HTTP exchange itself failed (rather than the server answering with an error).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,11 +87,50 @@ pub struct HttpClientAdapter {
     default_headers: Arc<Vec<(String, String)>>,
     /// Offered every notification the SSE streams carry, in order.
     tap: Option<NotificationTap>,
+    empty_resumes: Arc<EmptyResumes>,
+}
+
+/// The resumes (`GET` with `Last-Event-ID`) a server answered with a stream that ended before
+/// any event, by session and event id.
+///
+/// An rmcp server answers a resume of a request's stream it no longer has (its response was
+/// sent, and lost with the connection that carried it) with an empty `200`, to end the
+/// client's reconnecting. rmcp's client takes every stream that ends cleanly as one to resume
+/// again, from the same event, with its retry policy asked for a first attempt each time: it
+/// would resume every second or so for ever, and the request, neither answered nor failed,
+/// would wait for ever too. So a second resume from where an empty one began is refused here
+/// as a server with no stream to give, which is what ends rmcp's reconnecting at once; the
+/// request then fails as one whose response stream closed before its response.
+#[derive(Default)]
+struct EmptyResumes(Mutex<VecDeque<(Option<Arc<str>>, String)>>);
+
+impl EmptyResumes {
+    fn contains(&self, session: &Option<Arc<str>>, event: &str) -> bool {
+        self.lock().iter().any(|(s, e)| s == session && e == event)
+    }
+
+    fn note(&self, session: Option<Arc<str>>, event: String) {
+        let mut kept = self.lock();
+        if kept.len() == EMPTY_RESUMES_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((session, event));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Option<Arc<str>>, String)>> {
+        // Each change is one step, so the list stays whole whatever panicked.
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl HttpClientAdapter {
     pub fn new(http: Arc<dyn HttpClient>, default_headers: Vec<(String, String)>) -> Self {
-        Self { http, default_headers: Arc::new(default_headers), tap: None }
+        Self {
+            http,
+            default_headers: Arc::new(default_headers),
+            tap: None,
+            empty_resumes: Arc::default(),
+        }
     }
 
     pub(crate) fn with_notification_tap(mut self, tap: NotificationTap) -> Self {
@@ -491,13 +536,18 @@ impl StreamableHttpClient for HttpClientAdapter {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, AdapterError> {
+        if let Some(event) = &last_event_id
+            && self.empty_resumes.contains(&session_id, event)
+        {
+            return Err(StreamableHttpError::ServerDoesNotSupportSse);
+        }
         let accept = format!("{EVENT_STREAM}, {JSON}");
         let mut headers =
             self.headers(&accept, auth_header.as_deref(), session_id.as_deref(), &custom_headers)?;
-        if let Some(last_event_id) = last_event_id {
+        if let Some(last_event_id) = &last_event_id {
             headers.push(HttpHeader {
                 name: LAST_EVENT_ID.into(),
-                value: last_event_id,
+                value: last_event_id.clone(),
                 value_env_var: None,
             });
         }
@@ -524,8 +574,34 @@ impl StreamableHttpClient for HttpClientAdapter {
                 content_type.map(str::to_owned),
             ));
         }
-        Ok(self.events(body, max_sse_event_size))
+        let events = self.events(body, max_sse_event_size);
+        Ok(match last_event_id {
+            Some(event) => noting_if_empty(events, self.empty_resumes.clone(), session_id, event),
+            None => events,
+        })
     }
+}
+
+/// `events`, noting in `resumes` that the resume from `event` ended empty if it ends before
+/// yielding anything.
+fn noting_if_empty(
+    events: SseEvents,
+    resumes: Arc<EmptyResumes>,
+    session: Option<Arc<str>>,
+    event: String,
+) -> SseEvents {
+    let yielded = Arc::new(AtomicBool::new(false));
+    let seen = yielded.clone();
+    let mut end = Some((session, event));
+    let ended = futures_util::stream::poll_fn(move |_| {
+        if let Some((session, event)) = end.take()
+            && !yielded.load(Ordering::Relaxed)
+        {
+            resumes.note(session, event);
+        }
+        Poll::Ready(None)
+    });
+    events.inspect(move |_| seen.store(true, Ordering::Relaxed)).chain(ended).boxed()
 }
 
 fn preview(bytes: &[u8], limit: usize) -> String {
