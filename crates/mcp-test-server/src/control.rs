@@ -1,6 +1,6 @@
 //! HTTP-mode hooks for tests: a gate in front of `/mcp` that counts requests and optionally
-//! demands a bearer token, and `/control/*` endpoints to read those counts and to make the
-//! server forget its sessions, as a restarted server would.
+//! demands a bearer token, and `/control/*` endpoints to read those counts, to make the
+//! server forget its sessions, as a restarted server would, and to let a `held` call answer.
 
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ pub fn router(state: ControlState) -> Router {
     Router::new()
         .route("/control/forget-sessions", post(forget_sessions))
         .route("/control/stats", get(stats))
+        .route("/control/release", post(release))
         .with_state(state)
 }
 
@@ -62,4 +63,10 @@ async fn forget_sessions(State(state): State<ControlState>) -> String {
 
 async fn stats(State(state): State<ControlState>) -> Json<StatsSnapshot> {
     Json(state.stats.snapshot())
+}
+
+/// Lets one `held` tool call answer.
+async fn release(State(state): State<ControlState>) -> &'static str {
+    state.stats.release();
+    "released"
 }

@@ -14,6 +14,8 @@ pub struct Stats {
     deletes: AtomicU64,
     gets: AtomicU64,
     authorization_seen: AtomicBool,
+    /// `POST /control/release` lets the waiting (or the next) `held` call answer.
+    releases: tokio::sync::Notify,
 }
 
 /// The body of `GET /control/stats`.
@@ -28,6 +30,16 @@ pub struct StatsSnapshot {
 }
 
 impl Stats {
+    /// Lets one `held` call answer.
+    pub fn release(&self) {
+        self.releases.notify_one();
+    }
+
+    /// Waits for a release.
+    pub async fn wait_for_release(&self) {
+        self.releases.notified().await;
+    }
+
     /// Counted by the handler, so it covers `initialize` requests on any transport.
     pub fn record_initialize(&self) {
         self.initializes.fetch_add(1, Ordering::SeqCst);

@@ -131,6 +131,24 @@ impl TestServer {
         (COUNT_CALLS.fetch_add(1, Ordering::SeqCst) + 1).to_string()
     }
 
+    /// For a test that must hold the answer back until it is ready for it: the progress
+    /// notification tells it the call's stream is open, `/control/release` lets it answer.
+    #[tool(
+        description = "Send one progress notification, wait for `POST /control/release`, then return `released`."
+    )]
+    async fn held(
+        &self,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<String, ErrorData> {
+        if let Some(token) = meta.get_progress_token() {
+            let progress = ProgressNotificationParam::new(token, 1.0).with_message("held");
+            peer.notify_progress(progress).await.map_err(notify_failed)?;
+        }
+        self.stats.wait_for_release().await;
+        Ok("released".to_owned())
+    }
+
     #[tool(description = "Wait `ms` milliseconds, then return `slept <ms>`.")]
     async fn slow(&self, Parameters(SlowArgs { ms }): Parameters<SlowArgs>) -> String {
         tokio::time::sleep(Duration::from_millis(ms)).await;

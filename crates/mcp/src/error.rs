@@ -43,18 +43,18 @@ impl McpError {
 
     pub(crate) fn from_service(error: ServiceError, end: Option<String>) -> Self {
         match error {
-            // Not the server's answer: rmcp's own word that the stream carrying the answer
-            // closed before it came (the connection dropped, and what the server sent was
-            // lost with it).
-            ServiceError::McpError(error) if is_transport_closed(&error) => {
-                McpError::Transport { detail: error.message.into_owned(), no_response: true }
-            }
             ServiceError::McpError(error) => McpError::Server(error),
             ServiceError::Timeout { timeout } => McpError::Timeout(timeout),
             ServiceError::TransportSend(error) => from_transport(error.error.as_ref(), end),
-            ServiceError::TransportClosed => McpError::Transport {
-                detail: end.unwrap_or_else(|| "the connection to it closed".into()),
-                no_response: false,
+            // The stream that was to carry the answer closed first. With a stdio server that
+            // ended (`end` says how) there is nobody left to ask again; over HTTP it is one
+            // request's stream (its answer lost in a drop, say), and the session goes on.
+            ServiceError::TransportClosed => match end {
+                Some(end) => McpError::Transport { detail: end, no_response: false },
+                None => McpError::Transport {
+                    detail: "the connection to it closed before the response came".into(),
+                    no_response: true,
+                },
             },
             other => McpError::Unexpected(other.to_string()),
         }
@@ -74,15 +74,6 @@ impl McpError {
             other => McpError::Initialize(other.to_string()),
         }
     }
-}
-
-/// The key rmcp puts in the data of the error it answers a request with when the stream that
-/// was to carry the response closed first (it is rmcp's, not a server's).
-const TRANSPORT_CLOSED_MARKER: &str = "io.modelcontextprotocol/transportClosed";
-
-/// Whether `error` is rmcp's own "the response stream closed before the response".
-fn is_transport_closed(error: &rmcp::ErrorData) -> bool {
-    error.data.as_ref().is_some_and(|data| data.get(TRANSPORT_CLOSED_MARKER).is_some())
 }
 
 /// Reads what the transport said: the HTTP adapter's errors, rmcp's, or a stdio pipe's.
@@ -110,27 +101,20 @@ fn from_transport(error: &(dyn std::error::Error + 'static), end: Option<String>
 
 #[cfg(test)]
 mod tests {
-    use rmcp::ErrorData;
-    use serde_json::json;
-
     use super::*;
 
     #[test]
-    fn a_response_stream_closed_before_its_response_is_no_response_and_a_server_error_is_not() {
-        let closed = ErrorData::internal_error(
-            "streamable HTTP response stream closed before its final response",
-            Some(json!({TRANSPORT_CLOSED_MARKER: 1})),
-        );
-        let error = McpError::from_service(ServiceError::McpError(closed), None);
+    fn a_closed_stream_is_no_response_unless_the_server_process_ended() {
+        // rmcp's word for a request whose response stream closed before the response.
+        let error = McpError::from_service(ServiceError::TransportClosed, None);
         assert!(error.is_no_response(), "{error:?}");
         assert_eq!(
             error.to_string(),
-            "the MCP server cannot be reached: streamable HTTP response stream closed before its \
-             final response"
+            "the MCP server cannot be reached: the connection to it closed before the response came"
         );
 
-        let answered = ErrorData::internal_error("the tool failed", Some(json!({"why": "x"})));
-        let error = McpError::from_service(ServiceError::McpError(answered), None);
-        assert!(matches!(error, McpError::Server(_)), "{error:?}");
+        let ended = "the MCP server process exited with code 1".to_owned();
+        let error = McpError::from_service(ServiceError::TransportClosed, Some(ended));
+        assert!(!error.is_no_response(), "{error:?}");
     }
 }

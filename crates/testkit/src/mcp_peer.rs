@@ -138,6 +138,11 @@ impl McpTestServer {
         Ok(body.trim().parse()?)
     }
 
+    /// Lets one `held` tool call answer.
+    pub async fn release(&self) -> anyhow::Result<()> {
+        self.control("POST", "/control/release").await.map(drop)
+    }
+
     pub async fn stats(&self) -> anyhow::Result<McpTestServerStats> {
         let body = self.control("GET", "/control/stats").await?;
         let stats: serde_json::Value = serde_json::from_str(&body)?;
