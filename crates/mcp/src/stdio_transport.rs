@@ -467,6 +467,19 @@ exec cat >/dev/null"#
         }
     }
 
+    /// The transport to `command`, started on the local engine, once its pump has found the
+    /// queue full (nothing is taken from it here).
+    async fn until_full(command: StdioServerCommand) -> ExecutorStdioTransport {
+        let backend = LocalExecBackend::new(ProcessTableConfig::default());
+        let process = backend.start(exec_params(&command).unwrap()).await.unwrap();
+        let (transport, mut pump) = ExecutorStdioTransport::pair(process, None);
+        let waits = Arc::new(Notify::new());
+        pump.waits_for_room = Some(waits.clone());
+        tokio::spawn(pump.run());
+        waits.notified().await;
+        transport
+    }
+
     /// The number a flood message carries in its data.
     fn number(message: &ServerJsonRpcMessage) -> usize {
         let ServerJsonRpcMessage::Notification(notification) = message else {
@@ -479,16 +492,8 @@ exec cat >/dev/null"#
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_flood_the_client_does_not_read_waits_at_the_bound_and_then_arrives_whole() {
-        let backend = LocalExecBackend::new(ProcessTableConfig::default());
-        let command = flooding_server();
-        let process = backend.start(exec_params(&command).unwrap()).await.unwrap();
-        let (mut transport, mut pump) = ExecutorStdioTransport::pair(process, None);
-        let waits = Arc::new(Notify::new());
-        pump.waits_for_room = Some(waits.clone());
-        tokio::spawn(pump.run());
-
         // Nothing is taken: the pump stops once the queue is full, far short of the flood.
-        waits.notified().await;
+        let mut transport = until_full(flooding_server()).await;
         let line_bytes = FLOOD_PAD_BYTES + 80;
         let queued = transport.messages.len();
         assert!(queued * line_bytes <= QUEUED_MESSAGE_BYTES, "{queued} messages queued");
@@ -508,7 +513,6 @@ exec cat >/dev/null"#
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_is_served_while_the_queue_is_full() {
-        let backend = LocalExecBackend::new(ProcessTableConfig::default());
         // The flood, then one more message once the server reads a line: the answer to the
         // write made while nothing was taken.
         let mut command = flooding_server();
@@ -517,13 +521,7 @@ exec cat >/dev/null"#
             r#"read line; printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"100 after the write"}}\n'; exec cat >/dev/null"#,
         );
         command.args[1] = script;
-        let process = backend.start(exec_params(&command).unwrap()).await.unwrap();
-        let (mut transport, mut pump) = ExecutorStdioTransport::pair(process, None);
-        let waits = Arc::new(Notify::new());
-        pump.waits_for_room = Some(waits.clone());
-        tokio::spawn(pump.run());
-
-        waits.notified().await;
+        let mut transport = until_full(command).await;
         let ping: ClientJsonRpcMessage = serde_json::from_value(serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "ping"
         }))

@@ -26,6 +26,19 @@ async fn behind_a_proxy(target: Target) -> (ServerProcess, FaultProxy, Environme
     (server, proxy, Environment::remote(client))
 }
 
+/// An MCP session with the HTTP test server, through an exec-server behind a proxy.
+async fn http_session_behind_a_proxy(
+    target: Target,
+) -> (ServerProcess, FaultProxy, McpTestServer, McpClient) {
+    let (server, proxy, environment) = behind_a_proxy(target).await;
+    let mcp = McpTestServer::start(None).await.unwrap();
+    let client =
+        McpClient::connect(&environment, &common::http(&mcp.url), McpClientOptions::default())
+            .await
+            .unwrap();
+    (server, proxy, mcp, client)
+}
+
 async fn a_stdio_server_rides_through_a_drop(target: Target) {
     let (_server, proxy, environment) = behind_a_proxy(target).await;
     let config = common::stdio(McpTestServer::stdio_argv().unwrap());
@@ -53,12 +66,7 @@ async fn a_stdio_server_rides_through_a_drop(target: Target) {
 }
 
 async fn an_http_session_rides_through_a_drop(target: Target) {
-    let (_server, proxy, environment) = behind_a_proxy(target).await;
-    let mcp = McpTestServer::start(None).await.unwrap();
-    let client =
-        McpClient::connect(&environment, &common::http(&mcp.url), McpClientOptions::default())
-            .await
-            .unwrap();
+    let (_server, proxy, mcp, client) = http_session_behind_a_proxy(target).await;
     assert_eq!(text(&client.call_tool("count_calls", None).await.unwrap()), "1");
     for round in 2..=4 {
         proxy.cut();
@@ -88,12 +96,7 @@ const LOST_ANSWER_DEADLINE: Duration = Duration::from_secs(60);
 /// not wait for ever while rmcp resumes from the same event again and again — and the session
 /// goes on.
 async fn an_http_answer_lost_in_a_drop_fails_its_call(target: Target) {
-    let (_server, proxy, environment) = behind_a_proxy(target).await;
-    let mcp = McpTestServer::start(None).await.unwrap();
-    let client =
-        McpClient::connect(&environment, &common::http(&mcp.url), McpClientOptions::default())
-            .await
-            .unwrap();
+    let (_server, proxy, mcp, client) = http_session_behind_a_proxy(target).await;
     let mut notifications = client.subscribe();
     let call = client.call_tool("held", None);
     let lose_the_answer = async {
