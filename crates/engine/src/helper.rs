@@ -1,20 +1,33 @@
 //! The helper modes of the `tether` binary: what runs inside a sandbox on the server's behalf.
 //!
-//! `tether __tether-sandbox exec …` is a sandboxed command's inner stage
+//! `tether __tether-sandbox [--mounted …] exec …` is a sandboxed command's inner stage
 //! ([`crate::sandbox::inner`]); `tether __tether-sandbox fs` performs one file operation inside
 //! a sandbox ([`crate::fs::sandboxed`]). A binary calls [`run_if_helper`] first thing in `main`,
 //! before any runtime or logging starts.
 
 use crate::sandbox::inner::{self, ExecArgs, HELPER_ARG};
+use crate::sandbox::launch::BUILD_REFUSED_STATUS;
+use crate::sandbox::mounted;
 
 /// Runs the helper mode the arguments ask for, and exits; returns at once when they ask for
-/// none.
+/// none. Either mode first checks that the sandbox holds what the server built it to hold
+/// ([`mounted`]), and does nothing when it does not.
 pub fn run_if_helper() {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(HELPER_ARG.as_ref()) {
         return;
     }
-    let mode = args.next();
+    // What the sandbox must hold is checked before anything else is done in it.
+    let mode = match mounted::take(&mut args) {
+        Ok((expected, mode)) => match mounted::verify(&expected) {
+            Ok(()) => mode,
+            Err(refusal) => {
+                eprintln!("{refusal}");
+                std::process::exit(BUILD_REFUSED_STATUS)
+            }
+        },
+        Err(error) => fail(&format!("bad helper arguments: {error}")),
+    };
     match mode.as_deref().and_then(|m| m.to_str()) {
         Some("exec") => match ExecArgs::parse(args) {
             Ok(exec) => inner::exec_main(exec),

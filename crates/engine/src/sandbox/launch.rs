@@ -122,10 +122,10 @@ fn wrapped(
     let (info_read, info_write) = info_pipe()?;
     plan.args.push("--info-fd".into());
     plan.args.push(std::os::fd::AsRawFd::as_raw_fd(&info_write).to_string().into());
-    plan.data_fds.push(info_write);
+    plan.fds.push(info_write);
     plan.args.push("--".into());
     plan.args.push(helper.into());
-    plan.args.push(inner::HELPER_ARG.into());
+    plan.args.extend(plan.helper_args());
     let exec = ExecArgs {
         network: match full.network {
             NetworkAccess::Restricted => NetworkRule::Restricted,
@@ -139,7 +139,7 @@ fn wrapped(
     Ok(Wrapped {
         program: bwrap.to_path_buf(),
         args: plan.args,
-        inherited: plan.data_fds,
+        inherited: plan.fds,
         synthetic: plan.synthetic,
         info: Some(info_read),
     })

@@ -3,10 +3,14 @@
 //!
 //! - [`policy`] (pure): what an intent means here — no confinement, the network filter alone,
 //!   or the full sandbox with its grants.
-//! - [`grants`]: the policy's grants as the kernel reaches them, refused when a path to keep
-//!   read-only or hidden crosses a link a sandboxed command could change.
-//! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the host's
-//!   paths; [`synthetic`] the empty mount targets it makes on the host and removes after.
+//! - [`walk`]: a path reached one component at a time beneath descriptors, the object at its
+//!   end held open; [`grants`]: the policy's grants walked so, refused when a path to enforce
+//!   crosses a link a sandboxed command could change.
+//! - [`mounted`]: what each mount target must hold, checked from inside the sandbox before
+//!   anything runs there (bubblewrap mounts by path again, so a target can still change).
+//! - [`mounts`]: bubblewrap's arguments for a full sandbox, from the policy and the objects its
+//!   grants reached (bound by descriptor, never by path); [`synthetic`] the empty mount
+//!   targets it makes on the host and removes after.
 //! - [`socket_dir`]: the Codex app-server's socket directory, masked in every full sandbox;
 //!   [`globs`] the files a `none` glob hides, searched as the reference searches them.
 //! - [`host_view`]: where a full sandbox shows a path as the host has it, writable, so that a
@@ -33,11 +37,13 @@ pub mod grants;
 pub mod host_view;
 pub mod inner;
 pub mod launch;
+pub mod mounted;
 pub mod mounts;
 pub mod policy;
 pub mod seccomp;
 pub mod socket_dir;
 pub mod synthetic;
+pub mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -6,19 +6,29 @@
 //! then its protected names), then what is hidden, then the namespaces, `/proc` and the
 //! capabilities. This is where the policy meets the host: whether a path exists, is a file or
 //! a directory, decides how it is mounted.
+//!
+//! Every source bubblewrap binds is an object held open ([`super::grants`], [`super::walk`]),
+//! handed over as a descriptor (`--bind-fd`, `--ro-bind-fd`): a path exchanged after it was
+//! checked cannot change what is mounted (bubblewrap checks after its mount that what it
+//! mounted is the object it was handed, and fails the launch otherwise). The targets made on the
+//! host are made beneath their parent reached without links ([`super::synthetic`]).
 
-use std::collections::HashSet;
 use std::ffi::OsString;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use tether_protocol::sandbox::NetworkAccess;
 
 use super::globs::{self, GlobRefusal, MAX_GLOB_ENTRIES};
-use super::grants::{CrossesWritableLink, resolved, resolved_grants};
-use super::policy::{Base, FullPolicy, GrantAccess, PROTECTED_NAMES};
+use super::inner::HELPER_ARG;
+use super::mounted::{self, Mounted};
+use rustix::fs::{Mode, OFlags};
+
+use super::grants::{CrossesWritableLink, GrantError, PinnedGrant, Protection, resolved_grants};
+use super::policy::{Base, FullPolicy, GrantAccess};
 use super::socket_dir::{self, SocketDirRefused};
 use super::synthetic::{Kind, SyntheticTargets};
+use super::walk::{Walked, resolved, walk};
 
 /// The platform basics `minimal` makes readable.
 const MINIMAL_PATHS: [&str; 6] = ["/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"];
@@ -41,9 +51,10 @@ pub enum PlanError {
     /// A `none` glob cannot be searched as asked (see [`globs`]).
     #[error(transparent)]
     Glob(#[from] GlobRefusal),
-    /// A path to enforce crosses a link a sandboxed command could change.
+    /// A path to enforce crosses a link a sandboxed command could change, or cannot be
+    /// reached at all.
     #[error(transparent)]
-    CrossesWritableLink(#[from] CrossesWritableLink),
+    Grant(#[from] GrantError),
     /// The host could not be looked at, or a mount target made.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -54,10 +65,12 @@ impl PlanError {
     /// (and exits 1); `None` where the host failed Tether instead.
     pub fn refusal(&self) -> Option<String> {
         match self {
-            PlanError::SocketDir(_) | PlanError::Glob(_) | PlanError::CrossesWritableLink(_) => {
+            PlanError::SocketDir(_)
+            | PlanError::Glob(_)
+            | PlanError::Grant(GrantError::CrossesWritableLink(_)) => {
                 Some(format!("error building bubblewrap command: {self}"))
             }
-            PlanError::Io(_) => None,
+            PlanError::Grant(GrantError::Unreachable { .. }) | PlanError::Io(_) => None,
         }
     }
 }
@@ -66,9 +79,12 @@ impl PlanError {
 #[derive(Debug, Default)]
 pub struct Plan {
     pub args: Vec<OsString>,
-    /// Descriptors bubblewrap reads an empty file from, one per hidden file; they must be
-    /// inherited by it (and are closed here once it has started).
-    pub data_fds: Vec<std::os::fd::OwnedFd>,
+    /// Descriptors bubblewrap is handed: the objects it binds, and an empty file per hidden
+    /// file. They must be inherited by it (and are closed here once it has started).
+    pub fds: Vec<OwnedFd>,
+    /// What each target must hold once built, checked from inside before anything runs
+    /// ([`mounted`]).
+    pub mounted: Vec<Mounted>,
     pub synthetic: SyntheticTargets,
 }
 
@@ -78,13 +94,47 @@ impl Plan {
         self
     }
 
-    fn path_args(&mut self, flag: &str, path: &Path) {
-        self.arg(flag).arg(path).arg(path);
+    /// A bind of `object` (held open) onto `target`, read-only or writable.
+    fn bind(&mut self, access: Bind, object: impl AsFd, target: &Path) -> std::io::Result<()> {
+        let fd = object.as_fd().try_clone_to_owned()?;
+        let flag = match access {
+            Bind::ReadOnly => "--ro-bind-fd",
+            Bind::Writable => "--bind-fd",
+        };
+        self.arg(flag).arg(fd.as_raw_fd().to_string()).arg(target);
+        let object = Some(mounted::identity(&fd)?);
+        mounted::push(&mut self.mounted, Mounted { target: target.to_path_buf(), object });
+        self.fds.push(fd);
+        Ok(())
+    }
+
+    /// A read-only bind of what `path` leads to (walked now, as a base path the intent does
+    /// not grant: `/`, the platform basics, the helper), onto `path`; nothing when missing.
+    fn bind_read_only(&mut self, path: &Path) -> Result<(), PlanError> {
+        let walked = walk(path)
+            .map_err(|source| GrantError::Unreachable { path: path.to_path_buf(), source })?;
+        if let Some(object) = &walked.object {
+            self.bind(Bind::ReadOnly, object, path)?;
+        }
+        Ok(())
     }
 
     /// An empty read-only directory over `path`, with `mode`.
     fn empty_dir(&mut self, path: &Path, mode: &str) {
         self.arg("--perms").arg(mode).arg("--tmpfs").arg(path).arg("--remount-ro").arg(path);
+        self.fresh(path);
+    }
+
+    /// Notes that `path` holds a fresh, empty file system.
+    fn fresh(&mut self, path: &Path) {
+        mounted::push(&mut self.mounted, Mounted { target: path.to_path_buf(), object: None });
+    }
+
+    /// The helper's arguments up to its mode: [`HELPER_ARG`], then what every target must
+    /// hold, for it to check before it does anything.
+    pub fn helper_args(&self) -> Vec<OsString> {
+        let expected = self.mounted.iter().flat_map(Mounted::to_args);
+        std::iter::once(HELPER_ARG.into()).chain(expected).collect()
     }
 
     /// After a bind of `bound`: the app-server socket directory, if it is below, masked again
@@ -95,40 +145,57 @@ impl Plan {
         }
     }
 
-    /// `path` hidden: an empty, unreadable directory or file in its place. A missing path
-    /// cannot be created instead: where the command could create it (`creatable`: a writable
-    /// root holds it), its first missing component becomes an empty read-only file, on a
-    /// target made on the host; elsewhere it is left missing, as the reference leaves it.
+    /// `path`, which exists (a directory when `is_dir`), hidden: an empty, unreadable
+    /// directory or file in its place.
     ///
     /// A hidden directory that holds writable roots (`keep`, bound after it) keeps the way to
     /// them: it can be passed through but not listed (mode `111`), with their mount points made
     /// in it before it is made read-only, as the reference does.
-    fn hide(&mut self, path: &Path, creatable: bool, keep: &[&Path]) -> std::io::Result<()> {
+    fn hide(&mut self, path: &Path, is_dir: bool, keep: &[&Path]) -> std::io::Result<()> {
         // What a sandbox still running made here is held for this one too.
-        match self.synthetic.hold_if_made(path) {
-            Some(Kind::Directory) => {
-                self.hidden_dir(path, keep);
-                return Ok(());
-            }
-            Some(Kind::File) => return self.empty_file(path, Some("000")),
-            None => {}
+        if let Some(kind) = self.synthetic.hold_if_made(path) {
+            return self.cover_made(path, kind, keep);
         }
-        match std::fs::metadata(path) {
-            Ok(metadata) if metadata.is_dir() => self.hidden_dir(path, keep),
-            Ok(_) => self.empty_file(path, Some("000"))?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && !creatable => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let Some(target) = first_missing(path) else { return Ok(()) };
-                match self.synthetic.make(&target, Kind::File) {
-                    Ok(_) => self.empty_file(&target, None)?,
-                    // Where Tether may not create it, neither may the command.
-                    Err(error) if cannot_create(&error) => {}
-                    Err(error) => return Err(error),
-                }
-            }
-            Err(error) => return Err(error),
+        match is_dir {
+            true => self.hidden_dir(path, keep),
+            false => self.empty_file(path, Some("000"))?,
         }
         Ok(())
+    }
+
+    /// `path`, which does not exist, hidden. It cannot be created instead: where the command
+    /// could create it (`creatable`: a writable root holds it), its first missing component
+    /// becomes an empty read-only file, on a target made on the host; elsewhere it is left
+    /// missing, as the reference leaves it.
+    fn hide_missing(&mut self, path: &Path, creatable: bool) -> std::io::Result<()> {
+        if !creatable {
+            return Ok(());
+        }
+        // The target a sandbox still running made on the way is held, and covered, for this
+        // one too: left bare, the command could replace it and create the path below.
+        for made in path.ancestors() {
+            if let Some(kind) = self.synthetic.hold_if_made(made) {
+                return self.cover_made(made, kind, &[]);
+            }
+        }
+        let Some(target) = first_missing(path) else { return Ok(()) };
+        match self.synthetic.make(&target, Kind::File) {
+            Ok(_) => self.empty_file(&target, None),
+            // Where Tether may not create it, neither may the command.
+            Err(error) if cannot_create(&error) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A target made on the host for another sandbox, covered as that sandbox covers it.
+    fn cover_made(&mut self, path: &Path, kind: Kind, keep: &[&Path]) -> std::io::Result<()> {
+        match kind {
+            Kind::Directory => {
+                self.hidden_dir(path, keep);
+                Ok(())
+            }
+            Kind::File => self.empty_file(path, Some("000")),
+        }
     }
 
     /// An empty, unreadable directory over `path`; with the mount points of `keep` in it, and
@@ -142,29 +209,36 @@ impl Plan {
             self.arg("--dir").arg(*inner);
         }
         self.arg("--remount-ro").arg(path);
+        self.fresh(path);
     }
 
     /// An empty read-only file over `path`, with `mode` or bubblewrap's own (`0600`).
     fn empty_file(&mut self, path: &Path, mode: Option<&str>) -> std::io::Result<()> {
         let empty = std::fs::File::open("/dev/null")?;
-        let fd: std::os::fd::OwnedFd = empty.into();
-        let number: RawFd = std::os::fd::AsRawFd::as_raw_fd(&fd);
-        self.data_fds.push(fd);
+        let fd: OwnedFd = empty.into();
+        let number = fd.as_raw_fd();
+        self.fds.push(fd);
         if let Some(mode) = mode {
             self.arg("--perms").arg(mode);
         }
         self.arg("--ro-bind-data").arg(number.to_string()).arg(path);
+        self.fresh(path);
         Ok(())
     }
 
     /// Read-only binds of those of `paths` that exist. A link is bound as what it leads to,
     /// as the reference binds it: on a merged-`/usr` host `/bin` is a directory inside, not a
     /// link to `usr/bin`.
-    fn read_only_paths(&mut self, paths: &[&str]) {
-        for path in paths.iter().map(Path::new).filter(|path| path.exists()) {
-            self.path_args("--ro-bind", path);
-        }
+    fn read_only_paths(&mut self, paths: &[&str]) -> Result<(), PlanError> {
+        paths.iter().try_for_each(|path| self.bind_read_only(Path::new(path)))
     }
+}
+
+/// How an object is bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bind {
+    ReadOnly,
+    Writable,
 }
 
 /// What the sandbox is for.
@@ -193,17 +267,17 @@ pub fn plan(
     let mut plan = Plan::default();
     plan.arg("--as-pid-1").arg("--new-session").arg("--die-with-parent");
     match (policy.base, purpose) {
-        (Base::Root, _) => plan.path_args("--ro-bind", Path::new("/")),
+        (Base::Root, _) => plan.bind_read_only(Path::new("/"))?,
         // The helper reads what Tether needs to run, as the reference's helper does, whatever
         // the intent: reads elsewhere still need a grant.
         (Base::Minimal, _) | (Base::Empty, Purpose::FileOperation) => {
-            plan.read_only_paths(&MINIMAL_PATHS)
+            plan.read_only_paths(&MINIMAL_PATHS)?
         }
         // Only what loading the inner stage takes.
-        (Base::Empty, Purpose::Command) => plan.read_only_paths(&LOADER_PATHS),
+        (Base::Empty, Purpose::Command) => plan.read_only_paths(&LOADER_PATHS)?,
     }
     if policy.base != Base::Root {
-        plan.path_args("--ro-bind", helper);
+        plan.bind_read_only(helper)?;
     }
     plan.arg("--dev").arg("/dev");
     if policy.base == Base::Root {
@@ -213,28 +287,13 @@ pub fn plan(
     // Every grant as the kernel reaches it, least specific first again.
     let mut grants = resolved_grants(policy)?;
     grants.sort_by_key(|g| g.path.components().count());
-    let granted_writes: HashSet<&Path> = grants
-        .iter()
-        .filter(|g| g.access == GrantAccess::Write)
-        .map(|g| g.path.as_path())
-        .collect();
     // Each writable root, with its protected names as the kernel reaches them.
-    let writable: Vec<(PathBuf, Vec<PathBuf>)> = grants
-        .iter()
-        .filter(|g| g.access == GrantAccess::Write && g.path.is_dir())
-        .map(|g| {
-            // A name the intent itself makes writable is the intent's, not protected.
-            let names = PROTECTED_NAMES
-                .iter()
-                .map(|name| resolved(&g.path.join(name)))
-                .filter(|name| !granted_writes.contains(name.as_path()))
-                .collect();
-            (g.path.clone(), names)
-        })
-        .collect();
-    let is_protected =
-        |path: &Path| writable.iter().any(|(_, names)| names.iter().any(|n| n == path));
-    let in_writable_root = |path: &Path| writable.iter().any(|(root, _)| path.starts_with(root));
+    let writable: Vec<&PinnedGrant> =
+        grants.iter().filter(|g| g.access == GrantAccess::Write && g.is_dir()).collect();
+    let is_protected = |path: &Path| {
+        writable.iter().any(|root| root.protected.iter().any(|name| name.path == path))
+    };
+    let in_writable_root = |path: &Path| writable.iter().any(|root| path.starts_with(&root.path));
     // The nearest grant above `path` hides it (nothing writable between).
     let hidden_above = |path: &Path| {
         grants
@@ -245,17 +304,20 @@ pub fn plan(
     };
     let mut hidden = 0usize;
     for grant in &grants {
+        let Some(object) = &grant.object else {
+            // A missing path grants nothing; one to hide is covered where it could be made.
+            if grant.access == GrantAccess::None {
+                hidden += 1;
+                within_hidden_limit(hidden, &grant.path.to_string_lossy())?;
+                plan.hide_missing(&grant.path, in_writable_root(&grant.path))?;
+            }
+            continue;
+        };
         match grant.access {
-            GrantAccess::Write => {
-                let Some((_, names)) = writable.iter().find(|(root, _)| *root == grant.path) else {
-                    // A single file is bound writable as it is (it has no protected names); a
-                    // missing path grants nothing.
-                    if grant.path.is_file() {
-                        plan.path_args("--bind", &grant.path);
-                    }
-                    continue;
-                };
-                plan.path_args("--bind", &grant.path);
+            GrantAccess::Write if grant.is_dir() => {
+                if !writable_through_another(grant, &grants, socket_dir) {
+                    plan.bind(Bind::Writable, object, &grant.path)?;
+                }
                 if grant.path == Path::new("/") {
                     // The host's `/dev` came with `/`, bound without devices: a fresh one
                     // again, with the host's shared memory, as the reference does.
@@ -263,8 +325,14 @@ pub fn plan(
                     plan.arg("--bind-try").arg("/dev/shm").arg("/dev/shm");
                 }
                 plan.mask_socket_dir_below(&grant.path, socket_dir);
-                for name in names {
+                for name in &grant.protected {
                     protect(&mut plan, name)?;
+                }
+            }
+            // A single file is bound writable as it is (it has no protected names).
+            GrantAccess::Write => {
+                if grant.kind == Some(rustix::fs::FileType::RegularFile) {
+                    plan.bind(Bind::Writable, object, &grant.path)?;
                 }
             }
             // Protected names are handled with their root; elsewhere a read grant matters
@@ -274,23 +342,21 @@ pub fn plan(
             // the mask that covers it.
             GrantAccess::Read => {
                 if (policy.base != Base::Root || in_writable_root(&grant.path))
-                    && grant.path.exists()
                     && !hidden_above(&grant.path)
                 {
-                    plan.path_args("--ro-bind", &grant.path);
+                    plan.bind(Bind::ReadOnly, object, &grant.path)?;
                     plan.mask_socket_dir_below(&grant.path, socket_dir);
                 }
             }
             GrantAccess::None => {
                 hidden += 1;
                 within_hidden_limit(hidden, &grant.path.to_string_lossy())?;
-                let creatable = in_writable_root(&grant.path);
                 let keep: Vec<&Path> = writable
                     .iter()
-                    .map(|(root, _)| root.as_path())
+                    .map(|root| root.path.as_path())
                     .filter(|root| *root != grant.path && root.starts_with(&grant.path))
                     .collect();
-                plan.hide(&grant.path, creatable, &keep)?;
+                plan.hide(&grant.path, grant.is_dir(), &keep)?;
             }
         }
     }
@@ -334,6 +400,44 @@ pub fn plan(
     Ok(plan)
 }
 
+/// Whether the writable root `root` is already writable as the host has it, through the bind
+/// of another writable root above it with nothing mounted in between: it is then not bound
+/// again. A bind's source and target are paths to bubblewrap, and the directories between two
+/// writable roots are ones a command in a sandbox of the same intent can rename at will (its
+/// mount of the inner root moves with them): left out, the bind cannot be sent elsewhere by
+/// such a rename, and whatever bubblewrap makes for the mounts that follow lands inside the
+/// outer root, which is writable anyway.
+fn writable_through_another(
+    root: &PinnedGrant,
+    grants: &[PinnedGrant],
+    socket_dir: Option<&Path>,
+) -> bool {
+    let Some(outer) = grants
+        .iter()
+        .filter(|g| g.access == GrantAccess::Write && g.is_dir())
+        .filter(|g| g.path != root.path && root.path.starts_with(&g.path))
+        .max_by_key(|g| g.path.components().count())
+    else {
+        return false;
+    };
+    // Anything mounted between the two (a grant that reads or hides, a protected name, the
+    // socket directory) would cover the inner root as the host has it.
+    let between = |path: &Path| path.starts_with(&outer.path) && root.path.starts_with(path);
+    let grant_between =
+        grants.iter().any(|g| {
+            g.path != outer.path
+                && g.path != root.path
+                && g.access != GrantAccess::Write
+                && between(&g.path)
+        }) || grants.iter().any(|g| g.path == root.path && g.access != GrantAccess::Write);
+    let name_between = grants
+        .iter()
+        .filter(|g| g.access == GrantAccess::Write)
+        .flat_map(|g| &g.protected)
+        .any(|name| between(&name.path));
+    !grant_between && !name_between && !socket_dir.is_some_and(between)
+}
+
 /// Refuses the launch once `hidden` passes [`MAX_HIDDEN_PATHS`], naming what took it there.
 fn within_hidden_limit(hidden: usize, what: &str) -> std::io::Result<()> {
     if hidden > MAX_HIDDEN_PATHS {
@@ -344,19 +448,42 @@ fn within_hidden_limit(hidden: usize, what: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A protected name inside a writable root, kept read-only: what exists is bound read-only;
-/// what does not (or is an empty directory) becomes an empty read-only directory, on a target
-/// made on the host if need be.
-fn protect(plan: &mut Plan, path: &Path) -> std::io::Result<()> {
+/// A protected name inside a writable root, kept read-only: what exists is bound read-only (the
+/// object walked to); what does not (or is an empty directory) becomes an empty read-only
+/// directory, on a target made on the host if need be.
+fn protect(plan: &mut Plan, name: &Walked) -> Result<(), PlanError> {
+    let path = name.path.as_path();
     // Made first, not looked at first: one another sandbox made (an empty directory, like a
     // user's) must be held for this one too, or the first to end would remove it.
     if plan.synthetic.make(path, Kind::Directory)? {
         plan.empty_dir(path, "555");
         return Ok(());
     }
-    match std::fs::symlink_metadata(path)? {
-        meta if meta.is_dir() && is_empty_dir(path) => plan.empty_dir(path, "555"),
-        _ => plan.path_args("--ro-bind", path),
+    // Missing when walked, there now: made since, and walked now, in the same steps.
+    let again;
+    let name = match name.object {
+        Some(_) => name,
+        None => {
+            again = walk(path)
+                .map_err(|source| GrantError::Unreachable { path: path.to_path_buf(), source })?;
+            if let Some(link) = again.links.iter().find(|link| !name.links.contains(link)) {
+                let protection = Protection::ReadOnly;
+                let link = link.clone();
+                let refused = CrossesWritableLink { protection, path: path.to_path_buf(), link };
+                return Err(GrantError::from(refused).into());
+            }
+            &again
+        }
+    };
+    let Some(object) = &name.object else {
+        // Gone again: nothing to bind, and a mount needs a target.
+        plan.synthetic.make(path, Kind::Directory)?;
+        plan.empty_dir(path, "555");
+        return Ok(());
+    };
+    match name.is_dir()? && is_empty_dir(object)? {
+        true => plan.empty_dir(path, "555"),
+        false => plan.bind(Bind::ReadOnly, object, path)?,
     }
     Ok(())
 }
@@ -387,8 +514,18 @@ fn cannot_create(error: &std::io::Error) -> bool {
     )
 }
 
-fn is_empty_dir(path: &Path) -> bool {
-    std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+/// Whether the directory held as `object` has no entries.
+fn is_empty_dir(object: &OwnedFd) -> std::io::Result<bool> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let dir = rustix::fs::openat(object, ".", flags, Mode::empty())?;
+    let mut entries = rustix::fs::Dir::read_from(&dir)?;
+    while let Some(entry) = entries.next() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -398,8 +535,28 @@ mod tests {
     use super::*;
     use crate::sandbox::policy::Grant;
 
+    /// The arguments as one line, each descriptor handed over written `FD`.
     fn text(plan: &Plan) -> String {
-        plan.args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+        let mut words: Vec<String> = Vec::new();
+        for arg in &plan.args {
+            let arg = arg.to_string_lossy().into_owned();
+            let after_fd = words.last().is_some_and(|flag| flag.ends_with("-fd"));
+            words.push(if after_fd { "FD".into() } else { arg });
+        }
+        words.join(" ")
+    }
+
+    /// What each descriptor handed to bubblewrap is bound onto, by the path of the object it
+    /// holds: (object, target).
+    fn bound(plan: &Plan) -> Vec<(PathBuf, PathBuf)> {
+        plan.args
+            .windows(3)
+            .filter(|w| w[0] == "--bind-fd" || w[0] == "--ro-bind-fd")
+            .map(|w| {
+                let held = std::fs::read_link(format!("/proc/self/fd/{}", w[1].to_string_lossy()));
+                (held.unwrap(), PathBuf::from(&w[2]))
+            })
+            .collect()
     }
 
     #[test]
@@ -422,10 +579,20 @@ mod tests {
         let r = root.display();
         let args = text(&plan);
         assert!(
-            args.starts_with("--as-pid-1 --new-session --die-with-parent --ro-bind / / --dev /dev"),
+            args.starts_with(
+                "--as-pid-1 --new-session --die-with-parent --ro-bind-fd FD / --dev /dev"
+            ),
             "{args}"
         );
-        assert!(args.contains(&format!("--bind {r} {r} --ro-bind {r}/.git {r}/.git --perms 555 --tmpfs {r}/.agents --remount-ro {r}/.agents")), "{args}");
+        assert!(args.contains(&format!("--bind-fd FD {r} --ro-bind-fd FD {r}/.git --perms 555 --tmpfs {r}/.agents --remount-ro {r}/.agents")), "{args}");
+        // Each descriptor holds what it is bound onto.
+        let expected = [
+            ("/".into(), "/".into()),
+            (root.clone(), root.clone()),
+            (root.join(".git"), root.join(".git")),
+        ];
+        assert_eq!(bound(&plan), expected);
+        assert_eq!(plan.fds.len(), 3);
         assert!(args.ends_with(&format!("--unshare-user --unshare-pid --unshare-ipc --unshare-net --proc /proc --cap-drop ALL --chdir {r}")), "{args}");
         assert!(root.join(".agents").is_dir(), "a target made on the host");
         drop(plan);
@@ -460,7 +627,34 @@ mod tests {
             )),
             "{args}"
         );
-        assert_eq!(plan.data_fds.len(), 2, "{args}");
+        assert_eq!(plan.fds.len(), 3, "`/` and an empty file for each hidden file: {args}");
         assert!(!args.contains("--unshare-net"));
+    }
+
+    #[test]
+    fn a_root_inside_another_is_bound_again_only_where_something_between_covers_it() {
+        let scratch = Scratch::new("nested");
+        let outer = std::fs::canonicalize(scratch.path("")).unwrap();
+        for dir in ["a/inner", "ro/inner"] {
+            std::fs::create_dir_all(outer.join(dir)).unwrap();
+        }
+        let grant = |path: PathBuf, access| Grant { path, access, skip_if_missing: false };
+        let policy = FullPolicy {
+            base: Base::Root,
+            grants: vec![
+                grant(outer.clone(), GrantAccess::Write),
+                grant(outer.join("a/inner"), GrantAccess::Write),
+                grant(outer.join("ro"), GrantAccess::Read),
+                grant(outer.join("ro/inner"), GrantAccess::Write),
+            ],
+            denied_globs: vec![],
+            network: NetworkAccess::Restricted,
+        };
+        let plan = plan(&policy, Path::new("/helper"), &outer, Purpose::Command).unwrap();
+        let targets: Vec<PathBuf> = bound(&plan).into_iter().map(|(_, target)| target).collect();
+        let expected = ["/".into(), outer.clone(), outer.join("ro"), outer.join("ro/inner")];
+        assert_eq!(targets, expected);
+        // The inner root's protected names are laid all the same.
+        assert!(text(&plan).contains(&format!("--tmpfs {}/a/inner/.git", outer.display())));
     }
 }

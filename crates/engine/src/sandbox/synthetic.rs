@@ -13,9 +13,12 @@
 //! if it is still the empty directory or file Tether made.
 
 use std::collections::HashMap;
-use std::os::unix::fs::OpenOptionsExt;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
 
 /// What a target is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,15 +54,7 @@ impl SyntheticTargets {
         if let Some((_, count)) = targets.get_mut(path) {
             *count += 1;
         } else {
-            let made = match kind {
-                Kind::Directory => std::fs::create_dir(path),
-                Kind::File => std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(path)
-                    .map(drop),
-            };
+            let made = make_beneath(path, kind);
             match made {
                 Ok(()) => {}
                 // Somebody else's: mounted over all the same, never removed.
@@ -98,21 +93,56 @@ impl Drop for SyntheticTargets {
                 let kind = *kind;
                 targets.remove(&path);
                 // Only what is still empty goes; anything put there since stays.
-                match kind {
-                    Kind::Directory => {
-                        let _ = std::fs::remove_dir(&path);
-                    }
-                    Kind::File => {
-                        let empty = std::fs::symlink_metadata(&path)
-                            .is_ok_and(|meta| meta.is_file() && meta.len() == 0);
-                        if empty {
-                            let _ = std::fs::remove_file(&path);
-                        }
-                    }
-                }
+                let _ = remove_if_empty(&path, kind);
             }
         }
     }
+}
+
+/// The directory `path` lies in, reached without following a link anywhere on the way: a
+/// sandboxed command that swapped a link in since the path was checked cannot have the server
+/// make or remove anything where the link leads.
+fn parent_beneath(path: &Path) -> std::io::Result<(OwnedFd, &OsStr)> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let no_links = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    Ok((rustix::fs::openat2(CWD, parent, flags, Mode::empty(), no_links)?, name))
+}
+
+/// An empty directory, or an empty file of mode `0600`, made at `path`.
+fn make_beneath(path: &Path, kind: Kind) -> std::io::Result<()> {
+    let (parent, name) = parent_beneath(path)?;
+    match kind {
+        Kind::Directory => rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o777))?,
+        Kind::File => {
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+            drop(rustix::fs::openat(
+                &parent,
+                name,
+                flags | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )?)
+        }
+    }
+    Ok(())
+}
+
+/// Removes what was made at `path` if it is still the empty directory or file made there.
+fn remove_if_empty(path: &Path, kind: Kind) -> std::io::Result<()> {
+    let (parent, name) = parent_beneath(path)?;
+    match kind {
+        // Refused by the kernel unless empty.
+        Kind::Directory => rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR)?,
+        Kind::File => {
+            let stat = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile && stat.st_size == 0 {
+                rustix::fs::unlinkat(&parent, name, AtFlags::empty())?;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -32,10 +32,10 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use super::op::{FileOp, Outcome};
 use crate::fs::{FsError, piecewise};
-use crate::sandbox::grants::resolved;
 use crate::sandbox::host_view::{self, InPlace};
 use crate::sandbox::policy::FullPolicy;
 use crate::sandbox::socket_dir;
+use crate::sandbox::walk::resolved;
 
 /// Set once bubblewrap has built a sandbox for a file operation in this process: this host can
 /// sandbox, so what is written here is what a sandbox would have let through.

@@ -29,7 +29,6 @@ use wire::Answer;
 
 use super::FsError;
 use crate::sandbox::Sandboxing;
-use crate::sandbox::inner::HELPER_ARG;
 use crate::sandbox::mounts::{self, Purpose};
 use crate::sandbox::policy::FullPolicy;
 
@@ -93,13 +92,13 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
     let (ours, theirs) = UnixStream::pair().map_err(FsError::from)?;
     ours.set_nonblocking(true).map_err(FsError::from)?;
     let ours = tokio::net::UnixStream::from_std(ours).map_err(FsError::from)?;
-    let inherited: Vec<i32> = plan.data_fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let inherited: Vec<i32> = plan.fds.iter().map(AsRawFd::as_raw_fd).collect();
     let mut command = tokio::process::Command::new(bwrap);
     command
         .args(&plan.args)
         .arg("--")
         .arg(helper)
-        .arg(HELPER_ARG)
+        .args(plan.helper_args())
         .arg("fs")
         .env_clear()
         .current_dir("/")
@@ -119,7 +118,7 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
     drop(command);
     let mut child =
         spawned.map_err(|e| FsError::other(format!("fs sandbox helper failed to start: {e}")))?;
-    drop(plan.data_fds);
+    drop(plan.fds);
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let mut stderr = child.stderr.take().expect("stderr is piped");
     let write = async move {
