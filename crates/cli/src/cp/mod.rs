@@ -13,6 +13,7 @@
 //! `fsMetadata` extension); against a server without it, the bytes are copied and the command
 //! says what was not kept.
 
+use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +26,9 @@ use tether_engine::fs::FsError;
 use tether_protocol::PathUri;
 
 mod down;
-mod local;
+mod limits;
+mod local_read;
+mod local_write;
 mod up;
 
 /// Files copied at once: enough to hide each file's few round trips (open, blocks, close,
@@ -120,20 +123,22 @@ fn location(text: &str) -> anyhow::Result<Location> {
     Ok(Location::Remote { executor, path: PathBuf::from(path) })
 }
 
-/// One thing to copy, relative to the root being copied (`""`: the root itself).
+/// One thing to copy, by its name in its directory (a root: the name it is copied under).
 #[derive(Debug, Clone)]
 struct Entry {
-    relative: PathBuf,
+    name: OsString,
     kind: Kind,
     mode: Option<u32>,
     modified_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone)]
+/// What an entry is. A link's target is read when the link is copied, so that an entry
+/// waiting to be copied costs its name and a few words.
+#[derive(Debug, Clone, Copy)]
 enum Kind {
     File { size: u64 },
     Directory,
-    Link { target: String },
+    Link,
 }
 
 /// What the copy could not keep, said once at the end.
@@ -241,21 +246,14 @@ fn remote(path: &Path, error: FsError) -> anyhow::Error {
     anyhow::anyhow!("{} on the executor: {}", path.display(), error.message)
 }
 
-/// `relative` under `root`; the empty path is the root itself (no trailing slash, which would
-/// make a file's path a directory's).
-fn under(root: &Path, relative: &Path) -> PathBuf {
-    match relative.as_os_str().is_empty() {
-        true => root.to_owned(),
-        false => root.join(relative),
-    }
-}
-
-/// A name for a file being written next to `path`, unique to this run.
-fn temporary(path: &Path) -> PathBuf {
+/// A name for a file being written next to `name`, unique to this run.
+fn staged_name(name: &OsStr) -> OsString {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.tether-{}-{unique}", std::process::id()))
+    let mut staged = OsString::from(".");
+    staged.push(name);
+    staged.push(format!(".tether-{}-{unique}", std::process::id()));
+    staged
 }
 
 /// The last component of a source, for "copy into this directory".
@@ -301,31 +299,6 @@ struct Copier<'a> {
     keeps_metadata: bool,
     not_kept: &'a NotKept,
     progress: &'a ProgressBar,
-}
-
-impl Copier<'_> {
-    fn add_bytes(&self, entries: &[Entry]) {
-        let bytes: u64 = entries
-            .iter()
-            .map(|e| match e.kind {
-                Kind::File { size } => size,
-                _ => 0,
-            })
-            .sum();
-        self.progress.inc_length(bytes);
-    }
-}
-
-/// The next directory of `entries` from `*next` on, whose listing is still to be read: a tree
-/// is listed breadth first by appending each listing to the entries it walks.
-fn next_directory(entries: &[Entry], next: &mut usize) -> Option<PathBuf> {
-    while let Some(entry) = entries.get(*next) {
-        *next += 1;
-        if matches!(entry.kind, Kind::Directory) {
-            return Some(entry.relative.clone());
-        }
-    }
-    None
 }
 
 #[cfg(test)]
