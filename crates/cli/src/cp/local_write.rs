@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_OMIT};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps, UTIME_OMIT};
 use rustix::io::Errno;
 
 /// Flags of every directory a copy opens to write into: never a link, never inherited.
@@ -45,7 +45,9 @@ pub(super) fn make_directory(
     }
     match rustix::fs::openat(parent, name, DIRECTORY, Mode::empty()) {
         Ok(directory) => Ok(directory),
-        Err(Errno::LOOP) => bail!(
+        // With `O_DIRECTORY`, a link is refused as not a directory; which it is only chooses
+        // the words.
+        Err(Errno::LOOP | Errno::NOTDIR) if is_link(parent, name) => bail!(
             "{} is a symbolic link here, and the copy would write through it; nothing more \
              copied; remove the link, or copy into another directory",
             shown.display()
@@ -58,6 +60,12 @@ pub(super) fn make_directory(
         Err(error) => Err(std::io::Error::from(error))
             .with_context(|| format!("cannot open the directory {}", shown.display())),
     }
+}
+
+/// Whether `name` in `directory` is a symbolic link.
+fn is_link(directory: BorrowedFd<'_>, name: &OsStr) -> bool {
+    rustix::fs::statat(directory, name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|found| FileType::from_raw_mode(found.st_mode) == FileType::Symlink)
 }
 
 /// Makes the file `staged` in `directory`, new (never an existing one, never through a link).
