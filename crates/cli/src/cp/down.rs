@@ -7,7 +7,8 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use anyhow::{Context as _, bail};
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
@@ -101,13 +102,24 @@ impl Copier<'_> {
             return self.download_one(job).await;
         }
         let (jobs, mut queued) = mpsc::channel::<Job>(FILES_IN_FLIGHT);
-        let walk = self.walk_down(landing, from, entry, jobs);
-        let copies = stream::poll_fn(move |cx| queued.poll_recv(cx))
-            .map(|job| self.download_one(job))
-            .buffer_unordered(FILES_IN_FLIGHT)
-            .try_for_each(|()| std::future::ready(Ok(())));
-        tokio::try_join!(walk, copies)?;
-        Ok(())
+        // A walk that stops on an error stops the copies taking more from the queue, and lets
+        // those begun finish, so that none is cut off with its temporary file left behind; the
+        // copies stopping on an error stop the walk (the queue is gone).
+        let stopped = AtomicBool::new(false);
+        let walk = async {
+            let walked = self.walk_down(landing, from, entry, jobs).await;
+            stopped.store(walked.is_err(), Ordering::Relaxed);
+            walked
+        };
+        let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
+            true => Poll::Ready(None),
+            false => queued.poll_recv(cx),
+        })
+        .map(|job| self.download_one(job))
+        .buffer_unordered(FILES_IN_FLIGHT)
+        .try_for_each(|()| std::future::ready(Ok(())));
+        let (walked, copied) = tokio::join!(walk, copies);
+        walked.and(copied)
     }
 
     /// Walks the tree `root` at `from` on the executor, depth first, making each directory in

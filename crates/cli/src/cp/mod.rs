@@ -7,8 +7,13 @@
 //! (`fs/putFile` up, `fs/readFile` down), since a tree of small files is otherwise mostly
 //! round trips. Every file is written under a temporary name in its directory and renamed into
 //! place once whole — by the server itself within `fs/putFile` — so an interrupted copy leaves
-//! no half-written file under the final name. A remote tree is listed one directory per call,
-//! each entry with its own mode and time (`fs/readDirectory {includeMetadata}`).
+//! no half-written file under the final name. A tree is walked depth first, one directory
+//! listing at a time (a remote one with each entry's own mode and time, `fs/readDirectory
+//! {includeMetadata}`), while its files are copied: the walk holds only the listings of the
+//! directories it is inside, and stops at the caps of `limits`. This side's files are read and
+//! written relative to directories held open, never through a link (`local_read`,
+//! `local_write`): a link is copied as a link, and a link where a copy down has a directory
+//! stops the copy.
 //! Modes, modification times and symbolic links are kept where the server can set them (the
 //! `fsMetadata` extension); against a server without it, the bytes are copied and the command
 //! says what was not kept.
@@ -55,6 +60,10 @@ Examples:
 
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
 executor). A path with a slash before its first colon is local (./a:b).
+
+Links here are never followed: a link is copied as a link, and a copy down stops where a
+directory it makes would go through one. A copy takes at most 1000000 entries, 256 directories
+deep.
 
 Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
 
