@@ -1,7 +1,14 @@
-//! Copies down: files and trees from the executor to here.
+//! Copies down: files and trees from the executor to here. A tree is walked depth first, one
+//! listing per directory, while its files are copied sixteen at a time: the walk holds only
+//! the listings of the directories it is inside ([`super::limits`]), and everything here is
+//! made relative to a directory held open ([`super::local_write`]).
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use anyhow::{Context as _, bail};
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
@@ -10,12 +17,39 @@ use tether_protocol::fs::{
     FsGetMetadataParams, FsReadDirectoryEntry, FsReadDirectoryParams, FsReadFileParams,
     FsReadLinkParams,
 };
+use tokio::sync::mpsc;
 
-use super::local::{check_local_parent, place_local, place_staged_local, set_local_metadata};
+use super::limits::{Budget, check_depth};
+use super::local_write::{
+    Staged, check_local_parent, create_staged, create_staged_link, make_directory,
+    open_named_directory, place_staged, set_directory_metadata,
+};
 use super::{
     Copier, Entry, FILES_IN_FLIGHT, Kind, LOOKUPS_IN_FLIGHT, Landing, WHOLE_FILE_MAX_BYTES,
-    landing, next_directory, remote, temporary, under, uri,
+    base_name, landing, remote, staged_name, uri,
 };
+
+/// A directory here that a copy writes into, held open, with the mode and time it takes once
+/// everything in it is copied: when the last of its files, and of the directories below it,
+/// lets go of it ([`finish`]).
+struct Directory {
+    here: OwnedFd,
+    /// Its path here, for what is said about it.
+    shown: PathBuf,
+    /// Its path on the executor.
+    there: PathBuf,
+    mode: Option<u32>,
+    modified_ms: Option<i64>,
+    /// Given its mode and time only after this one is.
+    parent: Option<Arc<Directory>>,
+}
+
+/// A file or link to copy into `directory`, from `source` on the executor.
+struct Job {
+    directory: Arc<Directory>,
+    source: PathBuf,
+    entry: Entry,
+}
 
 impl Copier<'_> {
     /// Copies `from` on the executor to `to` here, as [`Copier::upload`] copies the other
@@ -27,8 +61,14 @@ impl Copier<'_> {
         several: bool,
         recursive: bool,
     ) -> anyhow::Result<()> {
-        let entries = self.remote_tree(from, recursive).await?;
-        let root_is_directory = matches!(entries[0].kind, Kind::Directory);
+        let root = self.remote_entry(from, base_name(from).unwrap_or(OsStr::new(""))).await?;
+        let root = root.with_context(|| {
+            format!("{} on the executor: no such file or directory", from.display())
+        })?;
+        let root_is_directory = matches!(root.kind, Kind::Directory);
+        if root_is_directory && !recursive {
+            bail!("{} on the executor is a directory; copy it with -r", from.display());
+        }
         let (from_name, to_name) =
             (format!("{} on the executor", from.display()), to.display().to_string());
         let found = std::fs::metadata(to).ok().map(|found| found.is_dir());
@@ -40,67 +80,161 @@ impl Copier<'_> {
                     target
                 }
             };
-        self.add_bytes(&entries);
-        for entry in entries.iter().filter(|e| matches!(e.kind, Kind::Directory)) {
-            let path = under(&target, &entry.relative);
-            std::fs::create_dir_all(&path)
-                .with_context(|| format!("cannot make the directory {}", path.display()))?;
+        let name = base_name(&target)?.to_owned();
+        let parent = target.parent().unwrap_or(Path::new(""));
+        if root_is_directory && !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot make the directory {}", parent.display()))?;
         }
-        let others = entries.iter().filter(|e| !matches!(e.kind, Kind::Directory));
-        stream::iter(others.map(|entry| self.download_one(from, &target, entry)))
-            .buffer_unordered(FILES_IN_FLIGHT)
-            .try_collect::<Vec<()>>()
-            .await?;
-        for entry in entries.iter().rev().filter(|e| matches!(e.kind, Kind::Directory)) {
-            set_local_metadata(&under(&target, &entry.relative), entry)?;
+        // The directory the copy lands in, as named: given no mode or time of its own.
+        let landing = Arc::new(Directory {
+            here: open_named_directory(parent)?,
+            shown: parent.to_owned(),
+            there: from.parent().unwrap_or(Path::new("/")).to_owned(),
+            mode: None,
+            modified_ms: None,
+            parent: None,
+        });
+        let entry = Entry { name, ..root };
+        if !root_is_directory {
+            self.progress.inc_length(size(&entry));
+            let job = Job { directory: landing, source: from.to_owned(), entry };
+            return self.download_one(job).await;
         }
-        Ok(())
-    }
-
-    async fn download_one(&self, from: &Path, target: &Path, entry: &Entry) -> anyhow::Result<()> {
-        let source = under(from, &entry.relative);
-        let destination = under(target, &entry.relative);
-        let staged = temporary(&destination);
-        if let Kind::File { size } = entry.kind
-            && size <= WHOLE_FILE_MAX_BYTES
-        {
-            let params = FsReadFileParams {
-                path: uri(&source)?,
-                follow_symlinks: None,
-                sandbox: None,
-                attach_data: None,
-            };
-            let read = self.client.read_file(params).await.map_err(|e| remote(&source, e))?;
-            let bytes = read.data_base64.into_bytes();
-            let len = bytes.len() as u64;
-            let entry = entry.clone();
-            tokio::task::spawn_blocking(move || place_local(&staged, &destination, &bytes, &entry))
-                .await??;
-            self.progress.inc(len);
-            return Ok(());
-        }
-        let written = match &entry.kind {
-            Kind::File { .. } => self.download_bytes(&source, &staged).await,
-            Kind::Link { target: link } => std::os::unix::fs::symlink(link, &staged)
-                .with_context(|| format!("cannot make the link {}", destination.display())),
-            Kind::Directory => unreachable!("directories are made first"),
+        let (jobs, mut queued) = mpsc::channel::<Job>(FILES_IN_FLIGHT);
+        // A walk that stops on an error stops the copies taking more from the queue, and lets
+        // those begun finish, so that none is cut off with its temporary file left behind; the
+        // copies stopping on an error stop the walk (the queue is gone).
+        let stopped = AtomicBool::new(false);
+        let walk = async {
+            let walked = self.walk_down(landing, from, entry, jobs).await;
+            stopped.store(walked.is_err(), Ordering::Relaxed);
+            walked
         };
-        place_staged_local(&staged, &destination, entry, written)
+        let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
+            true => Poll::Ready(None),
+            false => queued.poll_recv(cx),
+        })
+        .map(|job| self.download_one(job))
+        .buffer_unordered(FILES_IN_FLIGHT)
+        .try_for_each(|()| std::future::ready(Ok(())));
+        let (walked, copied) = tokio::join!(walk, copies);
+        walked.and(copied)
     }
 
-    async fn download_bytes(&self, source: &Path, staged: &Path) -> anyhow::Result<()> {
+    /// Walks the tree `root` at `from` on the executor, depth first, making each directory in
+    /// `landing` before listing it and handing its files and links to `jobs`.
+    async fn walk_down(
+        &self,
+        landing: Arc<Directory>,
+        from: &Path,
+        root: Entry,
+        jobs: mpsc::Sender<Job>,
+    ) -> anyhow::Result<()> {
+        let mut budget = Budget::default();
+        let mut stack = Vec::new();
+        let mut next = Some((landing, from.to_owned(), root));
+        loop {
+            if let Some((parent, there, entry)) = next.take() {
+                let shown = parent.shown.join(&entry.name);
+                check_depth(stack.len(), format_args!("{} on the executor", there.display()))?;
+                let here = make_directory(parent.here.as_fd(), &entry.name, &shown)?;
+                let listing = self.list(&there, &mut budget).await?;
+                let directory = Arc::new(Directory {
+                    here,
+                    shown,
+                    there,
+                    mode: entry.mode,
+                    modified_ms: entry.modified_ms,
+                    parent: Some(parent),
+                });
+                stack.push((directory, listing.into_iter()));
+            }
+            let Some((directory, pending)) = stack.last_mut() else { return Ok(()) };
+            let Some(entry) = pending.next() else {
+                let (directory, _) = stack.pop().expect("a directory being walked");
+                finish(directory)?;
+                continue;
+            };
+            let source = directory.there.join(&entry.name);
+            if matches!(entry.kind, Kind::Directory) {
+                next = Some((directory.clone(), source, entry));
+                continue;
+            }
+            self.progress.inc_length(size(&entry));
+            let job = Job { directory: directory.clone(), source, entry };
+            if jobs.send(job).await.is_err() {
+                // The copies stopped on an error, which is the one to report.
+                return Ok(());
+            }
+        }
+    }
+
+    /// Copies one file or link into place, then lets go of its directory.
+    async fn download_one(&self, job: Job) -> anyhow::Result<()> {
+        let Job { directory, source, entry } = job;
+        let shown = directory.shown.join(&entry.name);
+        let staged = staged_name(&entry.name);
+        let here = directory.here.as_fd();
+        let metadata = (entry.mode, entry.modified_ms);
+        match entry.kind {
+            Kind::File { size } if size <= WHOLE_FILE_MAX_BYTES => {
+                let params = FsReadFileParams {
+                    path: uri(&source)?,
+                    follow_symlinks: None,
+                    sandbox: None,
+                    attach_data: None,
+                };
+                let read = self.client.read_file(params).await.map_err(|e| remote(&source, e))?;
+                let bytes = read.data_base64.into_bytes();
+                let written = create_staged(here, &staged)
+                    .and_then(|file| piecewise::write_all(&file, &bytes).map(|()| file))
+                    .map(Staged::File)
+                    .with_context(|| format!("cannot write {}", shown.display()));
+                place_staged(here, (&staged, &entry.name, &shown), written, metadata)?;
+                self.progress.inc(bytes.len() as u64);
+            }
+            Kind::File { .. } => {
+                let written = async {
+                    let file = create_staged(here, &staged)
+                        .with_context(|| format!("cannot write {}", shown.display()))?;
+                    self.download_bytes(&source, &file, &shown).await?;
+                    Ok(Staged::File(file))
+                }
+                .await;
+                place_staged(here, (&staged, &entry.name, &shown), written, metadata)?;
+            }
+            Kind::Link => {
+                let params = FsReadLinkParams { path: uri(&source)?, sandbox: None };
+                let target = match self.client.read_link(params).await {
+                    Ok(link) => link.target,
+                    // Removed since the listing: not copied.
+                    Err(error) if error.kind == FsErrorKind::NotFound => return finish(directory),
+                    Err(error) => return Err(remote(&source, error)),
+                };
+                let written = create_staged_link(here, &staged, &target)
+                    .map(|()| Staged::Link)
+                    .with_context(|| format!("cannot make the link {}", shown.display()));
+                place_staged(here, (&staged, &entry.name, &shown), written, metadata)?;
+            }
+            Kind::Directory => unreachable!("directories are walked"),
+        }
+        finish(directory)
+    }
+
+    async fn download_bytes(
+        &self,
+        source: &Path,
+        file: &std::fs::File,
+        shown: &Path,
+    ) -> anyhow::Result<()> {
         let mut blocks = self
             .client
             .read_file_stream(uri(source)?, None)
             .await
             .map_err(|e| remote(source, e))?;
-        let cannot_write = || format!("cannot write {}", staged.display());
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(staged)
-            .with_context(cannot_write)?;
-        let file = std::sync::Arc::new(file);
+        let cannot_write = || format!("cannot write {}", shown.display());
+        let file = Arc::new(file.try_clone().with_context(cannot_write)?);
         while let Some(block) = blocks.next().await {
             let block = block.map_err(|e| remote(source, e))?;
             let n = block.len() as u64;
@@ -113,104 +247,48 @@ impl Copier<'_> {
         Ok(())
     }
 
-    /// The tree at `root` on the executor, the root first and each directory before what it
-    /// holds.
-    async fn remote_tree(&self, root: &Path, recursive: bool) -> anyhow::Result<Vec<Entry>> {
-        let first = self.remote_entry(root, PathBuf::new()).await?.with_context(|| {
-            format!("{} on the executor: no such file or directory", root.display())
-        })?;
-        if matches!(first.kind, Kind::Directory) && !recursive {
-            bail!("{} on the executor is a directory; copy it with -r", root.display());
-        }
-        let mut entries = vec![first];
-        let mut next = 0;
-        while let Some(relative) = next_directory(&entries, &mut next) {
-            let directory = under(root, &relative);
-            let params = FsReadDirectoryParams {
-                path: uri(&directory)?,
-                include_metadata: self.keeps_metadata.then_some(true),
-                sandbox: None,
-            };
-            let listing =
-                self.client.read_directory(params).await.map_err(|e| remote(&directory, e))?;
-            if self.keeps_metadata {
-                let found = self.listed_entries(&directory, &relative, listing.entries).await?;
-                entries.extend(found);
-                continue;
-            }
+    /// The entries of the directory `directory` on the executor, sorted by name, counted
+    /// against the copy's budget.
+    async fn list(&self, directory: &Path, budget: &mut Budget) -> anyhow::Result<Vec<Entry>> {
+        let params = FsReadDirectoryParams {
+            path: uri(directory)?,
+            include_metadata: self.keeps_metadata.then_some(true),
+            sandbox: None,
+        };
+        let listing = self.client.read_directory(params).await.map_err(|e| remote(directory, e))?;
+        budget.listed(
+            listing.entries.len(),
+            format_args!("{} on the executor", directory.display()),
+        )?;
+        let mut entries = if self.keeps_metadata {
+            listing
+                .entries
+                .into_iter()
+                .map(|entry| listed_entry(directory, entry))
+                .collect::<anyhow::Result<Vec<_>>>()?
+        } else {
             let mut names = Vec::new();
             for entry in listing.entries {
-                names.push(safe_name(&directory, &entry.file_name)?);
+                names.push(safe_name(directory, &entry.file_name)?);
             }
-            names.sort();
-            let lookups = names.into_iter().map(|name| {
-                let relative = relative.join(&name);
-                async move {
-                    let path = under(root, &relative);
-                    self.remote_entry(&path, relative).await
-                }
+            let lookups = names.into_iter().map(|name| async move {
+                self.remote_entry(&directory.join(&name), name.as_os_str()).await
             });
             let found: Vec<Option<Entry>> =
                 stream::iter(lookups).buffered(LOOKUPS_IN_FLIGHT).try_collect().await?;
             // Something removed since the listing is simply not copied.
-            entries.extend(found.into_iter().flatten());
-        }
+            found.into_iter().flatten().collect()
+        };
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
     }
 
-    /// The entries of a listing that carried each one's own metadata, sorted by name; a link's
-    /// target is asked for (a few at a time), as the listing does not hold it.
-    async fn listed_entries(
-        &self,
-        directory: &Path,
-        relative: &Path,
-        listed: Vec<FsReadDirectoryEntry>,
-    ) -> anyhow::Result<Vec<Entry>> {
-        let mut listed = listed
-            .into_iter()
-            .map(|entry| Ok((safe_name(directory, &entry.file_name)?, entry)))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        listed.sort_by(|a, b| a.0.cmp(&b.0));
-        let entries = listed.into_iter().map(|(name, entry)| async move {
-            let path = directory.join(&name);
-            let Some(own) = entry.metadata else {
-                bail!("{} on the executor was listed without its metadata", path.display());
-            };
-            let kind = if own.is_symlink {
-                let params = FsReadLinkParams { path: uri(&path)?, sandbox: None };
-                match self.client.read_link(params).await {
-                    Ok(link) => Kind::Link { target: link.target },
-                    // Removed since the listing: not copied.
-                    Err(error) if error.kind == FsErrorKind::NotFound => return Ok(None),
-                    Err(error) => return Err(remote(&path, error)),
-                }
-            } else if entry.is_directory {
-                Kind::Directory
-            } else if entry.is_file {
-                Kind::File { size: own.size }
-            } else {
-                bail!(
-                    "{} on the executor is neither a file, a directory nor a link",
-                    path.display()
-                );
-            };
-            // A link's mode is not its own to keep; its time is.
-            let mode = (!own.is_symlink).then_some(own.mode);
-            Ok(Some(Entry {
-                relative: relative.join(&name),
-                kind,
-                mode,
-                modified_ms: Some(own.modified_at_ms),
-            }))
-        });
-        let found: Vec<Option<Entry>> =
-            stream::iter(entries).buffered(LOOKUPS_IN_FLIGHT).try_collect().await?;
-        Ok(found.into_iter().flatten().collect())
-    }
-
-    /// What `path` on the executor is (`None`: gone). Asked following links — `fs/getMetadata`
-    /// refuses a link as the last component otherwise — and it says whether it was one.
-    async fn remote_entry(&self, path: &Path, relative: PathBuf) -> anyhow::Result<Option<Entry>> {
+    /// What `path` on the executor is (`None`: gone), as `name`. Asked following links —
+    /// `fs/getMetadata` refuses a link as the last component otherwise — and it says whether
+    /// it was one.
+    async fn remote_entry(&self, path: &Path, name: &OsStr) -> anyhow::Result<Option<Entry>> {
+        let link =
+            || Entry { name: name.to_owned(), kind: Kind::Link, mode: None, modified_ms: None };
         let params = FsGetMetadataParams {
             path: uri(path)?,
             follow_symlinks: None,
@@ -223,12 +301,7 @@ impl Copier<'_> {
             Err(error) if error.kind == FsErrorKind::NotFound && self.keeps_metadata => {
                 let params = FsReadLinkParams { path: uri(path)?, sandbox: None };
                 return match self.client.read_link(params).await {
-                    Ok(link) => Ok(Some(Entry {
-                        relative,
-                        kind: Kind::Link { target: link.target },
-                        mode: None,
-                        modified_ms: None,
-                    })),
+                    Ok(_) => Ok(Some(link())),
                     Err(error) if error.kind == FsErrorKind::NotFound => Ok(None),
                     Err(error) => Err(remote(path, error)),
                 };
@@ -237,15 +310,8 @@ impl Copier<'_> {
             Err(error) => return Err(remote(path, error)),
         };
         let kind = if found.is_symlink && self.keeps_metadata {
-            let params = FsReadLinkParams { path: uri(path)?, sandbox: None };
-            let link = self.client.read_link(params).await.map_err(|e| remote(path, e))?;
             // Its own time is not to be had: the answer is its target's.
-            return Ok(Some(Entry {
-                relative,
-                kind: Kind::Link { target: link.target },
-                mode: None,
-                modified_ms: None,
-            }));
+            return Ok(Some(link()));
         } else if found.is_directory {
             Kind::Directory
         } else if found.is_file {
@@ -258,12 +324,57 @@ impl Copier<'_> {
             self.not_kept.links.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Some(Entry {
-            relative,
+            name: name.to_owned(),
             kind,
             mode: found.mode,
             modified_ms: Some(found.modified_at_ms),
         }))
     }
+}
+
+/// An entry of a listing that carried each one's own metadata.
+fn listed_entry(directory: &Path, entry: FsReadDirectoryEntry) -> anyhow::Result<Entry> {
+    let name = safe_name(directory, &entry.file_name)?;
+    let Some(own) = entry.metadata else {
+        bail!(
+            "{} on the executor was listed without its metadata",
+            directory.join(&name).display()
+        );
+    };
+    let kind = if own.is_symlink {
+        Kind::Link
+    } else if entry.is_directory {
+        Kind::Directory
+    } else if entry.is_file {
+        Kind::File { size: own.size }
+    } else {
+        bail!(
+            "{} on the executor is neither a file, a directory nor a link",
+            directory.join(&name).display()
+        );
+    };
+    // A link's mode is not its own to keep; its time is.
+    let mode = (!own.is_symlink).then_some(own.mode);
+    Ok(Entry { name: name.into_os_string(), kind, mode, modified_ms: Some(own.modified_at_ms) })
+}
+
+/// The bytes an entry adds to the progress bar.
+fn size(entry: &Entry) -> u64 {
+    match entry.kind {
+        Kind::File { size } => size,
+        _ => 0,
+    }
+}
+
+/// Lets go of `directory`: the last to do so gives it its mode and time, then lets go of its
+/// parent in turn, so that each directory's are set once nothing more is written in it.
+fn finish(mut directory: Arc<Directory>) -> anyhow::Result<()> {
+    while let Some(done) = Arc::into_inner(directory) {
+        set_directory_metadata(done.here.as_fd(), (done.mode, done.modified_ms), &done.shown)?;
+        let Some(parent) = done.parent else { break };
+        directory = parent;
+    }
+    Ok(())
 }
 
 /// A name from a remote listing, refused unless it is one plain component: a server must not

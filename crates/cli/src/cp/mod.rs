@@ -7,12 +7,18 @@
 //! (`fs/putFile` up, `fs/readFile` down), since a tree of small files is otherwise mostly
 //! round trips. Every file is written under a temporary name in its directory and renamed into
 //! place once whole — by the server itself within `fs/putFile` — so an interrupted copy leaves
-//! no half-written file under the final name. A remote tree is listed one directory per call,
-//! each entry with its own mode and time (`fs/readDirectory {includeMetadata}`).
+//! no half-written file under the final name. A tree is walked depth first, one directory
+//! listing at a time (a remote one with each entry's own mode and time, `fs/readDirectory
+//! {includeMetadata}`), while its files are copied: the walk holds only the listings of the
+//! directories it is inside, and stops at the caps of `limits`. This side's files are read and
+//! written relative to directories held open, never through a link (`local_read`,
+//! `local_write`): a link is copied as a link, and a link where a copy down has a directory
+//! stops the copy.
 //! Modes, modification times and symbolic links are kept where the server can set them (the
 //! `fsMetadata` extension); against a server without it, the bytes are copied and the command
 //! says what was not kept.
 
+use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +31,9 @@ use tether_engine::fs::FsError;
 use tether_protocol::PathUri;
 
 mod down;
-mod local;
+mod limits;
+mod local_read;
+mod local_write;
 mod up;
 
 /// Files copied at once: enough to hide each file's few round trips (open, blocks, close,
@@ -52,6 +60,10 @@ Examples:
 
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
 executor). A path with a slash before its first colon is local (./a:b).
+
+Links here are never followed: a link is copied as a link, and a copy down stops where a
+directory it makes would go through one. A copy takes at most 1000000 entries, 256 directories
+deep.
 
 Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
 
@@ -120,20 +132,22 @@ fn location(text: &str) -> anyhow::Result<Location> {
     Ok(Location::Remote { executor, path: PathBuf::from(path) })
 }
 
-/// One thing to copy, relative to the root being copied (`""`: the root itself).
+/// One thing to copy, by its name in its directory (a root: the name it is copied under).
 #[derive(Debug, Clone)]
 struct Entry {
-    relative: PathBuf,
+    name: OsString,
     kind: Kind,
     mode: Option<u32>,
     modified_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone)]
+/// What an entry is. A link's target is read when the link is copied, so that an entry
+/// waiting to be copied costs its name and a few words.
+#[derive(Debug, Clone, Copy)]
 enum Kind {
     File { size: u64 },
     Directory,
-    Link { target: String },
+    Link,
 }
 
 /// What the copy could not keep, said once at the end.
@@ -241,21 +255,14 @@ fn remote(path: &Path, error: FsError) -> anyhow::Error {
     anyhow::anyhow!("{} on the executor: {}", path.display(), error.message)
 }
 
-/// `relative` under `root`; the empty path is the root itself (no trailing slash, which would
-/// make a file's path a directory's).
-fn under(root: &Path, relative: &Path) -> PathBuf {
-    match relative.as_os_str().is_empty() {
-        true => root.to_owned(),
-        false => root.join(relative),
-    }
-}
-
-/// A name for a file being written next to `path`, unique to this run.
-fn temporary(path: &Path) -> PathBuf {
+/// A name for a file being written next to `name`, unique to this run.
+fn staged_name(name: &OsStr) -> OsString {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.tether-{}-{unique}", std::process::id()))
+    let mut staged = OsString::from(".");
+    staged.push(name);
+    staged.push(format!(".tether-{}-{unique}", std::process::id()));
+    staged
 }
 
 /// The last component of a source, for "copy into this directory".
@@ -301,31 +308,6 @@ struct Copier<'a> {
     keeps_metadata: bool,
     not_kept: &'a NotKept,
     progress: &'a ProgressBar,
-}
-
-impl Copier<'_> {
-    fn add_bytes(&self, entries: &[Entry]) {
-        let bytes: u64 = entries
-            .iter()
-            .map(|e| match e.kind {
-                Kind::File { size } => size,
-                _ => 0,
-            })
-            .sum();
-        self.progress.inc_length(bytes);
-    }
-}
-
-/// The next directory of `entries` from `*next` on, whose listing is still to be read: a tree
-/// is listed breadth first by appending each listing to the entries it walks.
-fn next_directory(entries: &[Entry], next: &mut usize) -> Option<PathBuf> {
-    while let Some(entry) = entries.get(*next) {
-        *next += 1;
-        if matches!(entry.kind, Kind::Directory) {
-            return Some(entry.relative.clone());
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -1,7 +1,11 @@
 //! Copies up: files and trees from here to the executor.
 
-use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::fs::File;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
@@ -12,18 +16,49 @@ use tether_protocol::fs::{
     FsCopyParams, FsCreateDirectoryParams, FsCreateSymlinkParams, FsGetMetadataParams,
     FsPutFileParams, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
 };
+use tokio::sync::mpsc;
 
-use super::local::local_tree;
+use super::limits::{Budget, check_depth};
+use super::local_read::{Opened, list, open_entry};
 use super::{
     Copier, Entry, FILES_IN_FLIGHT, Kind, Landing, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES,
-    landing, remote, temporary, under, uri,
+    landing, remote, staged_name, uri,
 };
+
+/// A directory made on the executor, with the mode and time it takes once everything in it is
+/// copied: when the last of its files, and of the directories below it, lets go of it
+/// ([`Copier::finish_up`]).
+struct Directory {
+    there: PathBuf,
+    entry: Entry,
+    /// Given its mode and time only after this one is.
+    parent: Option<Arc<Directory>>,
+}
+
+/// A directory here being walked: held open, its names still to copy.
+struct Level {
+    here: OwnedFd,
+    shown: PathBuf,
+    directory: Arc<Directory>,
+    names: std::vec::IntoIter<std::ffi::OsString>,
+}
+
+/// A file or link here, opened, to copy to `destination` on the executor.
+struct Job {
+    /// The directory it goes into, where the copy made it (`None`: one the person named).
+    directory: Option<Arc<Directory>>,
+    shown: PathBuf,
+    destination: PathBuf,
+    entry: Entry,
+    opened: Opened,
+}
 
 impl Copier<'_> {
     /// Copies `from` here to `to` on the executor, as scp does: into `to` under its own name
     /// when `to` is a directory there (which it must be for `several` sources), else as `to`.
-    /// The directories are made first, the files and links then sixteen at a time, and the
-    /// directories' modes and times set last.
+    /// A tree is walked depth first, each directory made there before what it holds, while
+    /// its files and links are copied sixteen at a time; each directory is given its mode and
+    /// time once what it holds is copied.
     pub(super) async fn upload(
         &self,
         from: &Path,
@@ -31,8 +66,11 @@ impl Copier<'_> {
         several: bool,
         recursive: bool,
     ) -> anyhow::Result<()> {
-        let entries = local_tree(from, recursive)?;
-        let root_is_directory = matches!(entries[0].kind, Kind::Directory);
+        let (entry, opened) = open_entry(rustix::fs::CWD, from.as_os_str(), from)?;
+        let root_is_directory = matches!(entry.kind, Kind::Directory);
+        if root_is_directory && !recursive {
+            bail!("{} is a directory; copy it with -r", from.display());
+        }
         let (from_name, to_name) =
             (from.display().to_string(), format!("{} on the executor", to.display()));
         let found = self.remote_kind(to).await?;
@@ -44,27 +82,95 @@ impl Copier<'_> {
                     target
                 }
             };
-        self.add_bytes(&entries);
-        for entry in entries.iter().filter(|e| matches!(e.kind, Kind::Directory)) {
-            let path = under(&target, &entry.relative);
-            let params = FsCreateDirectoryParams {
-                path: uri(&path)?,
-                recursive: Some(true),
-                follow_symlinks: None,
-                sandbox: None,
+        let Opened::Directory(here) = opened else {
+            self.progress.inc_length(size(&entry));
+            let job =
+                Job { directory: None, shown: from.to_owned(), destination: target, entry, opened };
+            return self.upload_one(job).await;
+        };
+        self.create_remote_directory(&target).await?;
+        let directory = Arc::new(Directory { there: target, entry, parent: None });
+        let (jobs, mut queued) = mpsc::channel::<Job>(FILES_IN_FLIGHT);
+        // A walk that stops on an error stops the copies taking more from the queue, and lets
+        // those begun finish, so that none is cut off with its temporary file left behind; the
+        // copies stopping on an error stop the walk (the queue is gone).
+        let stopped = AtomicBool::new(false);
+        let walk = async {
+            let walked = self.walk_up(here, from, directory, jobs).await;
+            stopped.store(walked.is_err(), Ordering::Relaxed);
+            walked
+        };
+        let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
+            true => Poll::Ready(None),
+            false => queued.poll_recv(cx),
+        })
+        .map(|job| self.upload_one(job))
+        .buffer_unordered(FILES_IN_FLIGHT)
+        .try_for_each(|()| std::future::ready(Ok(())));
+        let (walked, copied) = tokio::join!(walk, copies);
+        walked.and(copied)
+    }
+
+    /// Walks the tree here whose root `root` is open as `here`, depth first, making each
+    /// directory on the executor before what it holds and handing its files and links to
+    /// `jobs`.
+    async fn walk_up(
+        &self,
+        here: OwnedFd,
+        from: &Path,
+        root: Arc<Directory>,
+        jobs: mpsc::Sender<Job>,
+    ) -> anyhow::Result<()> {
+        let mut budget = Budget::default();
+        let names = list(here.as_fd(), from, &mut budget)?;
+        let mut stack =
+            vec![Level { here, shown: from.to_owned(), directory: root, names: names.into_iter() }];
+        while let Some(level) = stack.last_mut() {
+            let Some(name) = level.names.next() else {
+                let level = stack.pop().expect("a directory being walked");
+                self.finish_up(Some(level.directory)).await?;
+                continue;
             };
-            self.client.create_directory(params).await.map_err(|e| remote(&path, e))?;
-        }
-        let others = entries.iter().filter(|e| !matches!(e.kind, Kind::Directory));
-        stream::iter(others.map(|entry| self.upload_one(from, &target, entry)))
-            .buffer_unordered(FILES_IN_FLIGHT)
-            .try_collect::<Vec<()>>()
-            .await?;
-        // Last, deepest first: adding entries changed each directory's time.
-        for entry in entries.iter().rev().filter(|e| matches!(e.kind, Kind::Directory)) {
-            self.set_remote_metadata(&under(&target, &entry.relative), entry).await?;
+            let shown = level.shown.join(&name);
+            let destination = level.directory.there.join(&name);
+            let parent = level.directory.clone();
+            let (entry, opened) = open_entry(level.here.as_fd(), &name, &shown)?;
+            let Opened::Directory(here) = opened else {
+                self.progress.inc_length(size(&entry));
+                let job = Job { directory: Some(parent), shown, destination, entry, opened };
+                if jobs.send(job).await.is_err() {
+                    // The copies stopped on an error, which is the one to report.
+                    return Ok(());
+                }
+                continue;
+            };
+            check_depth(stack.len(), shown.display())?;
+            self.create_remote_directory(&destination).await?;
+            let names = list(here.as_fd(), &shown, &mut budget)?;
+            let directory = Arc::new(Directory { there: destination, entry, parent: Some(parent) });
+            stack.push(Level { here, shown, directory, names: names.into_iter() });
         }
         Ok(())
+    }
+
+    /// Lets go of `directory`: the last to do so gives it its mode and time, then lets go of
+    /// its parent in turn, so that each directory's are set once nothing more is written in it.
+    async fn finish_up(&self, mut directory: Option<Arc<Directory>>) -> anyhow::Result<()> {
+        while let Some(done) = directory.and_then(Arc::into_inner) {
+            self.set_remote_metadata(&done.there, &done.entry).await?;
+            directory = done.parent;
+        }
+        Ok(())
+    }
+
+    async fn create_remote_directory(&self, path: &Path) -> anyhow::Result<()> {
+        let params = FsCreateDirectoryParams {
+            path: uri(path)?,
+            recursive: Some(true),
+            follow_symlinks: None,
+            sandbox: None,
+        };
+        self.client.create_directory(params).await.map_err(|e| remote(path, e))
     }
 
     /// Refuses a new file on the executor whose directory is not there, in those words rather
@@ -97,34 +203,32 @@ impl Copier<'_> {
         }
     }
 
-    async fn upload_one(&self, from: &Path, target: &Path, entry: &Entry) -> anyhow::Result<()> {
-        let source = under(from, &entry.relative);
-        let destination = under(target, &entry.relative);
-        if let Kind::File { size } = entry.kind
-            && size <= WHOLE_FILE_MAX_BYTES
-            && self.keeps_metadata
-        {
-            return self.put_small(&source, &destination, entry).await;
-        }
+    /// Copies one file or link, then lets go of its directory.
+    async fn upload_one(&self, job: Job) -> anyhow::Result<()> {
+        let Job { directory, shown, destination, entry, opened } = job;
+        let file = match opened {
+            Opened::File(file) if self.keeps_metadata && size(&entry) <= WHOLE_FILE_MAX_BYTES => {
+                self.put_small(file, &shown, &destination, &entry).await?;
+                return self.finish_up(directory).await;
+            }
+            Opened::Link(_) if !self.keeps_metadata => {
+                self.not_kept.links.fetch_add(1, Ordering::Relaxed);
+                return self.finish_up(directory).await;
+            }
+            opened => opened,
+        };
         let staged = temporary(&destination);
-        let written = match &entry.kind {
-            Kind::File { .. } => self.upload_bytes(&source, &staged).await,
-            Kind::Link { target: link } => {
-                if !self.keeps_metadata {
-                    self.not_kept.links.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
-                }
-                let params = FsCreateSymlinkParams {
-                    path: uri(&staged)?,
-                    target: link.clone(),
-                    sandbox: None,
-                };
+        let written = match file {
+            Opened::File(file) => self.upload_bytes(file, &shown, &staged).await,
+            Opened::Link(link) => {
+                let params =
+                    FsCreateSymlinkParams { path: uri(&staged)?, target: link, sandbox: None };
                 self.client.create_symlink(params).await.map_err(|e| remote(&destination, e))
             }
-            Kind::Directory => unreachable!("directories are made first"),
+            Opened::Directory(_) => unreachable!("directories are walked"),
         };
         let placed = match written {
-            Ok(()) => match self.set_remote_metadata(&staged, entry).await {
+            Ok(()) => match self.set_remote_metadata(&staged, &entry).await {
                 Ok(()) => self.place_remote(&staged, &destination).await,
                 Err(error) => Err(error),
             },
@@ -133,21 +237,26 @@ impl Copier<'_> {
         if placed.is_err() {
             self.remove_remote(&staged).await;
         }
-        placed
+        placed?;
+        self.finish_up(directory).await
     }
 
     /// A small file in one call: read whole here, and put in place there with its mode and
     /// time (`fs/putFile`, which stages and renames on the server's side).
     async fn put_small(
         &self,
-        source: &Path,
+        file: File,
+        shown: &Path,
         destination: &Path,
         entry: &Entry,
     ) -> anyhow::Result<()> {
-        let path = source.to_owned();
-        let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
-            .await?
-            .with_context(|| format!("cannot read {}", source.display()))?;
+        let bytes = tokio::task::spawn_blocking(move || {
+            use std::io::Read as _;
+            let mut bytes = Vec::new();
+            (&file).read_to_end(&mut bytes).map(|_| bytes)
+        })
+        .await?
+        .with_context(|| format!("cannot read {}", shown.display()))?;
         let len = bytes.len() as u64;
         let params = FsPutFileParams {
             path: uri(destination)?,
@@ -161,9 +270,9 @@ impl Copier<'_> {
         Ok(())
     }
 
-    async fn upload_bytes(&self, source: &Path, staged: &Path) -> anyhow::Result<()> {
-        let cannot_read = || format!("cannot read {}", source.display());
-        let file = std::sync::Arc::new(std::fs::File::open(source).with_context(cannot_read)?);
+    async fn upload_bytes(&self, file: File, shown: &Path, staged: &Path) -> anyhow::Result<()> {
+        let cannot_read = || format!("cannot read {}", shown.display());
+        let file = Arc::new(file);
         let mut writer = self
             .client
             .write_file_stream(uri(staged)?, None)
@@ -189,7 +298,7 @@ impl Copier<'_> {
             return Ok(());
         }
         let mode = match entry.kind {
-            Kind::Link { .. } => None,
+            Kind::Link => None,
             _ => entry.mode,
         };
         let params = FsSetMetadataParams {
@@ -231,6 +340,19 @@ impl Copier<'_> {
             };
             let _ = self.client.remove(params).await;
         }
+    }
+}
+
+/// A name for a file being written next to `path` on the executor, unique to this run.
+fn temporary(path: &Path) -> PathBuf {
+    path.with_file_name(staged_name(path.file_name().unwrap_or_default()))
+}
+
+/// The bytes an entry adds to the progress bar.
+fn size(entry: &Entry) -> u64 {
+    match entry.kind {
+        Kind::File { size } => size,
+        _ => 0,
     }
 }
 
