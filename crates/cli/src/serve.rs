@@ -375,7 +375,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ListenAddress::WebSocket { .. } => fit_connections(args.max_connections)?,
         ListenAddress::Stdio => DEFAULT_MAX_CONNECTIONS,
     };
-    set_up_sandboxing(args.bwrap.clone())?;
+    set_up_sandboxing(args.bwrap.clone(), private_files(&args))?;
     keep_own_memory_private();
     keep_inherited_descriptors_from_commands();
     let spill = match &args.spill_output_dir {
@@ -528,16 +528,26 @@ async fn cancel_on_signal(mut signals: StopSignals, drain: Drain, shutdown: Canc
     shutdown.cancel();
 }
 
+/// The server's own files, which no sandbox may read or write: the credentials that let a
+/// client in, the TLS key, and the output spilled for every session.
+fn private_files(args: &ServeArgs) -> Vec<PathBuf> {
+    [&args.ws_token_file, &args.ws_shared_secret_file, &args.tls_key, &args.spill_output_dir]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
+}
+
 /// Finds bubblewrap and names this binary as the sandbox's inner stage, and says in the log
 /// whether sandboxed work can run here (and if not, what to install).
-fn set_up_sandboxing(bwrap: Option<PathBuf>) -> anyhow::Result<()> {
+fn set_up_sandboxing(bwrap: Option<PathBuf>, private: Vec<PathBuf>) -> anyhow::Result<()> {
     if let Some(path) = &bwrap
         && !path.is_file()
     {
         bail!("--bwrap {}: no such file; install bubblewrap or name its binary", path.display());
     }
     let helper = std::env::current_exe().ok();
-    let sandboxing = Sandboxing::detect(bwrap, helper).install();
+    let sandboxing = Sandboxing::detect(bwrap, helper).hiding(private).install();
     match (sandboxing.unavailable(), &sandboxing.bwrap) {
         (None, Some(bwrap)) => match tether_engine::sandbox::probe(bwrap) {
             Ok(()) => tracing::info!(bwrap = %bwrap.display(), "sandboxing available"),

@@ -12,9 +12,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tether_testkit::client::b64encode;
 use tether_testkit::{RpcClient, ServerProcess, Target};
+
+mod common;
+use common::{uri, workspace_write};
 
 /// Sandboxed starts raced against the swap; with as many sandboxed file calls beside them.
 /// Enough that a server which checks paths and then mounts them loses many times over (one
@@ -24,9 +27,6 @@ const ATTEMPTS: usize = 1_000;
 /// Connections starting sandboxes at once, each its own session.
 const IN_FLIGHT: usize = 4;
 
-/// Protected names the workspace-write intent keeps read-only in every project root.
-const PROTECTED_NAMES: [&str; 4] = [".git", ".agents", ".codex", ".aws"];
-
 /// A directory tree removed when dropped.
 struct Removed(PathBuf);
 
@@ -34,38 +34,6 @@ impl Drop for Removed {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn uri(path: &Path) -> String {
-    format!("file://{}", path.display())
-}
-
-/// Codex's `-s workspace-write` entries: everything readable, the project roots and `/tmp`
-/// writable, the protected names read-only.
-fn workspace_write(project: &Path, with_policy_context: bool) -> Value {
-    let special = |kind: &str, access: &str| json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access});
-    let mut entries = vec![
-        special("root", "read"),
-        special("project_roots", "write"),
-        special("slash_tmp", "write"),
-    ];
-    entries.extend(PROTECTED_NAMES.map(|name| {
-        json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": name}},
-            "access": "read", "missing_path_behavior": "skip"})
-    }));
-    let mut intent = json!({
-        "permissions": {"type": "managed",
-            "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"},
-        "cwd": uri(project),
-        "workspaceRoots": [uri(project)],
-        "windowsSandboxLevel": "disabled",
-        "useLegacyLandlock": false,
-    });
-    if with_policy_context {
-        intent["policyContext"] = json!({"cwd": uri(project), "workspaceRoots": [uri(project)]});
-        intent["userHomeDir"] = json!("file:///root");
-    }
-    intent
 }
 
 /// Exchanges `a` and `b` until told to stop; counts the exchanges.

@@ -47,6 +47,15 @@ impl RpcClient {
         Ok(Self { socket, next_id: 1, notifications: VecDeque::new(), responses: Vec::new() })
     }
 
+    /// Connects with `Authorization: Bearer <token>`.
+    pub async fn connect_bearer(url: &str, token: &str) -> anyhow::Result<Self> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = url.into_client_request()?;
+        request.headers_mut().insert("authorization", format!("Bearer {token}").parse()?);
+        let (socket, _) = connect_async(request).await.with_context(|| format!("connect {url}"))?;
+        Ok(Self { socket, next_id: 1, notifications: VecDeque::new(), responses: Vec::new() })
+    }
+
     /// Connects and completes the handshake; returns the client and the initialize result.
     pub async fn connect_initialized(url: &str) -> anyhow::Result<(Self, Value)> {
         let mut client = Self::connect(url).await?;

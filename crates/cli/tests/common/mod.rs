@@ -141,3 +141,37 @@ pub async fn upgrade(url: &str, authorization: Option<&str>) -> (u16, String) {
         Err(error) => panic!("upgrade failed: {error}"),
     }
 }
+
+/// A path as the `file:` URI a client sends (the tests' paths need no escaping).
+pub fn uri(path: &std::path::Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// Codex's `-s workspace-write` intent for `project`: everything readable, the project root
+/// and `/tmp` writable, the protected names read-only, the network restricted. With
+/// `policy_context`, as the `fs/*` writes carry it.
+pub fn workspace_write(project: &std::path::Path, policy_context: bool) -> Value {
+    let special = |kind: &str, access: &str| json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access});
+    let mut entries = vec![
+        special("root", "read"),
+        special("project_roots", "write"),
+        special("slash_tmp", "write"),
+    ];
+    entries.extend([".git", ".agents", ".codex", ".aws"].map(|name| {
+        json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": name}},
+            "access": "read", "missing_path_behavior": "skip"})
+    }));
+    let mut intent = json!({
+        "permissions": {"type": "managed",
+            "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"},
+        "cwd": uri(project),
+        "workspaceRoots": [uri(project)],
+        "windowsSandboxLevel": "disabled",
+        "useLegacyLandlock": false,
+    });
+    if policy_context {
+        intent["policyContext"] = json!({"cwd": uri(project), "workspaceRoots": [uri(project)]});
+        intent["userHomeDir"] = json!("file:///root");
+    }
+    intent
+}

@@ -60,6 +60,12 @@ pub struct Sandboxing {
     /// binary. `None` in a program that embeds the engine without it: sandboxed work then
     /// fails closed.
     pub helper: Option<PathBuf>,
+    /// The server's own files — its token and shared-secret files, its TLS key, its spill
+    /// directory — as the kernel reaches them: hidden in every full sandbox (an empty,
+    /// unreadable file or directory in their place) and never written in place of one. A
+    /// sandboxed command with the network must not read the credential that lets a client run
+    /// commands outside any sandbox.
+    pub private: Vec<PathBuf>,
 }
 
 static SANDBOXING: OnceLock<Sandboxing> = OnceLock::new();
@@ -69,7 +75,13 @@ impl Sandboxing {
     /// directory (a workspace must not be able to plant its own); the helper as given.
     pub fn detect(bwrap: Option<PathBuf>, helper: Option<PathBuf>) -> Self {
         let bwrap = bwrap.or_else(find_bwrap_on_path);
-        Self { bwrap, helper }
+        Self { bwrap, helper, private: Vec::new() }
+    }
+
+    /// The same, hiding `paths` (the server's own files) from every sandbox.
+    pub fn hiding(self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        let private = paths.into_iter().map(|path| walk::resolved(&path)).collect();
+        Self { private, ..self }
     }
 
     /// Makes `self` the process's sandboxing; the first call wins. Without a call, sandboxed

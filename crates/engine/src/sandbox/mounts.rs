@@ -24,6 +24,7 @@ use super::inner::HELPER_ARG;
 use super::mounted::{self, Mounted};
 use rustix::fs::{Mode, OFlags};
 
+use super::Sandboxing;
 use super::grants::{CrossesWritableLink, GrantError, PinnedGrant, Protection, resolved_grants};
 use super::policy::{Base, FullPolicy, GrantAccess};
 use super::socket_dir::{self, SocketDirRefused};
@@ -137,12 +138,17 @@ impl Plan {
         std::iter::once(HELPER_ARG.into()).chain(expected).collect()
     }
 
-    /// After a bind of `bound`: the app-server socket directory, if it is below, masked again
-    /// (the bind brought the host's back).
-    fn mask_socket_dir_below(&mut self, bound: &Path, socket_dir: Option<&Path>) {
-        if let Some(dir) = socket_dir.filter(|dir| dir.starts_with(bound)) {
-            self.empty_dir(dir, "000");
+    /// After a bind of `bound`: what no sandbox may see that lies below it (the app-server
+    /// socket directory, the server's own files) masked again, since the bind brought the
+    /// host's back.
+    fn mask_below(&mut self, bound: &Path, masked: &[Masked]) -> std::io::Result<()> {
+        for masked in masked.iter().filter(|masked| masked.path.starts_with(bound)) {
+            match masked.is_dir {
+                true => self.empty_dir(&masked.path, "000"),
+                false => self.empty_file(&masked.path, Some("000"))?,
+            }
         }
+        Ok(())
     }
 
     /// `path`, which exists (a directory when `is_dir`), hidden: an empty, unreadable
@@ -229,8 +235,12 @@ impl Plan {
     /// Read-only binds of those of `paths` that exist. A link is bound as what it leads to,
     /// as the reference binds it: on a merged-`/usr` host `/bin` is a directory inside, not a
     /// link to `usr/bin`.
-    fn read_only_paths(&mut self, paths: &[&str]) -> Result<(), PlanError> {
-        paths.iter().try_for_each(|path| self.bind_read_only(Path::new(path)))
+    fn read_only_paths(&mut self, paths: &[&str], masked: &[Masked]) -> Result<(), PlanError> {
+        for path in paths.iter().map(Path::new) {
+            self.bind_read_only(path)?;
+            self.mask_below(path, masked)?;
+        }
+        Ok(())
     }
 }
 
@@ -263,7 +273,7 @@ pub fn plan(
 ) -> Result<Plan, PlanError> {
     let socket_dir = socket_dir::prepare(&socket_dir::path(), rustix::process::geteuid().as_raw())?
         .map(|dir| resolved(&dir));
-    let socket_dir = socket_dir.as_deref();
+    let masked = masked(socket_dir.as_deref(), &Sandboxing::current().private);
     let mut plan = Plan::default();
     plan.arg("--as-pid-1").arg("--new-session").arg("--die-with-parent");
     match (policy.base, purpose) {
@@ -271,17 +281,17 @@ pub fn plan(
         // The helper reads what Tether needs to run, as the reference's helper does, whatever
         // the intent: reads elsewhere still need a grant.
         (Base::Minimal, _) | (Base::Empty, Purpose::FileOperation) => {
-            plan.read_only_paths(&MINIMAL_PATHS)?
+            plan.read_only_paths(&MINIMAL_PATHS, &masked)?
         }
         // Only what loading the inner stage takes.
-        (Base::Empty, Purpose::Command) => plan.read_only_paths(&LOADER_PATHS)?,
+        (Base::Empty, Purpose::Command) => plan.read_only_paths(&LOADER_PATHS, &masked)?,
     }
     if policy.base != Base::Root {
         plan.bind_read_only(helper)?;
     }
     plan.arg("--dev").arg("/dev");
     if policy.base == Base::Root {
-        plan.mask_socket_dir_below(Path::new("/"), socket_dir);
+        plan.mask_below(Path::new("/"), &masked)?;
     }
 
     // Every grant as the kernel reaches it, least specific first again.
@@ -315,7 +325,7 @@ pub fn plan(
         };
         match grant.access {
             GrantAccess::Write if grant.is_dir() => {
-                if !writable_through_another(grant, &grants, socket_dir) {
+                if !writable_through_another(grant, &grants, &masked) {
                     plan.bind(Bind::Writable, object, &grant.path)?;
                 }
                 if grant.path == Path::new("/") {
@@ -324,7 +334,7 @@ pub fn plan(
                     plan.arg("--dev").arg("/dev");
                     plan.arg("--bind-try").arg("/dev/shm").arg("/dev/shm");
                 }
-                plan.mask_socket_dir_below(&grant.path, socket_dir);
+                plan.mask_below(&grant.path, &masked)?;
                 for name in &grant.protected {
                     protect(&mut plan, name)?;
                 }
@@ -345,7 +355,7 @@ pub fn plan(
                     && !hidden_above(&grant.path)
                 {
                     plan.bind(Bind::ReadOnly, object, &grant.path)?;
-                    plan.mask_socket_dir_below(&grant.path, socket_dir);
+                    plan.mask_below(&grant.path, &masked)?;
                 }
             }
             GrantAccess::None => {
@@ -400,6 +410,23 @@ pub fn plan(
     Ok(plan)
 }
 
+/// A path no full sandbox shows: the app-server socket directory, and the server's own files
+/// ([`Sandboxing::private`]) that exist.
+#[derive(Debug)]
+struct Masked {
+    path: PathBuf,
+    is_dir: bool,
+}
+
+fn masked(socket_dir: Option<&Path>, private: &[PathBuf]) -> Vec<Masked> {
+    let socket_dir = socket_dir.map(|dir| Masked { path: dir.to_path_buf(), is_dir: true });
+    let private = private.iter().filter_map(|path| {
+        let is_dir = std::fs::symlink_metadata(path).ok()?.is_dir();
+        Some(Masked { path: path.clone(), is_dir })
+    });
+    socket_dir.into_iter().chain(private).collect()
+}
+
 /// Whether the writable root `root` is already writable as the host has it, through the bind
 /// of another writable root above it with nothing mounted in between: it is then not bound
 /// again. A bind's source and target are paths to bubblewrap, and the directories between two
@@ -407,11 +434,7 @@ pub fn plan(
 /// mount of the inner root moves with them): left out, the bind cannot be sent elsewhere by
 /// such a rename, and whatever bubblewrap makes for the mounts that follow lands inside the
 /// outer root, which is writable anyway.
-fn writable_through_another(
-    root: &PinnedGrant,
-    grants: &[PinnedGrant],
-    socket_dir: Option<&Path>,
-) -> bool {
+fn writable_through_another(root: &PinnedGrant, grants: &[PinnedGrant], masked: &[Masked]) -> bool {
     let Some(outer) = grants
         .iter()
         .filter(|g| g.access == GrantAccess::Write && g.is_dir())
@@ -435,7 +458,7 @@ fn writable_through_another(
         .filter(|g| g.access == GrantAccess::Write)
         .flat_map(|g| &g.protected)
         .any(|name| between(&name.path));
-    !grant_between && !name_between && !socket_dir.is_some_and(between)
+    !grant_between && !name_between && !masked.iter().any(|masked| between(&masked.path))
 }
 
 /// Refuses the launch once `hidden` passes [`MAX_HIDDEN_PATHS`], naming what took it there.

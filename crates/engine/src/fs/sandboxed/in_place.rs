@@ -34,8 +34,8 @@ use super::op::{FileOp, Outcome};
 use crate::fs::{FsError, piecewise};
 use crate::sandbox::host_view::{self, InPlace};
 use crate::sandbox::policy::FullPolicy;
-use crate::sandbox::socket_dir;
 use crate::sandbox::walk::resolved;
+use crate::sandbox::{Sandboxing, socket_dir};
 
 /// Set once bubblewrap has built a sandbox for a file operation in this process: this host can
 /// sandbox, so what is written here is what a sandbox would have let through.
@@ -98,6 +98,10 @@ pub(super) async fn try_here(policy: &FullPolicy, op: FileOp) -> Tried {
 /// Where `path` is written in place, if it is; the socket directory prepared as the sandbox
 /// would prepare it (one the sandbox would refuse to be built over leaves the write to it).
 fn where_in_place(policy: &FullPolicy, path: &Path) -> Option<InPlace> {
+    // The server's own files are masked in every sandbox: the sandbox refuses.
+    if Sandboxing::current().private.iter().any(|private| path.starts_with(private)) {
+        return None;
+    }
     let uid = rustix::process::geteuid().as_raw();
     let socket_dir: Option<PathBuf> =
         socket_dir::prepare(&socket_dir::path(), uid).ok()?.map(|dir| resolved(&dir));
