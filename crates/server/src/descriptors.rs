@@ -38,7 +38,8 @@ pub const MIN_PENDING_CONNECTIONS: usize = 16;
 /// Descriptors the server needs to hold `max_connections` WebSocket connections with the
 /// default pending cap and headroom: what it raises its soft limit toward.
 pub fn descriptors_needed(max_connections: usize) -> u64 {
-    max_connections as u64 + DEFAULT_MAX_PENDING_CONNECTIONS as u64 + DESCRIPTOR_HEADROOM
+    (max_connections as u64)
+        .saturating_add(DEFAULT_MAX_PENDING_CONNECTIONS as u64 + DESCRIPTOR_HEADROOM)
 }
 
 /// The least a descriptor limit must be for any connections with the smallest pending cap and
@@ -115,7 +116,7 @@ pub fn budget(limit: u64, requested: Option<usize>) -> Result<DescriptorBudget, 
         if fits == 0 {
             return Err(too_low);
         }
-        let least = requested as u64 + MIN_RESERVED;
+        let least = (requested as u64).saturating_add(MIN_RESERVED);
         return Err(BudgetError::ConnectionsDoNotFit { requested, least, limit, fits });
     }
     let default_reserved = DEFAULT_MAX_PENDING_CONNECTIONS as u64 + DESCRIPTOR_HEADROOM;
@@ -230,6 +231,20 @@ mod tests {
                 least: 257,
                 limit: 256,
                 fits: 176
+            })
+        );
+    }
+
+    #[test]
+    fn a_connection_limit_past_any_descriptor_limit_is_refused_not_overflowed() {
+        assert_eq!(descriptors_needed(usize::MAX), u64::MAX);
+        assert_eq!(
+            budget(1024, Some(usize::MAX)),
+            Err(BudgetError::ConnectionsDoNotFit {
+                requested: usize::MAX,
+                least: u64::MAX,
+                limit: 1024,
+                fits: 944
             })
         );
     }
