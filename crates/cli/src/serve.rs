@@ -18,7 +18,7 @@ use tether_server::config::{
     DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE, DEFAULT_SHUTDOWN_GRACE,
     MAX_SHUTDOWN_GRACE,
 };
-use tether_server::descriptors;
+use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
 use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
@@ -83,8 +83,9 @@ pub struct ServeArgs {
     max_sessions: usize,
 
     /// WebSocket connections open at once; more get HTTP 503. The server raises its
-    /// file-descriptor limit to hold them and its processes; if the hard limit cannot, a value
-    /// given here is refused and the default lowered to what fits. [default: 1024]
+    /// file-descriptor limit to hold them and its processes; under a lower hard limit the
+    /// default is lowered to what fits, and a value given here is refused only if it leaves no
+    /// room for the rest. [default: 1024]
     #[arg(long)]
     max_connections: Option<usize>,
 
@@ -296,36 +297,43 @@ fn keep_inherited_descriptors_from_commands() {
     }
 }
 
-/// How many WebSocket connections to hold: `--max-connections` (or the default), after making
-/// the file-descriptor limit hold them with room for the sessions' own work (see
-/// `tether_server::descriptors`). A limit that cannot is an error for an explicit value and
-/// lowers the default, with a warning.
-fn fit_connections(requested: Option<usize>) -> anyhow::Result<usize> {
+/// How the file-descriptor limit is shared out (see `tether_server::descriptors`): the limit
+/// raised as far as `--max-connections` (or the default) with the default pending cap and
+/// headroom need, then, where the hard limit is lower, the shares lowered to fit, with one
+/// warning that says what was lowered to what. Only an explicit `--max-connections` that
+/// leaves no room for the rest is an error.
+fn fit_connections(requested: Option<usize>) -> anyhow::Result<DescriptorBudget> {
     let wanted = requested.unwrap_or(DEFAULT_MAX_CONNECTIONS);
     let limit = descriptors::fit_descriptor_limit(wanted);
-    let fits = descriptors::connections_within(limit.soft);
-    if fits >= wanted {
-        return Ok(wanted);
-    }
-    let needed = descriptors::descriptors_needed(wanted);
-    if fits == 0 {
-        bail!(
-            "the file-descriptor limit ({}) is too low to serve WebSocket connections: {} connections need {needed}; raise it (`ulimit -n`)",
-            limit.soft,
-            wanted
-        );
-    }
-    if requested.is_some() {
-        bail!(
-            "--max-connections {wanted} needs {needed} file descriptors, but the limit is {} (`ulimit -Hn`); raise the limit or use --max-connections {fits} or fewer",
+    let budget = descriptors::budget(limit.soft, requested).map_err(|error| match error {
+        BudgetError::LimitTooLow { .. } => anyhow::anyhow!("{error}; raise it (`ulimit -n`)"),
+        BudgetError::ConnectionsDoNotFit { fits, .. } => anyhow::anyhow!(
+            "{error} (`ulimit -Hn`); use --max-connections {fits} or fewer, or raise the limit"
+        ),
+    })?;
+    let full = DescriptorBudget::full(wanted);
+    if budget != full {
+        let lowered = [
+            ("--max-connections", full.max_connections as u64, budget.max_connections as u64),
+            (
+                "connections waiting for their upgrade",
+                full.max_pending_connections as u64,
+                budget.max_pending_connections as u64,
+            ),
+            ("descriptors kept for the sessions' work", full.headroom, budget.headroom),
+        ]
+        .into_iter()
+        .filter(|(_, from, to)| from != to)
+        .map(|(what, from, to)| format!("{what} {from} to {to}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+        let needed = descriptors::descriptors_needed(wanted);
+        tracing::warn!(
+            "the file-descriptor limit ({}) is below the {needed} these settings need; lowered {lowered}; raise the hard limit to {needed} (`ulimit -Hn`, LimitNOFILE= under systemd) to serve them in full",
             limit.soft
         );
     }
-    tracing::warn!(
-        limit = limit.soft,
-        "the file-descriptor limit holds {fits} connections with room for the sessions' work; serving at most {fits} (--max-connections)"
-    );
-    Ok(fits)
+    Ok(budget)
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -371,9 +379,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let max_connections = match listen {
+    let descriptor_budget = match listen {
         ListenAddress::WebSocket { .. } => fit_connections(args.max_connections)?,
-        ListenAddress::Stdio => DEFAULT_MAX_CONNECTIONS,
+        ListenAddress::Stdio => DescriptorBudget::full(DEFAULT_MAX_CONNECTIONS),
     };
     set_up_sandboxing(args.bwrap.clone(), private_files(&args))?;
     keep_own_memory_private();
@@ -406,7 +414,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             spill: spill.map(Arc::new),
         },
         max_sessions: args.max_sessions,
-        max_connections,
+        max_connections: descriptor_budget.max_connections,
+        max_pending_connections: descriptor_budget.max_pending_connections,
         ws_auth,
         insecure_no_auth: args.insecure_no_auth,
         tls,

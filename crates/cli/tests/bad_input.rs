@@ -13,6 +13,7 @@ against_both!(
     process_start_params_are_validated,
     spawn_failures_are_internal_errors_with_the_os_message,
     write_signal_and_read_params_are_validated,
+    process_ids_are_at_most_256_bytes,
     oversized_frames_end_only_their_own_connection,
     hostile_json_is_refused_with_id_minus_one,
 );
@@ -164,6 +165,51 @@ async fn write_signal_and_read_params_are_validated(target: Target) {
     let longest = json!({"processId": "p", "chunk": "eA==", "writeId": "w".repeat(256)});
     client.ok("process/write", longest).await.unwrap();
     client.ok("process/terminate", json!({"processId": "p"})).await.unwrap();
+}
+
+/// A `processId` is repeated in every notification of its process, so Tether bounds it (256
+/// bytes) on every method that takes one. A deliberate difference: the reference takes ids of
+/// any length, so against it the longer id starts a process like any other.
+async fn process_ids_are_at_most_256_bytes(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let longest = "p".repeat(256);
+    client.ok("process/start", exec(&longest, "sleep 30")).await.unwrap();
+    client.ok("process/terminate", json!({"processId": longest})).await.unwrap();
+
+    let long = "p".repeat(257);
+    match target {
+        Target::Reference => {
+            client.ok("process/start", exec(&long, "sleep 30")).await.unwrap();
+            client.ok("process/terminate", json!({"processId": long})).await.unwrap();
+        }
+        Target::Tether => {
+            let cases = [
+                ("process/start", exec(&long, "true")),
+                ("process/read", json!({"processId": long, "afterSeq": 0})),
+                ("process/write", json!({"processId": long, "chunk": "eA==", "writeId": "1"})),
+                ("process/signal", json!({"processId": long, "signal": "interrupt"})),
+                ("process/terminate", json!({"processId": long})),
+                ("process/resize", json!({"processId": long, "cols": 80, "rows": 24})),
+                ("process/closeStdin", json!({"processId": long})),
+            ];
+            for (method, params) in cases {
+                let error = client.err(method, params).await.unwrap();
+                assert_eq!(
+                    (error.code, error.message.as_str()),
+                    (-32602, "processId must be at most 256 bytes; send a shorter id"),
+                    "{method}"
+                );
+            }
+            let listed = client.ok("process/list", json!({})).await.unwrap();
+            let ids: Vec<&str> = listed["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["processId"].as_str().unwrap())
+                .collect();
+            assert_eq!(ids, [longest.as_str()], "nothing was started under the long id");
+        }
+    }
 }
 
 async fn oversized_frames_end_only_their_own_connection(target: Target) {

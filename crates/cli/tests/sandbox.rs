@@ -844,6 +844,183 @@ async fn restricted_network_leaves_loopback_only_and_no_sockets(target: Target) 
     assert_eq!(unix.accept().unwrap_err().kind(), ErrorKind::WouldBlock, "no Unix connection came");
 }
 
+/// Tries every way a command could reach a socket of the host's, one line each: what it did,
+/// then `reached` or the error's words. Ends with IPC inside the sandbox: a descriptor passed
+/// over a socketpair.
+const SOCKET_PROBE: &str = r#"
+import array, socket, sys
+dgram, abstract_dgram, stream, abstract_stream, tcp_port, udp_port = sys.argv[1:7]
+rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0]))]
+
+def attempt(name, action):
+    try:
+        action()
+        print(name + ": reached")
+    except OSError as error:
+        print(name + ": " + error.strerror)
+
+def unix(kind):
+    return socket.socket(socket.AF_UNIX, kind)
+
+attempt("sendto", lambda: unix(socket.SOCK_DGRAM).sendto(b"x", dgram))
+attempt("sendmsg", lambda: unix(socket.SOCK_DGRAM).sendmsg([b"x"], [], 0, dgram))
+attempt("sendmsg-rights", lambda: unix(socket.SOCK_DGRAM).sendmsg([b"x"], rights, 0, dgram))
+attempt("raw-sendmsg", lambda: unix(socket.SOCK_RAW).sendmsg([b"x"], [], 0, dgram))
+attempt("pair-sendmsg",
+    lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendmsg([b"x"], [], 0, dgram))
+attempt("abstract-sendmsg",
+    lambda: unix(socket.SOCK_DGRAM).sendmsg([b"x"], [], 0, "\0" + abstract_dgram))
+attempt("stream-sendmsg", lambda: socket.socketpair()[0].sendmsg([b"x"], rights, 0, dgram))
+attempt("connect", lambda: unix(socket.SOCK_STREAM).connect(stream))
+attempt("abstract-connect", lambda: unix(socket.SOCK_STREAM).connect("\0" + abstract_stream))
+attempt("tcp", lambda: socket.socket().connect(("127.0.0.1", int(tcp_port))))
+attempt("udp",
+    lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", int(udp_port))))
+
+a, b = socket.socketpair()
+a.sendmsg([b"ipc"], rights)
+message, ancillary, _, _ = b.recvmsg(16, socket.CMSG_SPACE(4))
+print("ipc: " + message.decode() + " with " + str(len(ancillary)) + " descriptor")
+"#;
+
+/// The host's sockets a probe aims at: Unix datagram and stream sockets by path and by
+/// abstract name, and loopback TCP and UDP, each non-blocking so what arrived can be counted.
+struct HostSockets {
+    dgram: std::os::unix::net::UnixDatagram,
+    abstract_dgram: std::os::unix::net::UnixDatagram,
+    stream: std::os::unix::net::UnixListener,
+    abstract_stream: std::os::unix::net::UnixListener,
+    tcp: std::net::TcpListener,
+    udp: std::net::UdpSocket,
+    /// The probe's arguments, in its order.
+    arguments: String,
+}
+
+impl HostSockets {
+    fn bound(root: &HostDir) -> Self {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let unique = format!(
+            "tether-sandbox-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let (abstract_dgram_name, abstract_stream_name) =
+            (format!("{unique}-dgram"), format!("{unique}-stream"));
+        let abstract_name = |name: &str| SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let sockets = Self {
+            dgram: UnixDatagram::bind(root.path("host-dgram.sock")).unwrap(),
+            abstract_dgram: UnixDatagram::bind_addr(&abstract_name(&abstract_dgram_name)).unwrap(),
+            stream: UnixListener::bind(root.path("host-stream.sock")).unwrap(),
+            abstract_stream: UnixListener::bind_addr(&abstract_name(&abstract_stream_name))
+                .unwrap(),
+            tcp: std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            udp: std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+            arguments: String::new(),
+        };
+        sockets.dgram.set_nonblocking(true).unwrap();
+        sockets.abstract_dgram.set_nonblocking(true).unwrap();
+        sockets.stream.set_nonblocking(true).unwrap();
+        sockets.abstract_stream.set_nonblocking(true).unwrap();
+        sockets.tcp.set_nonblocking(true).unwrap();
+        sockets.udp.set_nonblocking(true).unwrap();
+        let arguments = format!(
+            "{} {abstract_dgram_name} {} {abstract_stream_name} {} {}",
+            root.display("host-dgram.sock"),
+            root.display("host-stream.sock"),
+            sockets.tcp.local_addr().unwrap().port(),
+            sockets.udp.local_addr().unwrap().port(),
+        );
+        Self { arguments, ..sockets }
+    }
+
+    /// How many datagrams and connections reached the Unix sockets since the last call, by
+    /// socket (their delivery is done when the sender's call returns).
+    fn unix_arrivals(&self) -> [(&'static str, usize); 4] {
+        fn datagrams(socket: &std::os::unix::net::UnixDatagram) -> usize {
+            let mut buffer = [0u8; 64];
+            std::iter::from_fn(|| socket.recv(&mut buffer).ok()).count()
+        }
+        fn connections(listener: &std::os::unix::net::UnixListener) -> usize {
+            std::iter::from_fn(|| listener.accept().ok()).count()
+        }
+        [
+            ("dgram", datagrams(&self.dgram)),
+            ("abstract-dgram", datagrams(&self.abstract_dgram)),
+            ("stream", connections(&self.stream)),
+            ("abstract-stream", connections(&self.abstract_stream)),
+        ]
+    }
+}
+
+/// A network-restricted command reaches no socket of the host's, by any call: not a Unix
+/// datagram socket by `sendto` or `sendmsg` (with descriptors or without, from a socket,
+/// a raw one or a socketpair), not an abstract one, not a Unix stream socket by path or name,
+/// not TCP or UDP on loopback — under the network filter alone and in a full sandbox alike —
+/// while IPC over a socketpair still passes descriptors. With the network enabled, all of it
+/// is reached. Tether only: the reference's filter leaves `sendmsg` and Unix datagram sockets,
+/// so its commands deliver datagrams, and descriptors, to any host socket they can name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_network_reaches_no_host_socket() {
+    let root = HostDir::new(Target::Tether, "host-sockets");
+    root.file("probe.py", SOCKET_PROBE);
+    let host = HostSockets::bound(&root);
+    let (_server, mut client) = started(Target::Tether).await;
+    let script = format!("python3 probe.py {}", host.arguments);
+    let full = process_intent(read_only_entries(), &root);
+    let full_with_network =
+        edited(&full, |intent| intent["permissions"]["network"] = json!("enabled"));
+
+    let refused = "sendto: Operation not permitted\n\
+                   sendmsg: Operation not permitted\n\
+                   sendmsg-rights: Operation not permitted\n\
+                   raw-sendmsg: Operation not permitted\n\
+                   pair-sendmsg: Operation not permitted\n\
+                   abstract-sendmsg: Operation not permitted\n\
+                   stream-sendmsg: Transport endpoint is already connected\n\
+                   connect: Operation not permitted\n\
+                   abstract-connect: Operation not permitted\n\
+                   tcp: Operation not permitted\n\
+                   udp: Operation not permitted\n\
+                   ipc: ipc with 1 descriptor\n";
+    for (name, intent) in [("filter-only", external_intent()), ("full", full)] {
+        let finished = run(&mut client, sandboxed(name, &script, &root, intent)).await;
+        assert_eq!((finished.stdout.as_str(), finished.stderr.as_str()), (refused, ""), "{name}");
+        assert_eq!(
+            host.unix_arrivals(),
+            [("dgram", 0), ("abstract-dgram", 0), ("stream", 0), ("abstract-stream", 0)],
+            "{name}: nothing reached the host"
+        );
+        assert_eq!(host.tcp.accept().unwrap_err().kind(), ErrorKind::WouldBlock, "{name}");
+        let mut buffer = [0u8; 16];
+        assert_eq!(host.udp.recv(&mut buffer).unwrap_err().kind(), ErrorKind::WouldBlock);
+    }
+
+    let finished = run(&mut client, sandboxed("network", &script, &root, full_with_network)).await;
+    assert_eq!(
+        finished.stdout,
+        "sendto: reached\n\
+         sendmsg: reached\n\
+         sendmsg-rights: reached\n\
+         raw-sendmsg: reached\n\
+         pair-sendmsg: reached\n\
+         abstract-sendmsg: reached\n\
+         stream-sendmsg: Transport endpoint is already connected\n\
+         connect: reached\n\
+         abstract-connect: reached\n\
+         tcp: reached\n\
+         udp: reached\n\
+         ipc: ipc with 1 descriptor\n",
+        "{}",
+        finished.stderr
+    );
+    assert_eq!(
+        host.unix_arrivals(),
+        [("dgram", 5), ("abstract-dgram", 1), ("stream", 1), ("abstract-stream", 1)]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. Escape attempts
 

@@ -59,6 +59,46 @@ async fn commands_cannot_read_the_servers_environment() {
     assert!(!output.contains("canary"), "a secret reached the command: {output}");
 }
 
+/// Credentials that no name rule of the reference's catches — a password in a proxy or index
+/// URL, a database URL under any name, a DSN, a webhook, a CI job's JWT — stay on the executor
+/// under a default policy, while look-alikes (an `@` in a URL's path, a proxy without
+/// credentials) pass. Tether only: the reference withholds only `*KEY*`, `*SECRET*` and
+/// `*TOKEN*`, so its commands see all of these.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_urls_and_conventional_names_do_not_reach_commands() {
+    let secrets = [
+        ("HTTPS_PROXY", "http://user:canary-proxy@proxy.internal:3128"),
+        ("PIP_INDEX_URL", "https://build:canary-pip@pypi.internal/simple"),
+        ("REDIS_URL", "redis://:canary-redis@cache:6379/0"),
+        ("MONGODB_URI", "mongodb+srv://app:canary-mongo@cluster0.example.net/db"),
+        ("SENTRY_DSN", "https://canary-sentry@o1.ingest.sentry.io/42"),
+        ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/canary-slack"),
+        ("CI_JOB_JWT", "eyJhbGciOiJSUzI1NiJ9.canary-jwt.sig"),
+    ];
+    let harmless =
+        [("DOCS_URL", "http://example.com/a@b"), ("HTTP_PROXY", "http://proxy.internal:3128")];
+    let env: Vec<(&str, &str)> = secrets.iter().chain(&harmless).copied().collect();
+    let server = ServerProcess::start_with_env(Target::Tether, &[], &env).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let start = json!({
+        "processId": "env", "argv": ["/usr/bin/env"], "cwd": "file:///tmp", "env": {},
+        "envPolicy": {"inherit": "all", "ignoreDefaultExcludes": false, "exclude": [], "set": {},
+            "includeOnly": []},
+        "tty": false,
+    });
+    client.ok("process/start", start).await.unwrap();
+    let events = client.process_events("env").await.unwrap();
+    let output = String::from_utf8(output_of(&events, "stdout")).unwrap();
+    let seen: Vec<&str> = output.lines().collect();
+    for (name, value) in harmless {
+        assert!(seen.contains(&format!("{name}={value}").as_str()), "{name} passes: {output}");
+    }
+    for (name, _) in secrets {
+        assert!(!seen.iter().any(|line| line.starts_with(&format!("{name}="))), "{name}: {output}");
+    }
+    assert!(!output.contains("canary"), "a credential reached the command: {output}");
+}
+
 against_both!(descriptors_the_server_inherited_reach_no_command);
 
 /// A descriptor the server inherited from whatever started it (a launcher's secrets file, here)

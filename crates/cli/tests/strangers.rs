@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use tether_testkit::server::tether_binary;
 use tether_testkit::{RpcClient, ServerProcess, Target};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 mod common;
@@ -83,9 +83,10 @@ async fn silent_and_trickling_connections_are_closed_at_the_head_deadline() {
 
 /// The red team's attack, on a server whose descriptor limit is 1,600: twice that many idle
 /// TCP connections. Before, the server held each one forever and ran out of descriptors, and
-/// the session already running got "Too many open files". Now at most 256 wait at once (the
-/// oldest are closed to make room), so the session's commands and file reads go on, and a
-/// new client still gets in.
+/// the session already running got "Too many open files". Now at most 177 wait at once (the
+/// default 256 scaled to the limit, as the connections and headroom are; the oldest are closed
+/// to make room), so the session's commands and file reads go on, and a new client still gets
+/// in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_strangers_cannot_exhaust_the_descriptors_of_a_running_session() {
     let server = ServerProcess::start_wrapped(
@@ -117,7 +118,7 @@ async fn idle_strangers_cannot_exhaust_the_descriptors_of_a_running_session() {
             &metrics,
             r#"tether_connections_closed_before_upgrade_total{reason="evicted"}"#,
         );
-        if evicted >= (3200 - 256) as f64 {
+        if evicted >= (3200 - 177) as f64 {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "only {evicted} evicted");
@@ -133,26 +134,80 @@ async fn idle_strangers_cannot_exhaust_the_descriptors_of_a_running_session() {
     drop(strangers);
 }
 
-/// An explicit `--max-connections` the descriptor limit cannot hold (with the pending
-/// connections and room for processes) is refused at start-up, naming what fits.
+/// An explicit `--max-connections` the descriptor limit cannot hold (with the fewest pending
+/// connections and the least room for processes) is refused at start-up, naming what fits.
 #[tokio::test]
 async fn a_connection_limit_the_descriptor_limit_cannot_hold_is_refused() {
-    let output = tokio::process::Command::new("prlimit")
-        .arg("--nofile=1600:1600")
+    for (limit, asked, message) in [
+        (
+            "1600",
+            "5000",
+            "--max-connections 5000 needs at least 5080 file descriptors, but the limit is 1600 (`ulimit -Hn`); use --max-connections 1520 or fewer, or raise the limit",
+        ),
+        (
+            "256",
+            "1000",
+            "--max-connections 1000 needs at least 1080 file descriptors, but the limit is 256 (`ulimit -Hn`); use --max-connections 176 or fewer, or raise the limit",
+        ),
+    ] {
+        let output = tokio::process::Command::new("prlimit")
+            .arg(format!("--nofile={limit}:{limit}"))
+            .arg("--")
+            .arg(tether_binary().unwrap())
+            .args(["serve", "--listen", "ws://127.0.0.1:0", "--max-connections", asked])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.trim(), format!("tether: {message}"));
+    }
+}
+
+/// A small container's descriptor limit (256, where the defaults need 2,304) does not stop the
+/// server, as it does not stop the reference: the defaults are lowered to fit, in one warning
+/// that says what became what and how to raise the limit, and a session runs a command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_descriptor_limit_lowers_the_defaults_with_one_warning() {
+    let mut server = tokio::process::Command::new("prlimit")
+        .arg("--nofile=256:256")
         .arg("--")
         .arg(tether_binary().unwrap())
-        .args(["serve", "--listen", "ws://127.0.0.1:0", "--max-connections", "5000"])
+        .args(["serve", "--listen", "ws://127.0.0.1:0"])
+        .env_remove("TETHER_LOG")
         .stdin(Stdio::null())
-        .output()
-        .await
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
         .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let mut stdout = BufReader::new(server.stdout.take().unwrap()).lines();
+    let url = stdout.next_line().await.unwrap().expect("the server printed its URL");
+    // Everything the server says before it listens, up to the line that says it does.
+    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        let listening = line.contains("listening");
+        said.push(line);
+        if listening {
+            break;
+        }
+    }
+    let warnings: Vec<&String> = said.iter().filter(|line| line.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{said:#?}");
     assert!(
-        stderr.contains(
-            "--max-connections 5000 needs 6280 file descriptors, but the limit is 1600 (`ulimit -Hn`); raise the limit or use --max-connections 320 or fewer"
+        warnings[0].ends_with(
+            "the file-descriptor limit (256) is below the 2304 these settings need; lowered --max-connections 1024 to 115, connections waiting for their upgrade 256 to 28, descriptors kept for the sessions' work 1024 to 113; raise the hard limit to 2304 (`ulimit -Hn`, LimitNOFILE= under systemd) to serve them in full"
         ),
-        "{stderr}"
+        "{}",
+        warnings[0]
     );
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+
+    let (mut client, _) = RpcClient::connect_initialized(&url).await.unwrap();
+    client.ok("process/start", common::exec("small", "echo served")).await.unwrap();
+    let events = client.process_events("small").await.unwrap();
+    assert_eq!(tether_testkit::client::output_of(&events, "stdout"), b"served\n");
+    let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
+    assert_eq!(exited["params"]["exitCode"], 0);
 }

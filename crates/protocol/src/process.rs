@@ -13,7 +13,8 @@ use serde_json::Value;
 use crate::sandbox::SandboxContext;
 use crate::{ByteChunk, PathUri};
 
-/// A client-chosen process handle, unique within its session (not an OS pid).
+/// A client-chosen process handle, unique within its session (not an OS pid), at most
+/// [`PROCESS_ID_MAX_BYTES`] bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ProcessId(pub String);
@@ -58,6 +59,12 @@ pub struct SnapshotShell {
     pub name: String,
     pub path: String,
 }
+
+/// The longest `processId`, in bytes. Every notification of a process repeats its id, so an
+/// unbounded id multiplies into every output chunk a slow client has not read yet; Codex's ids
+/// are decimal counters and UUIDs. The reference has no bound; a longer id is refused with
+/// `-32602` by every method that takes one.
+pub const PROCESS_ID_MAX_BYTES: usize = 256;
 
 /// The longest `writeId`, in bytes. The server keeps each id it has seen (to recognise a
 /// retry), so an unbounded id is memory a client can make it hold; Codex's ids are 36 bytes.

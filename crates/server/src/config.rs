@@ -67,8 +67,9 @@ pub const DEFAULT_REQUEST_HEAD_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Connections held before their upgrade, TLS handshakes included. Each costs one descriptor
 /// and a few KiB; 256 is far more than legitimate clients ever have in flight at once (each
-/// is here for a round trip), and small beside the descriptor headroom the server keeps.
-pub const MAX_PENDING_CONNECTIONS: usize = 256;
+/// is here for a round trip), and small beside the descriptor headroom the server keeps. A
+/// small descriptor limit lowers it (see [`crate::descriptors`]).
+pub const DEFAULT_MAX_PENDING_CONNECTIONS: usize = 256;
 
 /// Requests per connection that may wait at once (long-poll `process/read`s). Tether answers
 /// other requests while they wait; past this many, the connection stops reading new requests
@@ -107,6 +108,9 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// WebSocket connections open at once ([`DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
+    /// Connections held before their upgrade ([`DEFAULT_MAX_PENDING_CONNECTIONS`]); past it
+    /// the oldest is closed.
+    pub max_pending_connections: usize,
     /// Who may open a WebSocket.
     pub ws_auth: WsAuth,
     /// Listen beyond loopback without authentication.
@@ -134,6 +138,7 @@ impl Default for ServerConfig {
             processes: ProcessTableConfig::default(),
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_pending_connections: DEFAULT_MAX_PENDING_CONNECTIONS,
             ws_auth: WsAuth::None,
             insecure_no_auth: false,
             tls: None,

@@ -5,6 +5,19 @@
 //! first (anything but x86_64 kills the process: a 32-bit syscall table would bypass the
 //! numbers below); the default is allow, and a listed call fails with `EPERM`, which programs
 //! report as "Operation not permitted".
+//!
+//! A restricted network means no socket of the host's at all, Unix ones included: a path
+//! socket is reachable through the read-only `/` whatever the namespaces. The reference's
+//! filter refuses `connect`, `sendto` and every socket but AF_UNIX, yet leaves `sendmsg`, which
+//! on a Unix datagram socket delivers to whatever address it names — a host's logger, a
+//! supervisor's notify socket — descriptors included. A filter cannot read that address (it
+//! sits behind a pointer), so the program makes sure no socket it could matter on exists: no
+//! AF_UNIX datagram socket can be made (`SOCK_DGRAM`, or `SOCK_RAW`, which the kernel makes one
+//! of), by `socket` or `socketpair`. What remains are stream and seqpacket sockets, which can
+//! only be connected to each other by `socketpair`, `connect` being refused; on those the
+//! kernel refuses an address in `sendmsg` (stream) or ignores it (seqpacket). So IPC over a
+//! socketpair, descriptors passed with `sendmsg` included, still works. `pidfd_getfd` is
+//! refused too: it would take a socket, connected or listening, from another process.
 
 use std::collections::BTreeMap;
 
@@ -16,9 +29,9 @@ use seccompiler::{
 /// Which calls are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetworkRule {
-    /// No network: sockets other than AF_UNIX, and every call that would use a socket to reach
-    /// out or listen, plus reading another process's memory and io_uring (which bypasses the
-    /// filter).
+    /// No network: sockets other than AF_UNIX, AF_UNIX datagram sockets, and every call that
+    /// would use a socket to reach out or listen, plus reading another process's memory or
+    /// taking its descriptors, and io_uring (which bypasses the filter).
     Restricted,
     /// The network is allowed, the filesystem is restricted: only VSOCK (a path to the host
     /// that no namespace isolates) and io_uring are refused.
@@ -26,7 +39,7 @@ pub enum NetworkRule {
 }
 
 /// Calls refused whatever their arguments, with no network.
-const NO_NETWORK_CALLS: [i64; 19] = [
+const NO_NETWORK_CALLS: [i64; 20] = [
     libc::SYS_connect,
     libc::SYS_accept,
     libc::SYS_accept4,
@@ -43,6 +56,7 @@ const NO_NETWORK_CALLS: [i64; 19] = [
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
@@ -50,6 +64,23 @@ const NO_NETWORK_CALLS: [i64; 19] = [
 
 const IO_URING_CALLS: [i64; 3] =
     [libc::SYS_io_uring_setup, libc::SYS_io_uring_enter, libc::SYS_io_uring_register];
+
+/// The socket types an AF_UNIX `socket` or `socketpair` makes a datagram socket of (the kernel
+/// turns `SOCK_RAW` into `SOCK_DGRAM`); any other type but stream and seqpacket it refuses.
+const UNIX_DATAGRAM_TYPES: [i32; 2] = [libc::SOCK_DGRAM, libc::SOCK_RAW];
+
+/// The bits of a socket's type argument that name the type; the rest are `SOCK_NONBLOCK` and
+/// `SOCK_CLOEXEC` (the kernel's `SOCK_TYPE_MASK`).
+const SOCKET_TYPE_MASK: u64 = 0xf;
+
+/// A rule matching a `socket` or `socketpair` call that asks for sockets of `kind`, whatever
+/// flags come with it.
+fn socket_type(kind: i32) -> SeccompRule {
+    let op = SeccompCmpOp::MaskedEq(SOCKET_TYPE_MASK);
+    let condition = SeccompCondition::new(1, SeccompCmpArgLen::Dword, op, kind as u64)
+        .expect("argument 1 exists");
+    SeccompRule::new(vec![condition]).expect("one condition")
+}
 
 /// The compiled program for `rule`.
 pub fn program(rule: NetworkRule) -> BpfProgram {
@@ -62,7 +93,9 @@ pub fn program(rule: NetworkRule) -> BpfProgram {
     match rule {
         NetworkRule::Restricted => {
             for call in [libc::SYS_socket, libc::SYS_socketpair] {
-                rules.insert(call, socket_domain(SeccompCmpOp::Ne, libc::AF_UNIX));
+                let mut refused = socket_domain(SeccompCmpOp::Ne, libc::AF_UNIX);
+                refused.extend(UNIX_DATAGRAM_TYPES.map(socket_type));
+                rules.insert(call, refused);
             }
             for call in NO_NETWORK_CALLS {
                 rules.insert(call, Vec::new());
@@ -144,6 +177,57 @@ mod tests {
             }
         });
         assert_eq!(connect, libc::EPERM);
+    }
+
+    /// `socket` and `socketpair` with `domain` and `kind` (flags added), or the errno.
+    fn make_sockets(domain: i32, kind: i32) -> i32 {
+        unsafe {
+            if libc::socket(domain, kind | libc::SOCK_CLOEXEC, 0) < 0 {
+                return errno();
+            }
+            let mut pair = [0; 2];
+            if libc::socketpair(domain, kind | libc::SOCK_NONBLOCK, 0, pair.as_mut_ptr()) < 0 {
+                return errno();
+            }
+        }
+        0
+    }
+
+    #[test]
+    fn no_network_refuses_unix_datagram_sockets_but_not_stream_or_seqpacket_ones() {
+        let dgram = in_filtered_child(NetworkRule::Restricted, || {
+            make_sockets(libc::AF_UNIX, libc::SOCK_DGRAM)
+        });
+        assert_eq!(dgram, libc::EPERM);
+        let raw = in_filtered_child(NetworkRule::Restricted, || {
+            make_sockets(libc::AF_UNIX, libc::SOCK_RAW)
+        });
+        assert_eq!(raw, libc::EPERM);
+        let stream = in_filtered_child(NetworkRule::Restricted, || {
+            make_sockets(libc::AF_UNIX, libc::SOCK_STREAM)
+        });
+        assert_eq!(stream, 0);
+        let seqpacket = in_filtered_child(NetworkRule::Restricted, || {
+            make_sockets(libc::AF_UNIX, libc::SOCK_SEQPACKET)
+        });
+        assert_eq!(seqpacket, 0);
+        let enabled = in_filtered_child(NetworkRule::Enabled, || {
+            make_sockets(libc::AF_UNIX, libc::SOCK_DGRAM)
+        });
+        assert_eq!(enabled, 0, "with the network, datagram sockets are allowed");
+    }
+
+    #[test]
+    fn no_network_refuses_taking_descriptors_with_pidfd_getfd() {
+        // Its own descriptor: which any process may take, but for the filter.
+        let taken = in_filtered_child(NetworkRule::Restricted, || unsafe {
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as i32;
+            if pidfd < 0 {
+                return 254;
+            }
+            if libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0) < 0 { errno() } else { 0 }
+        });
+        assert_eq!(taken, libc::EPERM);
     }
 
     #[test]

@@ -3,9 +3,9 @@
 use serde_json::Value;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::process::{
-    CloseStdinParams, ExecParams, ListResponse, ReadParams, ResizeParams, SignalParams,
-    SignalResponse, TerminateParams, TerminateResponse, WRITE_ID_MAX_BYTES, WriteParams,
-    WriteResponse,
+    CloseStdinParams, ExecParams, ListResponse, PROCESS_ID_MAX_BYTES, ProcessId, ReadParams,
+    ResizeParams, SignalParams, SignalResponse, TerminateParams, TerminateResponse,
+    WRITE_ID_MAX_BYTES, WriteParams, WriteResponse,
 };
 use tether_protocol::{JsonRpcError, Method, RequestId};
 
@@ -33,7 +33,7 @@ impl ProcessCall {
         method: Method,
         params: Option<Value>,
     ) -> Result<Option<ProcessCall>, JsonRpcError> {
-        Ok(Some(match method {
+        let call = match method {
             Method::ProcessStart => ProcessCall::Start(Box::new(params_of(params)?)),
             Method::ProcessRead => ProcessCall::Read(params_of(params)?),
             Method::ProcessWrite => {
@@ -58,8 +58,38 @@ impl ProcessCall {
                 ProcessCall::List
             }
             _ => return Ok(None),
-        }))
+        };
+        if let Some(process_id) = call.process_id() {
+            check_process_id(process_id)?;
+        }
+        Ok(Some(call))
     }
+
+    /// The process the call names; `None` for a listing.
+    fn process_id(&self) -> Option<&ProcessId> {
+        match self {
+            ProcessCall::Start(params) => Some(&params.process_id),
+            ProcessCall::Read(params) => Some(&params.process_id),
+            ProcessCall::Write(params) => Some(&params.process_id),
+            ProcessCall::Signal(params) => Some(&params.process_id),
+            ProcessCall::Terminate(params) => Some(&params.process_id),
+            ProcessCall::Resize(params) => Some(&params.process_id),
+            ProcessCall::CloseStdin(params) => Some(&params.process_id),
+            ProcessCall::List => None,
+        }
+    }
+}
+
+/// Refuses an id longer than [`PROCESS_ID_MAX_BYTES`] on every method, not only on a start: an
+/// id no start can have names no process, and refusing it the same way everywhere tells the
+/// client which of its ids is at fault.
+fn check_process_id(process_id: &ProcessId) -> Result<(), JsonRpcError> {
+    if process_id.as_str().len() > PROCESS_ID_MAX_BYTES {
+        return Err(invalid_params(format!(
+            "processId must be at most {PROCESS_ID_MAX_BYTES} bytes; send a shorter id"
+        )));
+    }
+    Ok(())
 }
 
 /// Runs every process call but a read (which may wait, and is the processor's to schedule).

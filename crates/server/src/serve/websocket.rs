@@ -60,6 +60,7 @@ pub(crate) async fn serve(
     let rules = accept::AcceptRules {
         tls: server.config.tls.clone(),
         request_head_deadline: server.config.request_head_deadline,
+        max_pending_connections: server.config.max_pending_connections,
     };
     let metrics = server.metrics.clone();
     let connections = TaskTracker::new();

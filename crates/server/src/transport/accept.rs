@@ -9,11 +9,12 @@
 //!   head must arrive whole within the request-head deadline
 //!   ([`crate::config::DEFAULT_REQUEST_HEAD_DEADLINE`], `--request-head-timeout-secs`) — counted from when the server starts waiting, not from the
 //!   first byte, so a connection that sends nothing, or a byte at a time, is closed all the same.
-//! - **A cap on strangers.** At most [`MAX_PENDING_CONNECTIONS`] connections are held before
-//!   their upgrade. Past it, the *oldest* is closed to make room: a real client finishes its
-//!   head in milliseconds, so an attacker would have to open hundreds of connections in that
-//!   time to keep one out, while refusing newcomers would let a slow trickle of idle sockets
-//!   lock everyone out.
+//! - **A cap on strangers.** At most [`crate::config::DEFAULT_MAX_PENDING_CONNECTIONS`]
+//!   connections (fewer under a small descriptor limit) are held before their upgrade. Past
+//!   it, the *oldest* is closed to make room: a real client finishes its head in
+//!   milliseconds, so an attacker would have to open hundreds of connections in that time to
+//!   keep one out, while refusing newcomers would let a slow trickle of idle sockets lock
+//!   everyone out.
 //! - Upgraded connections leave this module and count against `--max-connections` instead
 //!   (see [`crate::descriptors`] for how both fit the descriptor limit).
 
@@ -34,7 +35,6 @@ use tracing::debug;
 
 use super::liveness::{ClockedIo, SocketClock};
 use super::tls::HANDSHAKE_TIMEOUT;
-use crate::config::MAX_PENDING_CONNECTIONS;
 use crate::metrics::{EarlyClose, Metrics};
 
 /// How long the accept loop waits after `accept` fails (out of descriptors, say) before it
@@ -47,6 +47,8 @@ pub(crate) struct AcceptRules {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// See [`crate::config::DEFAULT_REQUEST_HEAD_DEADLINE`].
     pub request_head_deadline: Duration,
+    /// Connections held before their upgrade; past it the oldest is closed.
+    pub max_pending_connections: usize,
 }
 
 /// Serves `app` on `listener` until `shutdown`, applying the rules in the module
@@ -60,7 +62,7 @@ pub(crate) async fn serve(
 ) -> std::io::Result<()> {
     let tls = rules.tls.map(TlsAcceptor::from);
     let deadline = rules.request_head_deadline;
-    let pending = Arc::new(Pending::default());
+    let pending = Arc::new(Pending::new(rules.max_pending_connections));
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -146,9 +148,10 @@ async fn serve_http<Io>(
 }
 
 /// The connections not yet upgraded, oldest first, each with the token that closes it.
-#[derive(Default)]
 struct Pending {
     inner: Mutex<PendingInner>,
+    /// The most held at once.
+    cap: usize,
 }
 
 #[derive(Default)]
@@ -158,10 +161,14 @@ struct PendingInner {
 }
 
 impl Pending {
+    fn new(cap: usize) -> Self {
+        Self { inner: Mutex::default(), cap }
+    }
+
     /// Registers a new connection, closing the oldest one if the cap is reached.
     fn admit(&self, shutdown: &CancellationToken, metrics: &Metrics) -> (u64, CancellationToken) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.connections.len() >= MAX_PENDING_CONNECTIONS
+        if inner.connections.len() >= self.cap
             && let Some((_, oldest)) = inner.connections.pop_first()
         {
             oldest.cancel();
