@@ -110,3 +110,48 @@ async fn the_servers_own_files_are_hidden_from_every_sandbox() {
     assert_eq!(std::fs::read_to_string(project.join("beside")).unwrap(), "ok\n");
     server.stop().await.unwrap();
 }
+
+/// A sandbox with the network enabled shares the host's loopback; a command in it that
+/// connects to the server (here unauthenticated, as on loopback by default) is closed on
+/// before its upgrade is read, while the same probe from an unsandboxed command is upgraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_command_cannot_connect_to_the_server_that_confines_it() {
+    let base = Removed(PathBuf::from(format!("/var/tmp/tether-loopback-{}", std::process::id())));
+    let project = base.0.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let home = base.0.join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let server = ServerProcess::start_with_env(
+        Target::Tether,
+        &[],
+        &[("CODEX_HOME", home.to_str().unwrap())],
+    )
+    .await
+    .unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let port = server.url.rsplit(':').next().unwrap().trim_end_matches('/');
+    let request = "GET / HTTP/1.1\\r\\nHost: x\\r\\nUpgrade: websocket\\r\\n\
+                   Connection: Upgrade\\r\\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\n\
+                   Sec-WebSocket-Version: 13\\r\\n\\r\\n";
+    let script = [
+        "import socket".to_owned(),
+        format!("s = socket.create_connection(('127.0.0.1', {port}))"),
+        "try:".to_owned(),
+        format!("    s.sendall(b'{request}')"),
+        "    answer = s.recv(12)".to_owned(),
+        "except (ConnectionResetError, BrokenPipeError):".to_owned(),
+        "    answer = b''".to_owned(),
+        "print('answer:', answer)".to_owned(),
+    ];
+    std::fs::write(project.join("probe.py"), script.join("\n")).unwrap();
+    let probe = "python3 probe.py";
+    let mut networked = workspace_write(&project, false);
+    networked["permissions"]["network"] = json!("enabled");
+    let (output, code) = run(&mut client, "inside", probe, &project, networked).await;
+    assert_eq!((output.as_str(), code), ("answer: b''\n", 0));
+    let unconfined =
+        json!({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "disabled"});
+    let (output, code) = run(&mut client, "outside", probe, &project, unconfined).await;
+    assert_eq!((output.as_str(), code), ("answer: b'HTTP/1.1 101'\n", 0));
+    server.stop().await.unwrap();
+}

@@ -83,17 +83,24 @@ pub(crate) enum EarlyClose {
     Evicted,
     /// Its TLS handshake failed.
     TlsHandshakeFailed,
+    /// It came from inside one of this server's sandboxes.
+    SandboxedPeer,
 }
 
 impl EarlyClose {
-    const ALL: [EarlyClose; 3] =
-        [EarlyClose::Deadline, EarlyClose::Evicted, EarlyClose::TlsHandshakeFailed];
+    const ALL: [EarlyClose; 4] = [
+        EarlyClose::Deadline,
+        EarlyClose::Evicted,
+        EarlyClose::TlsHandshakeFailed,
+        EarlyClose::SandboxedPeer,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             EarlyClose::Deadline => r#"{reason="deadline"}"#,
             EarlyClose::Evicted => r#"{reason="evicted"}"#,
             EarlyClose::TlsHandshakeFailed => r#"{reason="tls_handshake"}"#,
+            EarlyClose::SandboxedPeer => r#"{reason="sandboxed_peer"}"#,
         }
     }
 }
@@ -105,7 +112,7 @@ pub(crate) struct Metrics {
     /// Indexed by [`UpgradeRefusal`] (its declaration order, which `UpgradeRefusal::ALL` keeps).
     upgrades_refused: [AtomicU64; 4],
     /// Indexed by [`EarlyClose`], as above.
-    closed_early: [AtomicU64; 3],
+    closed_early: [AtomicU64; 4],
     /// Indexed by [`SessionRefusal`], as above.
     sessions_refused: [AtomicU64; 2],
     output_bytes: AtomicU64,
@@ -191,7 +198,8 @@ impl Metrics {
             "tether_connections_closed_before_upgrade_total",
             "counter",
             "Connections closed before their WebSocket upgrade, by reason: no TLS handshake or \
-             request head in time, the oldest of too many waiting, a failed TLS handshake.",
+             request head in time, the oldest of too many waiting, a failed TLS handshake, a \
+             peer inside one of this server's sandboxes.",
             &closed_early,
         );
         metric(

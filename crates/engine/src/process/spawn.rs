@@ -15,6 +15,7 @@ use crate::environment::find_in;
 use crate::sandbox::Launch;
 use crate::sandbox::exec::PreparedExec;
 use crate::sandbox::launch::Wrapped;
+use crate::sandbox::peers::{self, LiveSandbox};
 use crate::sandbox::synthetic::SyntheticTargets;
 
 /// The terminal size of a PTY process. The protocol has no way to choose or change it, so it is
@@ -64,6 +65,8 @@ pub(crate) struct SandboxHold {
     pub _synthetic: SyntheticTargets,
     /// bubblewrap's `--info-fd`, read once to learn the inner stage's pid.
     pub info: Option<std::os::fd::OwnedFd>,
+    /// The sandbox known to run, so that a loopback connection from inside it is refused.
+    pub _live: Option<LiveSandbox>,
 }
 
 /// The program and arguments actually executed, and what the child must inherit.
@@ -108,7 +111,7 @@ fn command_line(request: &mut SpawnRequest<'_>, program: PathBuf) -> CommandLine
             arg0: None,
             filter: None,
             inherited,
-            hold: Some(SandboxHold { _synthetic: synthetic, info }),
+            hold: Some(SandboxHold { _synthetic: synthetic, info, _live: None }),
         },
     }
 }
@@ -165,7 +168,9 @@ pub(crate) fn spawn(mut request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
         started => started?,
     };
     // The child has its copies; the launcher's are closed here (`line.inherited` drops).
-    spawned.sandbox = line.hold;
+    spawned.sandbox = line
+        .hold
+        .map(|hold| SandboxHold { _live: spawned.child.id().map(peers::register), ..hold });
     Ok(spawned)
 }
 

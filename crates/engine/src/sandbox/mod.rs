@@ -15,6 +15,8 @@
 //!   [`globs`] the files a `none` glob hides, searched as the reference searches them.
 //! - [`host_view`]: where a full sandbox shows a path as the host has it, writable, so that a
 //!   write there can be made without one.
+//! - [`peers`]: which loopback connections come from this server's own sandboxes (refused:
+//!   a sandbox with the network must not drive the server that confines it).
 //! - [`seccomp`]: the system-call filters; [`exec`] executes a command after one is installed,
 //!   without glibc's `/bin/sh` retry.
 //! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
@@ -39,6 +41,7 @@ pub mod inner;
 pub mod launch;
 pub mod mounted;
 pub mod mounts;
+pub mod peers;
 pub mod policy;
 pub mod seccomp;
 pub mod socket_dir;

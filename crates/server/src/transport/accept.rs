@@ -27,11 +27,12 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tether_engine::sandbox::peers;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::liveness::{ClockedIo, SocketClock};
 use super::tls::HANDSHAKE_TIMEOUT;
@@ -102,6 +103,11 @@ async fn serve_one(
     deadline: Duration,
     metrics: &Metrics,
 ) {
+    if from_a_sandbox(&tcp, peer).await {
+        metrics.closed_early(EarlyClose::SandboxedPeer);
+        warn!(%peer, "refused a connection from inside one of this server's sandboxes");
+        return;
+    }
     match tls {
         None => serve_http(tcp, peer, app, deadline, metrics).await,
         Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
@@ -117,6 +123,17 @@ async fn serve_one(
             }
         },
     }
+}
+
+/// Whether a loopback connection comes from a command in one of this server's sandboxes (see
+/// `tether_engine::sandbox::peers`): such a command must not drive the server that confines
+/// it. Asked only while a sandbox runs; the look through `/proc` runs on the blocking pool.
+async fn from_a_sandbox(tcp: &TcpStream, peer: SocketAddr) -> bool {
+    if !peers::any_live() {
+        return false;
+    }
+    let Ok(local) = tcp.local_addr() else { return false };
+    tokio::task::spawn_blocking(move || peers::is_sandboxed_peer(local, peer)).await.unwrap_or(true)
 }
 
 async fn serve_http<Io>(
