@@ -8,24 +8,25 @@
 //! a directory, decides how it is mounted.
 //!
 //! Every source bubblewrap binds is an object held open ([`super::grants`], [`super::walk`]),
-//! handed over as a descriptor (`--bind-fd`, `--ro-bind-fd`): a path exchanged after it was
-//! checked cannot change what is mounted (bubblewrap checks after its mount that what it
-//! mounted is the object it was handed, and fails the launch otherwise). The targets made on the
-//! host are made beneath their parent reached without links ([`super::synthetic`]).
+//! handed over as a descriptor (`--bind-fd`, `--ro-bind-fd`), never as a path. bubblewrap turns
+//! a descriptor back into a path and mounts that path later, so each target's expected content
+//! is written down too ([`super::mounted`]) and checked from inside before anything runs: a
+//! path exchanged after it was checked fails the launch instead of changing what is mounted.
+//! The targets made on the host are made beneath their parent reached without links
+//! ([`super::synthetic`]).
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{Mode, OFlags};
 use tether_protocol::sandbox::NetworkAccess;
 
+use super::Sandboxing;
 use super::globs::{self, GlobRefusal, MAX_GLOB_ENTRIES};
+use super::grants::{CrossesWritableLink, GrantError, PinnedGrant, Protection, resolved_grants};
 use super::inner::HELPER_ARG;
 use super::mounted::{self, Mounted};
-use rustix::fs::{Mode, OFlags};
-
-use super::Sandboxing;
-use super::grants::{CrossesWritableLink, GrantError, PinnedGrant, Protection, resolved_grants};
 use super::policy::{Base, FullPolicy, GrantAccess};
 use super::socket_dir::{self, SocketDirRefused};
 use super::synthetic::{Kind, SyntheticTargets};
