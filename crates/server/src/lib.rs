@@ -29,6 +29,7 @@
 
 pub mod auth;
 pub mod config;
+mod contained;
 pub mod descriptors;
 pub mod drain;
 mod handlers;

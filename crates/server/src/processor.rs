@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::contained::contained;
 use crate::handlers::fs::{FsCall, FsConnection, Reply};
 use crate::handlers::http::HttpConnection;
 use crate::handlers::process::ProcessCall;
@@ -196,7 +197,15 @@ impl Processor {
         }
     }
 
+    /// Handles one request; a panic in it answers it `-32603` ([`contained`]).
     async fn handle_request(&mut self, request: Request, attached: Option<Bytes>) {
+        let (id, method) = (request.id.clone(), request.method.clone());
+        if let Err(error) = contained(&method, self.dispatch(request, attached)).await {
+            self.reply_error(&id, error).await;
+        }
+    }
+
+    async fn dispatch(&mut self, request: Request, attached: Option<Bytes>) {
         debug!(method = %request.method, id = %request.id, "request");
         let id = request.id;
         let Some(method) = Method::from_name(&request.method) else {
@@ -276,7 +285,10 @@ impl Processor {
         let http = self.http.clone();
         let outbound = self.outbound.clone();
         self.waiting.spawn(async move {
-            http.run(id, params, outbound).await;
+            let handling = http.run(id.clone(), params, outbound.clone());
+            if let Err(error) = contained(Method::HttpRequest.name(), handling).await {
+                let _ = outbound.send_error(&id, &error).await;
+            }
             drop(permit);
         });
     }
@@ -354,11 +366,20 @@ impl Processor {
         let Ok(permit) = self.permits.clone().acquire_owned().await else { return };
         let outbound = self.outbound.clone();
         let cache = self.state.inventory.clone();
+        let method = match &call {
+            handlers::capabilities::DiscoveryCall::Installed(_) => Method::CapabilitiesDiscoverV2,
+            handlers::capabilities::DiscoveryCall::Roots(_) => Method::CapabilityRootsDiscoverV1,
+        };
         self.waiting.spawn(async move {
-            let _ = match handlers::capabilities::run(&id, call, &cache).await {
-                Ok(text) => outbound.send(text).await,
-                Err(error) => outbound.send_error(&id, &error).await,
+            let handling = async {
+                let _ = match handlers::capabilities::run(&id, call, &cache).await {
+                    Ok(text) => outbound.send(text).await,
+                    Err(error) => outbound.send_error(&id, &error).await,
+                };
             };
+            if let Err(error) = contained(method.name(), handling).await {
+                let _ = outbound.send_error(&id, &error).await;
+            }
             drop(permit);
         });
     }
@@ -377,16 +398,21 @@ impl Processor {
         let outbound = self.outbound.clone();
         let connection = self.connection;
         self.waiting.spawn(async move {
-            let result = session.processes.read(params).await;
-            let _ = if !session.is_attached_to(connection) {
-                let error = invalid_request("session has been resumed by another connection");
-                outbound.send_error(&id, &error).await
-            } else {
-                match result {
-                    Ok(response) => outbound.send(encode_response(&id, &response)).await,
-                    Err(error) => outbound.send_error(&id, &from_process_error(error)).await,
-                }
+            let handling = async {
+                let result = session.processes.read(params).await;
+                let _ = if !session.is_attached_to(connection) {
+                    let error = invalid_request("session has been resumed by another connection");
+                    outbound.send_error(&id, &error).await
+                } else {
+                    match result {
+                        Ok(response) => outbound.send(encode_response(&id, &response)).await,
+                        Err(error) => outbound.send_error(&id, &from_process_error(error)).await,
+                    }
+                };
             };
+            if let Err(error) = contained(Method::ProcessRead.name(), handling).await {
+                let _ = outbound.send_error(&id, &error).await;
+            }
             drop(permit);
         });
     }

@@ -25,17 +25,37 @@ pub(crate) fn copy(source: &Path, destination: &Path, recursive: bool) -> io::Re
     }
 }
 
+/// Most levels of directories a copy goes below its source. Each level keeps its directory
+/// open while the levels below it are copied, so this bounds the descriptors one copy holds;
+/// and a copy goes by path, which no deeper tree of short names fits within `PATH_MAX` (4,096
+/// bytes) anyway.
+pub(crate) const MAX_COPY_DEPTH: usize = 1024;
+
+/// Copies level by level from a stack of open directories, so a tree's depth costs no stack.
 /// Refuses, at every level, a destination inside the source: the copy would copy itself
 /// forever. The check resolves links in the destination, so an alias is caught too.
 fn copy_tree(source: &Path, destination: &Path, source_root: &Path) -> io::Result<()> {
     refuse_inside(destination, source_root)?;
     std::fs::create_dir_all(destination)?;
-    for entry in std::fs::read_dir(source)? {
+    let mut levels = vec![(std::fs::read_dir(source)?, destination.to_path_buf())];
+    while let Some((entries, to_directory)) = levels.last_mut() {
+        let Some(entry) = entries.next() else {
+            levels.pop();
+            continue;
+        };
         let entry = entry?;
-        let (from, to) = (entry.path(), destination.join(entry.file_name()));
+        let (from, to) = (entry.path(), to_directory.join(entry.file_name()));
         let file_type = entry.file_type()?;
         if file_type.is_dir() {
-            copy_tree(&from, &to, source_root)?;
+            if levels.len() >= MAX_COPY_DEPTH {
+                return Err(invalid(&format!(
+                    "fs/copy copies at most {MAX_COPY_DEPTH} levels of directories below \
+                     sourcePath, and this tree is deeper: copy its deeper parts separately"
+                )));
+            }
+            refuse_inside(&to, source_root)?;
+            std::fs::create_dir_all(&to)?;
+            levels.push((std::fs::read_dir(&from)?, to));
         } else if file_type.is_file() {
             refuse_inside(&to, source_root)?;
             copy_file(&from, &to)?;

@@ -29,6 +29,7 @@ pub mod piecewise;
 mod put_file;
 pub(crate) mod regular_file;
 mod remove;
+mod remove_tree;
 pub(crate) mod request;
 pub(crate) mod sandboxed;
 mod set_metadata;

@@ -1,13 +1,15 @@
 //! `fs/remove`: `rm -rf` by default, and never through a link — a link is removed itself, its
 //! target stays.
 
+use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 
-use rustix::fs::{AtFlags, FileType};
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 
 use super::metadata::CONTAINS_SYMLINK;
 use super::no_follow;
+use super::remove_tree::remove_tree;
 
 pub(crate) fn remove(
     path: &Path,
@@ -37,8 +39,16 @@ fn remove_followed(path: &Path, recursive: bool) -> io::Result<()> {
     if !file_type.is_dir() {
         std::fs::remove_file(path)
     } else if recursive {
-        // Does not follow links inside the tree either: it removes them.
-        std::fs::remove_dir_all(path)
+        // Beneath the parent's descriptor, whatever the tree's depth; links inside the tree are
+        // removed, never followed.
+        let (parent, name) = match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => (parent, name),
+            // `/` is its own parent: removing it ends as `rmdir /` does.
+            _ => (path, OsStr::new(".")),
+        };
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let parent = rustix::fs::openat(CWD, parent, flags, Mode::empty())?;
+        remove_tree(&parent, name)
     } else {
         std::fs::remove_dir(path)
     }

@@ -79,7 +79,7 @@ pub fn expand(
         return Ok(Vec::new());
     }
     let mut search = Search { matcher: glob.compile_matcher(), limit, budget, found: Vec::new() };
-    search.directory(&root, &root)?;
+    search.tree(&root)?;
     Ok(search.found)
 }
 
@@ -109,36 +109,51 @@ struct Search<'a> {
     found: Vec<PathBuf>,
 }
 
+/// A directory's entries still to search, in name order: each one's path and type. The
+/// directory itself is closed once read, so a deep search holds no descriptors.
+type Pending = std::vec::IntoIter<(PathBuf, std::io::Result<std::fs::FileType>)>;
+
 impl Search<'_> {
-    fn directory(&mut self, root: &Path, dir: &Path) -> Result<(), GlobRefusal> {
-        let unreadable = |path: &Path, error| GlobRefusal::Unreadable {
-            root: root.into(),
-            path: path.into(),
-            error,
-        };
-        let mut entries = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|error| unreadable(dir, error))? {
-            *self.budget =
-                self.budget.checked_sub(1).ok_or(GlobRefusal::TooLarge { root: root.into() })?;
-            entries.push(entry.map_err(|error| unreadable(dir, error))?);
-        }
-        // In name order, as the reference searches: the first unreadable directory it names is
-        // the one it meets first.
-        entries.sort_by_key(std::fs::DirEntry::file_name);
-        for entry in entries {
+    /// Depth first, from a stack of the directories being searched, so a tree's depth costs no
+    /// stack (its entries still count against the budget).
+    fn tree(&mut self, root: &Path) -> Result<(), GlobRefusal> {
+        let mut levels = vec![self.entries(root, root)?];
+        while let Some(entries) = levels.last_mut() {
+            let Some((path, kind)) = entries.next() else {
+                levels.pop();
+                continue;
+            };
             if self.found.len() > self.limit {
                 return Ok(());
             }
-            let path = entry.path();
-            let kind = entry.file_type().map_err(|error| unreadable(&path, error))?;
+            let kind = kind.map_err(|error| unreadable(root, &path, error))?;
             if kind.is_dir() {
-                self.directory(root, &path)?;
+                let below = self.entries(root, &path)?;
+                levels.push(below);
             } else if kind.is_file() && self.matcher.is_match(&path) {
                 self.found.push(path);
             }
         }
         Ok(())
     }
+
+    fn entries(&mut self, root: &Path, dir: &Path) -> Result<Pending, GlobRefusal> {
+        let mut entries = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|error| unreadable(root, dir, error))? {
+            *self.budget =
+                self.budget.checked_sub(1).ok_or(GlobRefusal::TooLarge { root: root.into() })?;
+            let entry = entry.map_err(|error| unreadable(root, dir, error))?;
+            entries.push((entry.path(), entry.file_type()));
+        }
+        // In name order, as the reference searches: the first unreadable directory it names is
+        // the one it meets first.
+        entries.sort_by(|(a, _), (b, _)| a.cmp(b));
+        Ok(entries.into_iter())
+    }
+}
+
+fn unreadable(root: &Path, path: &Path, error: std::io::Error) -> GlobRefusal {
+    GlobRefusal::Unreadable { root: root.into(), path: path.into(), error }
 }
 
 #[cfg(test)]
