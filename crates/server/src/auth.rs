@@ -210,6 +210,28 @@ mod tests {
     }
 
     #[test]
+    fn a_signed_token_is_its_subject_wherever_it_connects_from() {
+        let secret = b"a secret of at least thirty-two bytes";
+        let verifier =
+            JwtVerifier::new(secret, None, None, std::time::Duration::from_secs(30)).unwrap();
+        let auth = WsAuth::SignedBearerToken(verifier);
+        let minted = |claims: serde_json::Value| {
+            let secret = crate::jwt::SharedSecret::from_file_contents(secret).unwrap();
+            format!("Bearer {}", secret.mint(claims.as_object().unwrap()))
+        };
+        let id =
+            |token: &str, peer: &str| auth.client_id(&headers(&[token]), peer.parse().unwrap());
+        let alice = minted(serde_json::json!({"sub": "alice", "exp": 1}));
+        let alice_later = minted(serde_json::json!({"sub": "alice", "exp": 2}));
+        let bob = minted(serde_json::json!({"sub": "bob", "exp": 1}));
+        let nobody = minted(serde_json::json!({"exp": 1}));
+        assert_eq!(id(&alice, "10.0.0.1:1"), id(&alice_later, "10.0.0.2:2"));
+        assert_eq!(id(&alice, "10.0.0.1:1").to_string(), r#"subject "alice""#);
+        assert_ne!(id(&alice, "10.0.0.1:1"), id(&bob, "10.0.0.1:1"));
+        assert!(matches!(id(&nobody, "10.0.0.1:1"), ClientId::Credential(_)));
+    }
+
+    #[test]
     fn a_digest_configures_the_same_token() {
         let digest = hex::encode(Sha256::digest(b"s3cret"));
         let auth = WsAuth::capability_token_sha256(&digest).unwrap();
