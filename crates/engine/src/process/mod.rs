@@ -451,10 +451,19 @@ impl output_budget::Holder for LocalProcess {
         self.retained_bytes()
     }
 
-    fn shed_to(&self, level: usize) {
-        let shed = self.state().output.shed_to(level);
-        if shed > 0 {
-            debug!(process_id = %self.id, shed, level, "retained output shed for the server-wide budget");
+    fn shed_to(self: Arc<Self>, level: usize) {
+        let (shed, spills) = {
+            let mut state = self.state();
+            (state.output.shed_to(level), state.output.spills())
+        };
+        if shed == 0 {
+            return;
+        }
+        debug!(process_id = %self.id, shed, level, "retained output shed for the server-wide budget");
+        // What went to the spill waits in memory until written; a process that prints nothing
+        // more would never have its pump write it.
+        if spills {
+            tokio::spawn(async move { pump::settle_spill(&self).await });
         }
     }
 }

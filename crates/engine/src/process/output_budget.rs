@@ -23,7 +23,8 @@
 //!   part never would.
 //!
 //! What is shed goes where a process's own limit sends output: to its spill with
-//! `--spill-output-dir`, dropped without. A dropped chunk moves the process's
+//! `--spill-output-dir` (written at once, so that at most a spill batch per process waits in
+//! memory outside the budget), dropped without. A dropped chunk moves the process's
 //! `oldestRetainedSeq`, so a reader is told; nothing is lost silently.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -54,7 +55,7 @@ pub(crate) trait Holder: Send + Sync {
     /// Bytes it retains in memory now.
     fn held(&self) -> usize;
     /// Lets its oldest output go until it retains at most `level` bytes.
-    fn shed_to(&self, level: usize);
+    fn shed_to(self: Arc<Self>, level: usize);
 }
 
 /// Output retained in memory by all the processes that share it, and its limit. See the
@@ -175,7 +176,7 @@ impl OutputBudget {
         let sizes: Vec<usize> = holders.iter().map(|h| h.held()).collect();
         let Some(level) = water_level(&sizes, self.limit) else { return };
         self.level.store(level, Ordering::Relaxed);
-        for (holder, size) in holders.iter().zip(sizes) {
+        for (holder, size) in holders.into_iter().zip(sizes) {
             if size > level {
                 holder.shed_to(level);
             }
@@ -245,7 +246,7 @@ mod tests {
         fn held(&self) -> usize {
             *self.0.lock().unwrap()
         }
-        fn shed_to(&self, level: usize) {
+        fn shed_to(self: Arc<Self>, level: usize) {
             let mut held = self.0.lock().unwrap();
             *held = (*held).min(level);
         }

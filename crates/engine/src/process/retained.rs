@@ -91,6 +91,11 @@ impl RetainedOutput {
         self.bytes
     }
 
+    /// Whether output memory lets go of goes to a spill (one is configured and not given up).
+    pub(crate) fn spills(&self) -> bool {
+        self.spill.is_some() || self.spill_config.is_some()
+    }
+
     /// Output bytes spilled to disk now.
     pub(crate) fn spilled_bytes(&self) -> u64 {
         self.spill.as_ref().map_or(0, Spill::bytes)
