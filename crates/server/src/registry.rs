@@ -129,6 +129,8 @@ impl SessionRegistry {
             ended.extend(sessions.remove(&oldest));
             evicted.push(SessionEviction::ClientFull);
         }
+        // A session ended for the client's bound leaves room under the server's: this refuses
+        // only when nothing was ended above.
         if sessions.len() >= limits.max_sessions {
             let Some(oldest) = oldest_detached(&sessions, None) else {
                 drop(sessions);
