@@ -8,15 +8,17 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
-use tether_engine::process::{DEFAULT_SPILL_BYTES_PER_PROCESS, SpillConfig};
+use tether_engine::process::{
+    DEFAULT_MAX_RETAINED_OUTPUT_BYTES, DEFAULT_SPILL_BYTES_PER_PROCESS, OutputBudget, SpillConfig,
+};
 use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
 use tether_engine::sandbox::Sandboxing;
 use tether_server::auth::WsAuth;
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
-    DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE, DEFAULT_SHUTDOWN_GRACE,
-    MAX_SHUTDOWN_GRACE,
+    DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE,
+    DEFAULT_SHUTDOWN_GRACE, MAX_SHUTDOWN_GRACE,
 };
 use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
 use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
@@ -49,6 +51,12 @@ pub struct ServeArgs {
     #[arg(long, alias = "retain-output", default_value_t = ProcessTableConfig::default().retained_output_bytes)]
     retain_output_bytes: usize,
 
+    /// Output bytes all processes of all sessions together retain in memory. Past it, the
+    /// processes holding the most let go of their oldest output first (dropped, or spilled
+    /// with `--spill-output-dir`); a reader sees where output resumes in `oldestRetainedSeq`.
+    #[arg(long, default_value_t = DEFAULT_MAX_RETAINED_OUTPUT_BYTES)]
+    max_retained_output_bytes: usize,
+
     /// Keep the output memory lets go of in this directory instead of dropping it, so that a
     /// client away for minutes still catches up on every byte. The files are unnamed: they
     /// never show up in the directory and vanish with their process.
@@ -78,9 +86,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_CLOSED_OUTPUT_BUDGET)]
     closed_output_budget_bytes: usize,
 
-    /// Sessions held at once (attached, or detached until they expire).
+    /// Sessions held at once (attached, or detached until they expire). When full, the
+    /// session detached longest ago is ended (its processes killed) to make room for a new
+    /// one; only a server whose sessions are all attached refuses.
     #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS)]
     max_sessions: usize,
+
+    /// Sessions one client holds at once: with --ws-auth, per credential (a signed token's
+    /// subject); without, per IP address. When full, the client's own session detached
+    /// longest ago is ended to make room; a client whose sessions are all attached is refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS_PER_CLIENT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_sessions_per_client: usize,
 
     /// WebSocket connections open at once; more get HTTP 503. The server raises its
     /// file-descriptor limit to hold them and its processes; under a lower hard limit the
@@ -408,12 +424,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         concurrent_requests: args.concurrent_requests as usize,
         processes: ProcessTableConfig {
             retained_output_bytes: args.retain_output_bytes,
+            output_budget: Arc::new(OutputBudget::new(args.max_retained_output_bytes)),
             closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
             max_processes: args.max_processes_per_session,
             closed_output_budget: args.closed_output_budget_bytes,
             spill: spill.map(Arc::new),
         },
         max_sessions: args.max_sessions,
+        max_sessions_per_client: args.max_sessions_per_client,
         max_connections: descriptor_budget.max_connections,
         max_pending_connections: descriptor_budget.max_pending_connections,
         ws_auth,

@@ -8,7 +8,7 @@
 //! and bind the link's target writable. Tether hands bubblewrap descriptors opened as it checks
 //! them, so what was checked is what is mounted: no attempt may write outside.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

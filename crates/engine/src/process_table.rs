@@ -14,8 +14,8 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::env_policy::child_env;
 use crate::process::{
-    self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, ProcessError, ProcessEvent, SpawnRequest,
-    SpillConfig,
+    self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, OutputBudget, ProcessError, ProcessEvent,
+    SpawnRequest, SpillConfig,
 };
 use crate::sandbox::launch::{self, Start};
 use crate::sandbox::policy::PolicyError;
@@ -26,6 +26,9 @@ use crate::sandbox::{Launch, Sandboxing};
 pub struct ProcessTableConfig {
     /// Output retained per process for `process/read` replays.
     pub retained_output_bytes: usize,
+    /// Output retained in memory by every process of every table that shares it (a server's
+    /// tables share one); past its limit, the largest holders shed their oldest output.
+    pub output_budget: Arc<OutputBudget>,
     /// How long a closed process stays readable (and its id taken). `None`: for as long as the
     /// session lives, as the reference keeps them.
     pub closed_process_retention: Option<Duration>,
@@ -54,6 +57,7 @@ impl Default for ProcessTableConfig {
     fn default() -> Self {
         Self {
             retained_output_bytes: DEFAULT_RETAINED_OUTPUT_BYTES,
+            output_budget: Arc::new(OutputBudget::default()),
             closed_process_retention: None,
             max_processes: DEFAULT_MAX_PROCESSES,
             closed_output_budget: DEFAULT_CLOSED_OUTPUT_BUDGET,
@@ -140,19 +144,24 @@ impl ProcessTable {
         let sandboxed = params.sandbox.is_some();
         let inner_info = spawned.sandbox.as_mut().and_then(|hold| hold.info.take());
         let stdin = spawned.stdin.take().map(process::start_stdin_writer);
-        let local = process::new_process(process::NewProcess {
-            id: params.process_id.clone(),
-            pgid: spawned.pid,
-            output: process::RetainedOutput::new(
-                self.config.retained_output_bytes,
-                self.config.spill.clone(),
-            ),
-            stdin,
-            terminal: spawned.terminal.take(),
-            argv: params.argv.clone(),
-            tty: params.tty,
-            sandboxed,
-        });
+        let budget = &self.config.output_budget;
+        let local = process::new_process(
+            process::NewProcess {
+                id: params.process_id.clone(),
+                pgid: spawned.pid,
+                output: process::RetainedOutput::new(
+                    self.config.retained_output_bytes,
+                    budget.clone(),
+                    self.config.spill.clone(),
+                ),
+                stdin,
+                terminal: spawned.terminal.take(),
+                argv: params.argv.clone(),
+                tty: params.tty,
+                sandboxed,
+            },
+            budget,
+        );
         processes.insert(params.process_id.clone(), local.clone());
         self.unfinished.fetch_add(1, Ordering::Relaxed);
         drop(processes);

@@ -80,6 +80,13 @@ pub const DEFAULT_CONCURRENT_REQUESTS: usize = 64;
 /// retained output, so one client opening sessions in a loop must run into a wall.
 pub const DEFAULT_MAX_SESSIONS: usize = 1024;
 
+/// Sessions one client ([`crate::auth::ClientId`]: its credential, or its address without
+/// authentication) holds at once, attached or detached. A quarter of the default table: no
+/// single client can take more than that from the others, while an agent with dozens of
+/// sub-agents and `tether exec --detach` jobs is far from it. Past it, the client's own oldest
+/// detached session makes room, and a client whose sessions are all attached is refused.
+pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: usize = 256;
+
 /// WebSocket connections open at once. Past it, upgrades get `503`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
@@ -104,8 +111,11 @@ pub struct ServerConfig {
     pub pong_timeout: Duration,
     pub concurrent_requests: usize,
     pub processes: ProcessTableConfig,
-    /// Sessions held at once ([`DEFAULT_MAX_SESSIONS`]).
+    /// Sessions held at once ([`DEFAULT_MAX_SESSIONS`]). When full, the oldest detached
+    /// session is ended to make room for a new one.
     pub max_sessions: usize,
+    /// Sessions one client holds at once ([`DEFAULT_MAX_SESSIONS_PER_CLIENT`]).
+    pub max_sessions_per_client: usize,
     /// WebSocket connections open at once ([`DEFAULT_MAX_CONNECTIONS`]).
     pub max_connections: usize,
     /// Connections held before their upgrade ([`DEFAULT_MAX_PENDING_CONNECTIONS`]); past it
@@ -137,6 +147,7 @@ impl Default for ServerConfig {
             concurrent_requests: DEFAULT_CONCURRENT_REQUESTS,
             processes: ProcessTableConfig::default(),
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_pending_connections: DEFAULT_MAX_PENDING_CONNECTIONS,
             ws_auth: WsAuth::None,

@@ -18,6 +18,8 @@ pub(crate) struct Snapshot {
     /// Output held for catch-up reads, in memory and spilled to disk.
     pub retained_output_bytes: usize,
     pub spilled_output_bytes: u64,
+    /// Output let go of for the server-wide budget (`--max-retained-output-bytes`) so far.
+    pub retained_output_shed_bytes: u64,
 }
 
 /// Why a WebSocket upgrade was refused, for `tether_upgrades_refused_total{reason}`.
@@ -56,19 +58,49 @@ impl UpgradeRefusal {
 /// only arrives in `initialize`, so the upgrade cannot tell a new session from a resume.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SessionRefusal {
-    /// `--max-sessions` reached.
+    /// `--max-sessions` reached, every session attached.
     TooManySessions,
     /// The server is draining (see [`crate::drain`]).
     Draining,
+    /// `--max-sessions-per-client` reached by this client, every one of its sessions attached.
+    TooManySessionsForClient,
 }
 
 impl SessionRefusal {
-    const ALL: [SessionRefusal; 2] = [SessionRefusal::TooManySessions, SessionRefusal::Draining];
+    const ALL: [SessionRefusal; 3] = [
+        SessionRefusal::TooManySessions,
+        SessionRefusal::Draining,
+        SessionRefusal::TooManySessionsForClient,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             SessionRefusal::TooManySessions => r#"{reason="too_many_sessions"}"#,
             SessionRefusal::Draining => r#"{reason="draining"}"#,
+            SessionRefusal::TooManySessionsForClient => {
+                r#"{reason="too_many_sessions_for_client"}"#
+            }
+        }
+    }
+}
+
+/// Why a detached session was ended before its time to make room for a new one, for
+/// `tether_sessions_evicted_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SessionEviction {
+    /// The server held `--max-sessions`: its oldest detached session went.
+    ServerFull,
+    /// The client held `--max-sessions-per-client`: its own oldest detached session went.
+    ClientFull,
+}
+
+impl SessionEviction {
+    const ALL: [SessionEviction; 2] = [SessionEviction::ServerFull, SessionEviction::ClientFull];
+
+    fn label(self) -> &'static str {
+        match self {
+            SessionEviction::ServerFull => r#"{reason="server_full"}"#,
+            SessionEviction::ClientFull => r#"{reason="client_full"}"#,
         }
     }
 }
@@ -114,7 +146,9 @@ pub(crate) struct Metrics {
     /// Indexed by [`EarlyClose`], as above.
     closed_early: [AtomicU64; 4],
     /// Indexed by [`SessionRefusal`], as above.
-    sessions_refused: [AtomicU64; 2],
+    sessions_refused: [AtomicU64; 3],
+    /// Indexed by [`SessionEviction`], as above.
+    sessions_evicted: [AtomicU64; 2],
     output_bytes: AtomicU64,
     sessions_created: AtomicU64,
     sessions_resumed: AtomicU64,
@@ -142,6 +176,10 @@ impl Metrics {
 
     pub(crate) fn session_refused(&self, why: SessionRefusal) {
         self.sessions_refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn session_evicted(&self, why: SessionEviction) {
+        self.sessions_evicted[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn output_sent(&self, bytes: usize) {
@@ -222,8 +260,18 @@ impl Metrics {
         metric(
             "tether_sessions_refused_total",
             "counter",
-            "New sessions refused at initialize, by reason: the session limit, a draining server.",
+            "New sessions refused at initialize, by reason: the session limit, a draining server, \
+             the per-client session limit.",
             &sessions_refused,
+        );
+        let sessions_evicted =
+            by_reason(&SessionEviction::ALL, &self.sessions_evicted, SessionEviction::label);
+        metric(
+            "tether_sessions_evicted_total",
+            "counter",
+            "Detached sessions ended before their time to make room for a new session, their \
+             processes killed, by reason: the server's session limit, the client's.",
+            &sessions_evicted,
         );
         metric(
             "tether_session_resumes_total",
@@ -248,6 +296,14 @@ impl Metrics {
                 (r#"{where="memory"}"#, now.retained_output_bytes as f64),
                 (r#"{where="disk"}"#, now.spilled_output_bytes as f64),
             ],
+        );
+        metric(
+            "tether_retained_output_shed_bytes_total",
+            "counter",
+            "Retained output let go of, oldest first and from the largest holders, to keep \
+             what all processes hold in memory within --max-retained-output-bytes (dropped, or \
+             moved to disk with --spill-output-dir).",
+            &[("", now.retained_output_shed_bytes as f64)],
         );
         metric(
             "tether_output_bytes_total",
@@ -298,6 +354,9 @@ mod tests {
         for (at, reason) in SessionRefusal::ALL.into_iter().enumerate() {
             assert_eq!(reason as usize, at, "{reason:?}");
         }
+        for (at, reason) in SessionEviction::ALL.into_iter().enumerate() {
+            assert_eq!(reason as usize, at, "{reason:?}");
+        }
     }
 
     #[test]
@@ -318,7 +377,9 @@ mod tests {
             processes_exited: 4,
             retained_output_bytes: 5,
             spilled_output_bytes: 6,
+            retained_output_shed_bytes: 7,
         };
+        metrics.session_evicted(SessionEviction::ClientFull);
         let text = metrics.render(&now);
         for line in [
             "# TYPE tether_connections gauge",
@@ -330,6 +391,9 @@ mod tests {
             r#"tether_sessions_refused_total{reason="draining"} 1"#,
             r#"tether_sessions_refused_total{reason="too_many_sessions"} 0"#,
             r#"tether_retained_output_bytes{where="disk"} 6"#,
+            "tether_retained_output_shed_bytes_total 7",
+            r#"tether_sessions_evicted_total{reason="client_full"} 1"#,
+            r#"tether_sessions_evicted_total{reason="server_full"} 0"#,
             r#"tether_rpc_errors_total{code="-32600"} 2"#,
             r#"tether_rpc_errors_total{code="-32601"} 1"#,
         ] {

@@ -33,6 +33,7 @@ use crate::handlers::http::HttpConnection;
 use crate::handlers::process::ProcessCall;
 use crate::handlers::{self, Call};
 use crate::metrics::SessionRefusal;
+use crate::registry::SessionLimits;
 use crate::rpc_error::{self, from_process_error, invalid_request};
 use crate::session::Session;
 use crate::state::ServerState;
@@ -322,14 +323,22 @@ impl Processor {
                 return Err(rpc_error::draining());
             }
             None => {
-                let max = self.state.config.max_sessions;
-                // The limit is the only reason `create` refuses.
-                let session =
-                    sessions.create(self.connection, self.outbound.clone(), max).inspect_err(
-                        |_| self.state.metrics.session_refused(SessionRefusal::TooManySessions),
-                    )?;
+                let limits = SessionLimits {
+                    max_sessions: self.state.config.max_sessions,
+                    max_per_client: self.state.config.max_sessions_per_client,
+                };
+                let client = self.transport.client();
+                let created = sessions
+                    .create(self.connection, self.outbound.clone(), client, limits)
+                    .map_err(|refused| {
+                        self.state.metrics.session_refused(refused.reason);
+                        refused.error
+                    })?;
+                for eviction in created.evicted {
+                    self.state.metrics.session_evicted(eviction);
+                }
                 self.state.metrics.session_created();
-                session
+                created.session
             }
         };
         // A session's own wait for a resume (`sessionTtl`), within the server's maximum; over

@@ -1,6 +1,15 @@
 //! All sessions of a server: creating, resuming, detaching and expiring them.
+//!
+//! The table is bounded twice: `--max-sessions` in all, `--max-sessions-per-client` for each
+//! client ([`ClientId`]). A detached session waits for a resume for as long as its client
+//! asked (up to a day), so a table full of them would refuse every new client for that long;
+//! when a bound is reached, the oldest detached session under it (the client's own, for the
+//! client's bound) is ended instead, as if its time had run out — its processes killed, a
+//! resume of it answered as an expired one's. Only a table whose sessions are all attached
+//! refuses.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -10,6 +19,8 @@ use tether_protocol::error::SESSION_ALREADY_ATTACHED;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use crate::auth::ClientId;
+use crate::metrics::{SessionEviction, SessionRefusal};
 use crate::rpc_error::invalid_request;
 use crate::session::{Attachment, Session, log_tag};
 use crate::transport::{ConnectionId, Outbound};
@@ -18,18 +29,46 @@ pub(crate) struct SessionRegistry {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     detached_ttl: Duration,
     process_config: ProcessTableConfig,
+    /// Numbers detaches, so the oldest detached session is known ([`Attachment::Detached`]).
+    next_detach: AtomicU64,
+}
+
+/// How many sessions [`SessionRegistry::create`] lets exist.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionLimits {
+    /// In all (`--max-sessions`).
+    pub max_sessions: usize,
+    /// For one client (`--max-sessions-per-client`).
+    pub max_per_client: usize,
+}
+
+/// A new session, and the detached sessions ended to make room for it.
+pub(crate) struct Created {
+    pub session: Arc<Session>,
+    pub evicted: Vec<SessionEviction>,
+}
+
+/// A new session refused: why (for the metrics), and what the client is told.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub reason: SessionRefusal,
+    pub error: JsonRpcError,
 }
 
 impl SessionRegistry {
     pub(crate) fn new(detached_ttl: Duration, process_config: ProcessTableConfig) -> Arc<Self> {
-        Arc::new(Self { sessions: Mutex::new(HashMap::new()), detached_ttl, process_config })
+        Arc::new(Self {
+            sessions: Mutex::new(HashMap::new()),
+            detached_ttl,
+            process_config,
+            next_detach: AtomicU64::new(0),
+        })
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A fresh session attached to `connection`.
     /// What exists now, for the metrics.
     pub(crate) fn snapshot(&self) -> crate::metrics::Snapshot {
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
@@ -40,6 +79,7 @@ impl SessionRegistry {
             processes_exited: 0,
             retained_output_bytes: 0,
             spilled_output_bytes: 0,
+            retained_output_shed_bytes: self.process_config.output_budget.shed_bytes(),
         };
         for session in sessions {
             match &*session.attachment() {
@@ -59,28 +99,72 @@ impl SessionRegistry {
         snapshot
     }
 
-    /// A new session, unless the server already holds `max_sessions` (attached or waiting for
-    /// a resume).
+    /// A new session for `client`, attached to `connection`. Where a bound of `limits` is
+    /// reached, the oldest detached session under it is ended to make room; where every
+    /// session under it is attached, the new one is refused.
     pub(crate) fn create(
         &self,
         connection: ConnectionId,
         outbound: Outbound,
-        max_sessions: usize,
-    ) -> Result<Arc<Session>, JsonRpcError> {
+        client: ClientId,
+        limits: SessionLimits,
+    ) -> Result<Created, Refused> {
         let mut sessions = self.sessions();
-        if sessions.len() >= max_sessions {
-            return Err(invalid_request(format!(
-                "too many sessions on this server: the limit is {max_sessions} (--max-sessions), detached ones included until they expire; resume an existing session or try again later"
-            )));
+        let mut ended = Vec::new();
+        let mut evicted = Vec::new();
+        let of_client = sessions.values().filter(|s| s.client == client).count();
+        if of_client >= limits.max_per_client {
+            let Some(oldest) = oldest_detached(&sessions, Some(&client)) else {
+                return Err(Refused {
+                    reason: SessionRefusal::TooManySessionsForClient,
+                    error: too_many_sessions(
+                        "client",
+                        format!(
+                            "too many sessions for this client ({client}): the limit is {} per client (--max-sessions-per-client) and each is attached to a connection; close one of this client's connections, or try again later",
+                            limits.max_per_client
+                        ),
+                    ),
+                });
+            };
+            ended.extend(sessions.remove(&oldest));
+            evicted.push(SessionEviction::ClientFull);
+        }
+        // A session ended for the client's bound leaves room under the server's: this refuses
+        // only when nothing was ended above.
+        if sessions.len() >= limits.max_sessions {
+            let Some(oldest) = oldest_detached(&sessions, None) else {
+                drop(sessions);
+                end_evicted(ended);
+                return Err(Refused {
+                    reason: SessionRefusal::TooManySessions,
+                    error: too_many_sessions(
+                        "server",
+                        format!(
+                            "too many sessions on this server: the limit is {} (--max-sessions) and each is attached to a connection; try again later, or on another executor",
+                            limits.max_sessions
+                        ),
+                    ),
+                });
+            };
+            ended.extend(sessions.remove(&oldest));
+            evicted.push(SessionEviction::ServerFull);
         }
         let id = uuid::Uuid::new_v4().to_string();
         let ttl = self.detached_ttl;
-        let session =
-            Session::new(id.clone(), self.process_config.clone(), connection, outbound, ttl);
+        let session = Session::new(
+            id.clone(),
+            client,
+            self.process_config.clone(),
+            connection,
+            outbound,
+            ttl,
+        );
         sessions.insert(id.clone(), session.clone());
+        drop(sessions);
+        end_evicted(ended);
         info!(session = %log_tag(&id), connection = connection.0, "session created");
         debug!(session = %log_tag(&id), session_id = %id, "session id");
-        Ok(session)
+        Ok(Created { session, evicted })
     }
 
     /// Reattaches a detached session to `connection`.
@@ -127,7 +211,8 @@ impl SessionRegistry {
             {
                 return;
             }
-            *attachment = Attachment::Detached { connection, expires_at };
+            let order = self.next_detach.fetch_add(1, Ordering::Relaxed);
+            *attachment = Attachment::Detached { connection, expires_at, order };
         }
         info!(session = %log_tag(&session.id), connection = connection.0, ttl_s = ttl.as_secs_f64(), "session detached");
         let registry = Arc::downgrade(self);
@@ -183,5 +268,39 @@ impl SessionRegistry {
         for session in sessions {
             session.processes.shutdown();
         }
+    }
+}
+
+/// The id of the session detached longest ago, of `client` if given.
+fn oldest_detached(
+    sessions: &HashMap<String, Arc<Session>>,
+    client: Option<&ClientId>,
+) -> Option<String> {
+    sessions
+        .values()
+        .filter(|session| client.is_none_or(|client| session.client == *client))
+        .filter_map(|session| match &*session.attachment() {
+            Attachment::Detached { order, .. } => Some((*order, session.id.clone())),
+            Attachment::Attached { .. } => None,
+        })
+        .min()
+        .map(|(_, id)| id)
+}
+
+/// Ends sessions taken out of the table to make room, as an expiry ends one: their processes
+/// are killed. Called with the table's lock released.
+fn end_evicted(sessions: Vec<Arc<Session>>) {
+    for session in sessions {
+        info!(session = %log_tag(&session.id), client = %session.client, "detached session ended to make room for a new one; its processes are killed");
+        session.processes.shutdown();
+    }
+}
+
+/// A refusal at a session bound: `-32600`, as the server's other refusals at `initialize`;
+/// `data.sessionLimit` says which bound (`server` or `client`), for a client to decide on.
+fn too_many_sessions(limit: &str, message: String) -> JsonRpcError {
+    JsonRpcError {
+        data: Some(serde_json::json!({"sessionLimit": limit})),
+        ..invalid_request(message)
     }
 }

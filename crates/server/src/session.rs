@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{Instrument, info_span};
 
+use crate::auth::ClientId;
 use crate::transport::{ConnectionId, Outbound, Payload};
 
 /// Process events buffered between a session's processes and its connection.
@@ -32,6 +33,8 @@ const CATCH_UP_REQUESTS: usize = 1;
 pub(crate) struct Session {
     pub id: String,
     pub processes: Arc<ProcessTable>,
+    /// Who created it, for the per-client bound (`--max-sessions-per-client`).
+    pub client: ClientId,
     attachment: Mutex<Attachment>,
     /// How long it waits for a resume once detached: the server's default, or what its client
     /// asked for within the server's maximum (Tether's `sessionTtl`).
@@ -49,10 +52,12 @@ pub(crate) enum Attachment {
         outbound: Outbound,
     },
     /// No connection; the session expires at `expires_at` unless resumed. `connection` is the
-    /// one that left, so a stale expiry timer can tell it is stale.
+    /// one that left, so a stale expiry timer can tell it is stale. `order` numbers the
+    /// server's detaches (a lower one detached earlier): a full table ends the oldest first.
     Detached {
         connection: ConnectionId,
         expires_at: Instant,
+        order: u64,
     },
 }
 
@@ -61,6 +66,7 @@ impl Session {
     /// whichever connection is attached.
     pub(crate) fn new(
         id: String,
+        client: ClientId,
         config: ProcessTableConfig,
         connection: ConnectionId,
         outbound: Outbound,
@@ -70,6 +76,7 @@ impl Session {
         let (catch_up, catch_up_rx) = mpsc::channel(CATCH_UP_REQUESTS);
         let session = Arc::new(Self {
             processes: ProcessTable::new(config, events_tx),
+            client,
             attachment: Mutex::new(Attachment::Attached { connection, outbound }),
             detached_ttl: Mutex::new(detached_ttl),
             catch_up,

@@ -7,6 +7,10 @@
 //! pre-upgrade sockets, stalled readers, vanishing clients; and at the end the server is
 //! killed with SIGKILL and what it left running is counted.
 //!
+//! With `--hoarders N`, one client leaves N processes that print as much as a process may
+//! retain in a detached session ([`hoard`]): the server's memory must stay within its
+//! server-wide retained-output budget.
+//!
 //! A short run is part of the test suite (`crates/soak/tests`); long runs are for people:
 //! `cargo run --release -p tether-soak -- --clients 20 --processes 10 --duration-secs 600`.
 
@@ -22,6 +26,7 @@ use tether_protocol::PathUri;
 use tether_protocol::process::ExecParams;
 use tether_testkit::FaultProxy;
 
+mod hoard;
 mod hostile;
 mod server;
 
@@ -57,6 +62,10 @@ struct Args {
     /// clients that vanish; then SIGKILL it and count what it left running.
     #[arg(long)]
     hostile: bool,
+    /// Leave this many processes, each printing 8 MiB then sleeping, in one detached session
+    /// meanwhile; report what the server holds of their output, and its peak memory.
+    #[arg(long, default_value_t = 0)]
+    hoarders: usize,
 }
 
 #[derive(Default)]
@@ -121,6 +130,13 @@ async fn main() -> anyhow::Result<()> {
         true => hostile::start(addr.clone(), url.clone(), deadline, attacks.clone()),
         false => Vec::new(),
     };
+    let hoard = match args.hoarders {
+        0 => None,
+        count => {
+            let url = url.clone();
+            Some(tokio::spawn(async move { hoard::run(&url, count).await }))
+        }
+    };
     let mut clients = Vec::new();
     for (c, client) in connected.into_iter().enumerate() {
         for p in 0..args.processes {
@@ -159,6 +175,10 @@ async fn main() -> anyhow::Result<()> {
     for attacker in attackers {
         attacker.await?;
     }
+    let hoard = match hoard {
+        Some(hoard) => Some(hoard.await??),
+        None => None,
+    };
     cutter.abort();
     let elapsed = begun.elapsed().as_secs_f64();
     let samples = match sampler {
@@ -189,6 +209,24 @@ async fn main() -> anyhow::Result<()> {
             "| server open descriptors first / peak / last | {} / {fds} / {} |",
             first.fds, last.fds
         );
+    }
+    if let Some(hoard) = &hoard {
+        let mb = |bytes: u64| bytes / 1_000_000;
+        println!(
+            "| hoarding processes × bytes each | {} × {} |",
+            hoard.processes, hoard.bytes_each
+        );
+        println!(
+            "| hoarded output held in memory / shed | {} / {} MB |",
+            mb(hoard.held),
+            mb(hoard.shed)
+        );
+        if let Some(server) = &started_server {
+            let serving = tether_testkit::process_stats::serving_pid(server.pid());
+            if let Some(peak) = tether_testkit::process_stats::peak_rss_kib(serving) {
+                println!("| server peak RSS (VmHWM) | {} MB |", peak / 1024);
+            }
+        }
     }
     let mut hostile_failed = false;
     if args.hostile {

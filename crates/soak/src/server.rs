@@ -46,6 +46,11 @@ impl Started {
         Ok(Self { url: url.trim().to_owned(), child })
     }
 
+    /// The guardian's pid (the serving process is its child).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Samples the server once a second until stopped.
     pub fn sampler(&self) -> Sampler {
         let pid = self.child.id();

@@ -56,6 +56,33 @@ impl RpcClient {
         Ok(Self { socket, next_id: 1, notifications: VecDeque::new(), responses: Vec::new() })
     }
 
+    /// Connects to a `ws://` URL from the local address `source` (any port): another client's
+    /// address, on loopback, where the whole of 127.0.0.0/8 is this machine.
+    pub async fn connect_from(url: &str, source: std::net::IpAddr) -> anyhow::Result<Self> {
+        let address = url.trim_start_matches("ws://").trim_end_matches('/');
+        let server: std::net::SocketAddr =
+            address.parse().with_context(|| format!("address of {url}"))?;
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket
+            .bind(std::net::SocketAddr::new(source, 0))
+            .with_context(|| format!("bind {source}"))?;
+        let tcp = socket.connect(server).await.with_context(|| format!("connect {url}"))?;
+        let (socket, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp))
+            .await
+            .with_context(|| format!("upgrade {url}"))?;
+        Ok(Self { socket, next_id: 1, notifications: VecDeque::new(), responses: Vec::new() })
+    }
+
+    /// `initialize` asking the session to wait `ttl_secs` for a resume once detached
+    /// (`detachedTtlSecs`), then `initialized`; the session id.
+    pub async fn initialize_detachable(&mut self, ttl_secs: u64) -> anyhow::Result<String> {
+        let params = json!({"clientName": "tether-tests", "detachedTtlSecs": ttl_secs});
+        let result = self.call("initialize", params).await?.map_err(anyhow::Error::new)?;
+        self.notify("initialized", json!({})).await?;
+        let id = result["sessionId"].as_str().context("initialize answered no sessionId")?;
+        Ok(id.to_owned())
+    }
+
     /// Connects and completes the handshake; returns the client and the initialize result.
     pub async fn connect_initialized(url: &str) -> anyhow::Result<(Self, Value)> {
         let mut client = Self::connect(url).await?;

@@ -6,6 +6,7 @@
 //! what one Tether process sends.
 
 mod child;
+mod output_budget;
 mod posix_spawn;
 pub mod proc_stat;
 mod pty_io;
@@ -28,7 +29,9 @@ use tether_protocol::process::{
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::debug;
 
+pub use output_budget::{DEFAULT_MAX_RETAINED_OUTPUT_BYTES, OutputBudget};
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
 pub use spawn::{PTY_COLS, PTY_ROWS};
 pub(crate) use spawn::{SpawnRequest, Spawned, program_for, spawn};
@@ -441,6 +444,30 @@ impl LocalProcess {
     }
 }
 
+/// The server-wide budget sheds a process's oldest output under its own lock, one process at
+/// a time.
+impl output_budget::Holder for LocalProcess {
+    fn held(&self) -> usize {
+        self.retained_bytes()
+    }
+
+    fn shed_to(self: Arc<Self>, level: usize) {
+        let (shed, spills) = {
+            let mut state = self.state();
+            (state.output.shed_to(level), state.output.spills())
+        };
+        if shed == 0 {
+            return;
+        }
+        debug!(process_id = %self.id, shed, level, "retained output shed for the server-wide budget");
+        // What went to the spill waits in memory until written; a process that prints nothing
+        // more would never have its pump write it.
+        if spills {
+            tokio::spawn(async move { pump::settle_spill(&self).await });
+        }
+    }
+}
+
 impl std::fmt::Debug for LocalProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalProcess").field("id", &self.id).field("pid", &self.pid()).finish()
@@ -525,11 +552,12 @@ pub(crate) struct NewProcess {
     pub sandboxed: bool,
 }
 
-pub(crate) fn new_process(parts: NewProcess) -> Arc<LocalProcess> {
+/// A started process, counted by `budget` (the one its retained output accounts to).
+pub(crate) fn new_process(parts: NewProcess, budget: &Arc<OutputBudget>) -> Arc<LocalProcess> {
     let NewProcess { id, pgid, output, stdin, terminal, argv, tty, sandboxed } = parts;
     // Read while the child cannot have been reaped yet (nothing has waited for it).
     let leader_started = proc_stat::read(pgid.as_raw_nonzero().get()).map(|s| s.start_time);
-    Arc::new(LocalProcess {
+    let process = Arc::new(LocalProcess {
         leader_started,
         id,
         pgid,
@@ -545,7 +573,10 @@ pub(crate) fn new_process(parts: NewProcess) -> Arc<LocalProcess> {
         tty,
         sandboxed,
         inner_pid: std::sync::OnceLock::new(),
-    })
+    });
+    let holder: Arc<dyn output_budget::Holder> = process.clone();
+    budget.register(Arc::downgrade(&holder));
+    process
 }
 
 /// Reads bubblewrap's `--info-fd` until it has named the inner stage, and records its pid.

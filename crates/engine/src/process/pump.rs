@@ -188,6 +188,39 @@ fn looks_denied(output: &super::RetainedOutput, exit_code: i32) -> bool {
     looks_denied(exit_code, &stdout, &stderr)
 }
 
+/// Does what a process's spill needs (its file made, batches written) on the blocking pool,
+/// with the state lock released: the pump waits meanwhile, as it would for a slow client, but
+/// no async thread and no reader does. Also run for a process the server-wide budget shed
+/// into its spill, which may print nothing more to make its pump do it.
+pub(crate) async fn settle_spill(process: &LocalProcess) {
+    loop {
+        let step = process.state().output.spill_step();
+        match step {
+            SpillStep::Nothing => return,
+            SpillStep::MakeFile(config) => {
+                let made = tokio::task::spawn_blocking(move || SpillFile::create(&config))
+                    .await
+                    .unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
+                process.state().output.spill_file_made(made);
+            }
+            SpillStep::Write(batch) => {
+                let written = tokio::task::spawn_blocking(move || {
+                    let written = batch.write();
+                    (batch, written)
+                })
+                .await;
+                let mut state = process.state();
+                match written {
+                    Ok((batch, written)) => state.output.spill_written(&batch, written),
+                    // The write never finished (the runtime is going away): the spill
+                    // cannot be trusted.
+                    Err(panic) => state.output.give_up_spill(&panic.to_string()),
+                }
+            }
+        }
+    }
+}
+
 async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -225,36 +258,8 @@ impl Pump {
         .await;
     }
 
-    /// Does what the spill needs (its file made, a batch written) on the blocking pool, with
-    /// the state lock released: this process waits meanwhile, as it would for a slow client,
-    /// but no async thread and no reader does.
     async fn spill(&self) {
-        loop {
-            let step = self.process.state().output.spill_step();
-            match step {
-                SpillStep::Nothing => return,
-                SpillStep::MakeFile(config) => {
-                    let made = tokio::task::spawn_blocking(move || SpillFile::create(&config))
-                        .await
-                        .unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
-                    self.process.state().output.spill_file_made(made);
-                }
-                SpillStep::Write(batch) => {
-                    let written = tokio::task::spawn_blocking(move || {
-                        let written = batch.write();
-                        (batch, written)
-                    })
-                    .await;
-                    let mut state = self.process.state();
-                    match written {
-                        Ok((batch, written)) => state.output.spill_written(&batch, written),
-                        // The write never finished (the runtime is going away): the spill
-                        // cannot be trusted.
-                        Err(panic) => state.output.give_up_spill(&panic.to_string()),
-                    }
-                }
-            }
-        }
+        settle_spill(&self.process).await;
     }
 
     async fn exit(&self, exit_code: i32) {

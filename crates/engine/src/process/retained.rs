@@ -8,6 +8,7 @@ use tether_protocol::ByteChunk;
 use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk};
 use tracing::warn;
 
+use super::output_budget::OutputBudget;
 use super::spill::{DiskRead, Spill, SpillBatch, SpillConfig, SpillFile};
 
 /// Spilled chunks the pump lets queue in memory before it writes them as one batch: a few of
@@ -51,11 +52,16 @@ pub const RETAINED_OUTPUT_CHUNKS: usize = 50_000;
 /// The newest output is held in memory, up to `byte_limit`. With a spill configured, what
 /// memory lets go of moves to a bounded file on disk ([`Spill`]) instead of being dropped;
 /// everything in the spill is older than everything in memory.
+///
+/// What memory holds is counted in the server-wide [`OutputBudget`] too, which may have the
+/// oldest of it let go of ([`RetainedOutput::shed_to`]) while processes together hold too
+/// much.
 #[derive(Debug)]
 pub(crate) struct RetainedOutput {
     chunks: VecDeque<ProcessOutputChunk>,
     bytes: usize,
     byte_limit: usize,
+    budget: Arc<OutputBudget>,
     next_seq: u64,
     exit: Option<(u64, i32)>,
     closed_seq: Option<u64>,
@@ -85,17 +91,27 @@ impl RetainedOutput {
         self.bytes
     }
 
+    /// Whether output memory lets go of goes to a spill (one is configured and not given up).
+    pub(crate) fn spills(&self) -> bool {
+        self.spill.is_some() || self.spill_config.is_some()
+    }
+
     /// Output bytes spilled to disk now.
     pub(crate) fn spilled_bytes(&self) -> u64 {
         self.spill.as_ref().map_or(0, Spill::bytes)
     }
 
-    pub(crate) fn new(byte_limit: usize, spill_config: Option<Arc<SpillConfig>>) -> Self {
+    pub(crate) fn new(
+        byte_limit: usize,
+        budget: Arc<OutputBudget>,
+        spill_config: Option<Arc<SpillConfig>>,
+    ) -> Self {
         Self {
             chunks: VecDeque::new(),
             bytes: 0,
             evicted_through: 0,
             byte_limit,
+            budget,
             next_seq: 1,
             exit: None,
             closed_seq: None,
@@ -106,20 +122,49 @@ impl RetainedOutput {
     }
 
     /// Numbers a chunk and keeps it, moving whole chunks from the front to the spill (or
-    /// dropping them, without one) to stay in bounds.
+    /// dropping them, without one) to stay in bounds: this process's own, then, while all
+    /// processes together hold more than the server-wide budget, the budget's level.
     pub(crate) fn push_output(&mut self, stream: ExecOutputStream, bytes: Bytes) -> u64 {
         let seq = self.allocate();
         self.bytes += bytes.len();
+        self.budget.add(bytes.len());
         self.chunks.push_back(ProcessOutputChunk { seq, stream, chunk: ByteChunk(bytes) });
         while self.chunks.len() > 1
             && (self.bytes > self.byte_limit || self.chunks.len() > RETAINED_OUTPUT_CHUNKS)
         {
-            if let Some(oldest) = self.chunks.pop_front() {
-                self.bytes -= oldest.chunk.len();
-                self.retire(oldest);
+            self.let_go_of_oldest();
+        }
+        if let Some(level) = self.budget.over_limit_level() {
+            self.shed_to(level);
+            if self.budget.over_limit_level().is_some() {
+                self.budget.wake_reclaimer();
             }
         }
         seq
+    }
+
+    /// Lets the oldest chunks in memory go (to the spill, or dropped) until memory holds at
+    /// most `level` bytes, for the server-wide budget; returns how many bytes went.
+    pub(crate) fn shed_to(&mut self, level: usize) -> usize {
+        let mut shed = 0;
+        while self.bytes > level {
+            match self.let_go_of_oldest() {
+                Some(len) => shed += len,
+                None => break,
+            }
+        }
+        self.budget.count_shed(shed);
+        shed
+    }
+
+    /// Moves the oldest chunk in memory out of it; its length, if there was one.
+    fn let_go_of_oldest(&mut self) -> Option<usize> {
+        let oldest = self.chunks.pop_front()?;
+        let len = oldest.chunk.len();
+        self.bytes -= len;
+        self.budget.remove(len);
+        self.retire(oldest);
+        Some(len)
     }
 
     /// Moves a chunk memory no longer holds to the spill's queue, or drops it.
@@ -379,6 +424,12 @@ impl RetainedOutput {
     }
 }
 
+impl Drop for RetainedOutput {
+    fn drop(&mut self) {
+        self.budget.remove(self.bytes);
+    }
+}
+
 /// What a read may still take: bytes within the limit (the first chunk always) and chunks
 /// within [`RETAINED_OUTPUT_CHUNKS`]. `cut` once something was left out.
 struct Budget {
@@ -409,13 +460,17 @@ impl Budget {
 mod tests {
     use super::*;
 
+    fn unlimited() -> Arc<OutputBudget> {
+        Arc::new(OutputBudget::new(usize::MAX))
+    }
+
     fn out(retained: &mut RetainedOutput, text: &str) -> u64 {
         retained.push_output(ExecOutputStream::Stdout, Bytes::copy_from_slice(text.as_bytes()))
     }
 
     #[test]
     fn output_exit_and_close_share_one_sequence() {
-        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, None);
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, unlimited(), None);
         assert_eq!(out(&mut retained, "a"), 1);
         assert_eq!(retained.record_exit(0), 2);
         assert_eq!(out(&mut retained, "late"), 3);
@@ -429,7 +484,7 @@ mod tests {
 
     #[test]
     fn byte_budget_keeps_whole_chunks_and_always_returns_one() {
-        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, None);
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, unlimited(), None);
         out(&mut retained, "abcdef");
         out(&mut retained, "ghij");
         let seqs = |w: ReadWindow| (w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), w.next_seq);
@@ -445,7 +500,7 @@ mod tests {
 
     #[test]
     fn with_a_budget_next_seq_follows_the_last_chunk_returned() {
-        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, None);
+        let mut retained = RetainedOutput::new(DEFAULT_RETAINED_OUTPUT_BYTES, unlimited(), None);
         out(&mut retained, "hello");
         out(&mut retained, "ab");
         retained.record_exit(0);
@@ -460,7 +515,7 @@ mod tests {
 
     #[test]
     fn evicts_whole_chunks_from_the_front() {
-        let mut retained = RetainedOutput::new(10, None);
+        let mut retained = RetainedOutput::new(10, unlimited(), None);
         out(&mut retained, "1234");
         out(&mut retained, "5678");
         out(&mut retained, "9abc");
@@ -471,7 +526,7 @@ mod tests {
 
     #[test]
     fn a_single_chunk_over_the_limit_is_kept() {
-        let mut retained = RetainedOutput::new(2, None);
+        let mut retained = RetainedOutput::new(2, unlimited(), None);
         out(&mut retained, "12345");
         assert_eq!(retained.read(0, None).chunks.len(), 1);
     }
@@ -481,7 +536,7 @@ mod tests {
             dir: std::env::temp_dir(),
             bytes_per_process: super::super::spill::MIN_SPILL_BYTES_PER_PROCESS,
         };
-        let mut retained = RetainedOutput::new(memory, Some(Arc::new(config)));
+        let mut retained = RetainedOutput::new(memory, unlimited(), Some(Arc::new(config)));
         retained.spill_batch_bytes = 1;
         retained
     }
@@ -581,9 +636,29 @@ mod tests {
         assert_eq!(text(&window), "008|009|");
     }
 
+    /// What the server-wide budget sheds is the oldest whole chunks, counted, and readers
+    /// are told where output resumes; a buffer that goes gives its bytes back.
+    #[test]
+    fn shedding_for_the_shared_budget_is_counted_and_visible_to_readers() {
+        let budget = Arc::new(OutputBudget::new(8));
+        let mut quiet = RetainedOutput::new(100, budget.clone(), None);
+        let mut noisy = RetainedOutput::new(100, budget.clone(), None);
+        out(&mut quiet, "1234");
+        out(&mut noisy, "abcd");
+        out(&mut noisy, "efgh");
+        assert_eq!(budget.held(), 12);
+        assert_eq!(noisy.shed_to(5), 4);
+        assert_eq!((budget.held(), budget.shed_bytes()), (8, 4));
+        let window = noisy.read(0, None);
+        assert_eq!(window.oldest_readable_seq, 2);
+        assert_eq!(text(&window), "efgh");
+        drop(quiet);
+        assert_eq!(budget.held(), 4);
+    }
+
     #[test]
     fn chunk_count_is_bounded() {
-        let mut retained = RetainedOutput::new(usize::MAX, None);
+        let mut retained = RetainedOutput::new(usize::MAX, unlimited(), None);
         for _ in 0..RETAINED_OUTPUT_CHUNKS + 10 {
             out(&mut retained, "x");
         }

@@ -130,8 +130,13 @@ impl Spill {
         self.file.is_none()
     }
 
+    /// Keeps the first file made: the pump and the server-wide budget may both have made one
+    /// at once, and batches may already be written to the first; a second is let go (it has
+    /// no name, so it is freed).
     pub(crate) fn set_file(&mut self, file: SpillFile) {
-        self.file = Some(Arc::new(file));
+        if self.file.is_none() {
+            self.file = Some(Arc::new(file));
+        }
     }
 
     /// Bytes held now, on disk and queued.

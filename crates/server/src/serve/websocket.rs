@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
 
+use crate::auth::ClientId;
 use crate::config::{MAX_FRAME_BYTES, MAX_MESSAGE_BYTES, WEBSOCKET_READ_BYTES};
 use crate::metrics::UpgradeRefusal;
 use crate::processor::{Ending, Inbound, InboundFrame, serve_connection};
@@ -114,12 +115,13 @@ async fn upgrade(
         );
         return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
     };
+    let client = app.server.config.ws_auth.client_id(&headers, peer);
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_FRAME_BYTES))
         .read_buffer_size(WEBSOCKET_READ_BYTES);
     upgrade.accept(config, move |socket| async move {
-        run_connection(socket, peer, app, clock).await;
+        run_connection(socket, peer, client, app, clock).await;
         drop(permit);
     })
 }
@@ -144,7 +146,13 @@ async fn metrics_text(State(app): State<AppState>, headers: HeaderMap) -> Respon
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-async fn run_connection(socket: Socket, peer: SocketAddr, app: AppState, clock: Arc<SocketClock>) {
+async fn run_connection(
+    socket: Socket,
+    peer: SocketAddr,
+    client: ClientId,
+    app: AppState,
+    clock: Arc<SocketClock>,
+) {
     let connection = ConnectionId::next();
     let span =
         info_span!("connection", connection = connection.0, %peer, session = tracing::field::Empty);
@@ -168,7 +176,7 @@ async fn run_connection(socket: Socket, peer: SocketAddr, app: AppState, clock: 
         let ending = serve_connection(
             app.server,
             connection,
-            TransportKind::WebSocket { peer },
+            TransportKind::WebSocket { peer, client },
             inbound,
             outbound,
             app.shutdown,

@@ -30,6 +30,7 @@ use tether_protocol::envelope::encode_error;
 use tether_protocol::{JsonRpcError, RequestId};
 
 use self::direct::{DIRECT_ANSWER_MAX_BYTES, FRAGMENT_BYTES, SharedSocket, Ticket, Unwritten};
+use crate::auth::ClientId;
 use crate::config::{OUTBOUND_QUEUE_MESSAGES, OUTPUT_IN_FLIGHT_BYTES};
 use crate::metrics::Metrics;
 
@@ -207,15 +208,27 @@ impl ConnectionId {
 /// errors and whether its session survives it.
 #[derive(Debug, Clone)]
 pub(crate) enum TransportKind {
-    WebSocket { peer: std::net::SocketAddr },
+    /// `client`: who the peer is for the per-client bounds ([`ClientId`]).
+    WebSocket {
+        peer: std::net::SocketAddr,
+        client: ClientId,
+    },
     Stdio,
 }
 
 impl TransportKind {
+    /// Who the connection is, for the per-client bounds.
+    pub(crate) fn client(&self) -> ClientId {
+        match self {
+            TransportKind::WebSocket { client, .. } => client.clone(),
+            TransportKind::Stdio => ClientId::Stdio,
+        }
+    }
+
     /// The prefix of a parse error, as the reference words it.
     pub(crate) fn parse_error_prefix(&self) -> String {
         match self {
-            TransportKind::WebSocket { peer } => {
+            TransportKind::WebSocket { peer, .. } => {
                 format!(
                     "failed to parse websocket JSON-RPC message from exec-server websocket {peer}"
                 )
