@@ -26,7 +26,7 @@
 //! signal on each command reaches only direct children and is tied to the thread that forked,
 //! which in a thread pool may be gone; cgroups need delegation that is rarely there.
 
-use tether_engine::process::proc_stat::children_of;
+use tether_engine::proc_stat::children_of;
 
 /// How long the guardian goes on killing descendants after the server is gone before it gives
 /// up on ones it cannot reap (a process in uninterruptible sleep on a dead NFS mount): long

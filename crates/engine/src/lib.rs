@@ -16,6 +16,8 @@
 //! - [`http`]: the HTTP surface ([`http::HttpClient`]) and its local implementation: requests
 //!   made from the executor's network position, buffered or with the body streamed.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
+//! - [`proc_stat`]: a process's parent, group and start time from `/proc`, for whoever must
+//!   tell processes apart (killing a group, a sandbox's descendants, the guardian).
 //! - [`sandbox`]: confining a sandboxed start or file write (bubblewrap, seccomp, the inner
 //!   stage), and what an intent means here.
 //! - [`exec_setup`]: what a child is handed at exec (arguments, environment, the descriptors a
@@ -44,6 +46,7 @@ pub mod exec_setup;
 pub mod fs;
 pub mod helper;
 pub mod http;
+pub mod proc_stat;
 pub mod process;
 pub mod process_table;
 pub mod sandbox;

@@ -8,7 +8,6 @@
 mod child;
 mod output_budget;
 mod posix_spawn;
-pub mod proc_stat;
 mod pty_io;
 mod pump;
 mod retained;
@@ -30,6 +29,8 @@ use tether_protocol::process::{
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::debug;
+
+use crate::proc_stat;
 
 pub use output_budget::{DEFAULT_MAX_RETAINED_OUTPUT_BYTES, OutputBudget};
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};

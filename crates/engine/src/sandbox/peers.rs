@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::process::proc_stat;
+use crate::proc_stat;
 
 /// The pids of the bubblewrap processes running this server's sandboxes.
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
