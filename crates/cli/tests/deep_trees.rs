@@ -23,9 +23,6 @@ use tether_testkit::{RpcClient, ServerProcess, Target};
 /// stack, and still built in a few seconds.
 const LEVELS: usize = 100_000;
 
-/// How deep the sandboxed removal's chain is (see its test).
-const SANDBOXED_LEVELS: usize = 20_000;
-
 /// A scratch directory under `/dev/shm` (memory: a disk with `discard` takes a minute over 100,000 removals) holding `tree`, a chain of [`LEVELS`] directories
 /// named `d`; removed, iteratively, when dropped.
 struct DeepTree {
@@ -34,10 +31,6 @@ struct DeepTree {
 
 impl DeepTree {
     fn new(name: &str) -> Self {
-        Self::with_levels(name, LEVELS)
-    }
-
-    fn with_levels(name: &str, levels: usize) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let unique = NEXT.fetch_add(1, Ordering::Relaxed);
         let root =
@@ -45,7 +38,7 @@ impl DeepTree {
         std::fs::create_dir_all(root.join("tree")).unwrap();
         let tree = Self { root };
         let mut dir = open_directory(CWD, tree.path("tree")).unwrap();
-        for _ in 0..levels {
+        for _ in 0..LEVELS {
             rustix::fs::mkdirat(&dir, "d", Mode::from_raw_mode(0o755)).unwrap();
             dir = open_directory(&dir, "d").unwrap();
         }
@@ -122,13 +115,12 @@ async fn removing_a_deep_tree_removes_all_of_it_and_the_server_serves_on() {
     still_serves(&server, &mut client, &tree).await;
 }
 
-/// The sandboxed variant runs the same removal in the fs helper, inside the sandbox. Its chain
-/// is 20,000 levels, past the 15,000 that overflowed a stack: inside the sandbox the tree lies
-/// in a bind mount of a directory, where each `..` the removal climbs costs the kernel a walk
-/// to the mount's root, so 100,000 levels take minutes there.
+/// The sandboxed variant runs the same removal in the fs helper, inside the sandbox, where the
+/// tree lies in a bind mount of a directory (there a removal that climbed back through `..`
+/// would cost the kernel a walk to the mount's root at every level).
 #[tokio::test]
 async fn removing_a_deep_tree_in_a_sandbox_removes_all_of_it_and_the_server_serves_on() {
-    let tree = DeepTree::with_levels("sandboxed-remove", SANDBOXED_LEVELS);
+    let tree = DeepTree::new("sandboxed-remove");
     let (server, mut client) = started().await;
 
     let params =

@@ -33,12 +33,17 @@ pub(crate) const MAX_COPY_DEPTH: usize = 1024;
 
 /// Copies level by level from a stack of open directories, so a tree's depth costs no stack.
 /// Refuses, at every level, a destination inside the source: the copy would copy itself
-/// forever. The check resolves links in the destination, so an alias is caught too.
+/// forever. Where each destination really is travels down with it, so a level costs one look
+/// at its own name (a link there is resolved, so an alias is caught too), not a resolution of
+/// the whole path, which would make a deep tree's copy quadratic.
 fn copy_tree(source: &Path, destination: &Path, source_root: &Path) -> io::Result<()> {
-    refuse_inside(destination, source_root)?;
+    let resolved = resolve_existing(destination)?;
+    refuse_inside(&resolved, source_root)?;
     std::fs::create_dir_all(destination)?;
-    let mut levels = vec![(std::fs::read_dir(source)?, destination.to_path_buf())];
-    while let Some((entries, to_directory)) = levels.last_mut() {
+    let mut levels = vec![(std::fs::read_dir(source)?, destination.to_path_buf(), resolved)];
+    loop {
+        let depth = levels.len();
+        let Some((entries, to_directory, resolved_directory)) = levels.last_mut() else { break };
         let Some(entry) = entries.next() else {
             levels.pop();
             continue;
@@ -47,23 +52,33 @@ fn copy_tree(source: &Path, destination: &Path, source_root: &Path) -> io::Resul
         let (from, to) = (entry.path(), to_directory.join(entry.file_name()));
         let file_type = entry.file_type()?;
         if file_type.is_dir() {
-            if levels.len() >= MAX_COPY_DEPTH {
+            if depth >= MAX_COPY_DEPTH {
                 return Err(invalid(&format!(
                     "fs/copy copies at most {MAX_COPY_DEPTH} levels of directories below \
                      sourcePath, and this tree is deeper: copy its deeper parts separately"
                 )));
             }
-            refuse_inside(&to, source_root)?;
+            let resolved = resolved_below(resolved_directory, &to)?;
+            refuse_inside(&resolved, source_root)?;
             std::fs::create_dir_all(&to)?;
-            levels.push((std::fs::read_dir(&from)?, to));
+            levels.push((std::fs::read_dir(&from)?, to, resolved));
         } else if file_type.is_file() {
-            refuse_inside(&to, source_root)?;
+            refuse_inside(&resolved_below(resolved_directory, &to)?, source_root)?;
             copy_file(&from, &to)?;
         } else if file_type.is_symlink() {
             copy_link(&from, &to)?;
         }
     }
     Ok(())
+}
+
+/// Where `to`, named in a directory whose real place is `resolved_directory`, really is: a
+/// link there is resolved whole; anything else is that directory's place and its name.
+fn resolved_below(resolved_directory: &Path, to: &Path) -> io::Result<PathBuf> {
+    match std::fs::symlink_metadata(to) {
+        Ok(meta) if meta.file_type().is_symlink() => resolve_existing(to),
+        _ => Ok(resolved_directory.join(to.file_name().expect("an entry has a name"))),
+    }
 }
 
 /// Contents and permissions. A file copied onto itself (by name or through a link) is left as
@@ -83,8 +98,9 @@ fn copy_link(source: &Path, destination: &Path) -> io::Result<()> {
     std::os::unix::fs::symlink(std::fs::read_link(source)?, destination)
 }
 
-fn refuse_inside(destination: &Path, source_root: &Path) -> io::Result<()> {
-    if resolve_existing(destination)?.starts_with(source_root) {
+/// Refuses a destination (where it really is) inside the source.
+fn refuse_inside(resolved: &Path, source_root: &Path) -> io::Result<()> {
+    if resolved.starts_with(source_root) {
         return Err(invalid("fs/copy cannot copy a directory to itself or one of its descendants"));
     }
     Ok(())

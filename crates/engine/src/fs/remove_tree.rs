@@ -6,13 +6,13 @@
 //! beneath the one above it (`O_NOFOLLOW`, so a link is never entered, only removed), its
 //! entries are removed beneath its descriptor, and the first directory that is not empty is
 //! entered next. A directory found empty is left for its parent, which is read again from the
-//! start and removes it. The descent is a stack of levels; only the deepest
-//! [`MAX_OPEN_DIRECTORIES`] keep their directory open, and a level above them is opened again
-//! through `..` of the one below when the removal climbs back to it — and checked to be the
-//! directory it was (device and inode), so a directory moved meanwhile stops the removal
-//! instead of leading it out of the tree.
+//! start and removes it. The descent holds at most [`MAX_OPEN_DIRECTORIES`] directories open,
+//! the top of the tree first; a directory that would go deeper is moved up instead, into the
+//! top (a rename beneath two descriptors), where the removal comes back to it. So the removal
+//! never climbs through `..`: in a bind mount of a directory (every sandbox's writable root)
+//! the kernel checks each `..` against the mount's root by walking up the whole chain, which
+//! makes climbing out of a deep tree quadratic.
 
-use std::collections::VecDeque;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,46 +21,44 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 /// Most directories one removal holds open: enough that a tree of ordinary depth is removed
-/// without opening any directory twice, few enough that many removals at once stay well within
-/// the server's descriptor limit.
+/// without moving anything, few enough that many removals at once stay well within the
+/// server's descriptor limit.
 const MAX_OPEN_DIRECTORIES: usize = 64;
 
-/// Deepest tree a removal goes into: a million levels, which no real tree approaches. What each
-/// level costs once its directory is closed — its identity, 16 bytes — is bounded by it (16
-/// MiB), not by whatever depth a hostile command could build.
-pub(crate) const MAX_REMOVAL_DEPTH: usize = 1 << 20;
+/// What a directory moved up into the top is named: a prefix no ordinary tree uses, and a
+/// number (the next one is tried while the name is taken).
+const MOVED_PREFIX: &str = ".tether-removing-";
 
 /// Removes the directory `name` beneath `parent` and everything in it. A missing entry is
 /// skipped (someone else removed it); any other failure stops the removal and is returned.
 pub(crate) fn remove_tree(parent: &impl AsFd, name: &OsStr) -> io::Result<()> {
-    let mut descent = Descent::new(open_directory(parent, name)?)?;
+    let mut descent = Descent { open: vec![Level::of(open_directory(parent, name)?)?], moved: 0 };
     let mut emptied = None;
     loop {
         match descent.deepest().next_step(emptied.take())? {
             Step::Enter(child) => descent.enter(&child)?,
-            Step::Empty if descent.at_top() => break,
-            Step::Empty => emptied = Some(descent.climb()?),
+            Step::Empty if descent.open.len() == 1 => break,
+            Step::Empty => emptied = descent.open.pop().map(|left| left.ino),
         }
     }
     drop(descent);
     Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?)
 }
 
-/// What a directory is: its device and inode.
-type Identity = (u64, u64);
-
 /// The directories from the top of the tree down to where the removal is.
 struct Descent {
-    /// The identities of the levels above `open`, top first: their directories were closed.
-    closed: Vec<Identity>,
-    /// The deepest levels, their directories open, the deepest last; never empty.
-    open: VecDeque<Level>,
+    /// The top first, the deepest last; never empty, never longer than
+    /// [`MAX_OPEN_DIRECTORIES`].
+    open: Vec<Level>,
+    /// Directories moved up into the top so far: where the next name's number starts.
+    moved: u64,
 }
 
 /// One directory on the way down.
 struct Level {
     dir: Dir,
-    identity: Identity,
+    /// Its inode, for its parent to recognise it.
+    ino: u64,
 }
 
 /// What to do after reading a directory.
@@ -72,66 +70,42 @@ enum Step {
 }
 
 impl Descent {
-    fn new(top: OwnedFd) -> io::Result<Self> {
-        Ok(Self { closed: Vec::new(), open: VecDeque::from([Level::of(top)?]) })
-    }
-
     fn deepest(&mut self) -> &mut Level {
-        self.open.back_mut().expect("the deepest level is open")
+        self.open.last_mut().expect("the top is open")
     }
 
-    fn at_top(&self) -> bool {
-        self.closed.is_empty() && self.open.len() == 1
-    }
-
-    fn depth(&self) -> usize {
-        self.closed.len() + self.open.len()
-    }
-
+    /// Goes into `name`, a subdirectory of the deepest directory; at the bound, moves it up
+    /// into the top instead, where a later read of the top finds it.
     fn enter(&mut self, name: &CStr) -> io::Result<()> {
-        if self.depth() > MAX_REMOVAL_DEPTH {
-            return Err(io::Error::other(format!(
-                "fs/remove goes at most {MAX_REMOVAL_DEPTH} levels of directories deep, and \
-                 this tree is deeper: remove its deepest directories first"
-            )));
-        }
-        let child = match open_directory(&self.deepest().dir.fd()?, name) {
-            // Removed by someone else since it was read: the next read will not list it.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-            opened => opened?,
-        };
-        self.open.push_back(Level::of(child)?);
-        if self.open.len() > MAX_OPEN_DIRECTORIES {
-            let top = self.open.pop_front().expect("over the bound, so not empty");
-            self.closed.push(top.identity);
-        }
-        Ok(())
-    }
-
-    /// Leaves the deepest directory, now empty, for its parent; answers its inode, which the
-    /// parent's next read removes.
-    fn climb(&mut self) -> io::Result<u64> {
-        let left = self.open.pop_back().expect("below the top, so open");
-        if self.open.is_empty() {
-            let expected = self.closed.pop().expect("below the top, so a level is above");
-            let parent = open_directory(&left.dir.fd()?, OsStr::new(".."))?;
-            let parent = Level::of(parent)?;
-            if parent.identity != expected {
-                return Err(io::Error::other(
-                    "a directory in the tree was moved while the tree was being removed; \
-                     nothing outside the tree was touched: remove it again",
-                ));
+        let depth = self.open.len();
+        if depth < MAX_OPEN_DIRECTORIES {
+            let opened = open_directory(&self.open[depth - 1].dir.fd()?, name);
+            match opened {
+                Ok(child) => self.open.push(Level::of(child)?),
+                // Removed by someone else since it was read: the next read will not list it.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
             }
-            self.open.push_back(parent);
+            return Ok(());
         }
-        Ok(left.identity.1)
+        let (top, here) = (self.open[0].dir.fd()?, self.open[depth - 1].dir.fd()?);
+        loop {
+            let moved = format!("{MOVED_PREFIX}{}", self.moved);
+            self.moved += 1;
+            let flags = rustix::fs::RenameFlags::NOREPLACE;
+            match rustix::fs::renameat_with(here, name, top, moved.as_str(), flags) {
+                Ok(()) | Err(Errno::NOENT) => return Ok(()),
+                Err(Errno::EXIST) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 }
 
 impl Level {
     fn of(fd: OwnedFd) -> io::Result<Self> {
-        let stat = rustix::fs::fstat(&fd)?;
-        Ok(Self { identity: (stat.st_dev, stat.st_ino), dir: Dir::new(fd)? })
+        let ino = rustix::fs::fstat(&fd)?.st_ino;
+        Ok(Self { ino, dir: Dir::new(fd)? })
     }
 
     /// Reads the directory from the start, removing what it can, until it is empty or holds a
@@ -225,8 +199,8 @@ mod tests {
         assert_eq!(scratch.read("outside/keep.txt"), b"keep");
     }
 
-    /// Deeper than the directories a removal holds open, with files at every level: the
-    /// levels above are opened again through `..` on the way back up.
+    /// Deeper than the directories a removal holds open, with files at every level: what lies
+    /// deeper is moved up into the top and removed from there.
     #[test]
     fn a_tree_deeper_than_the_open_directories_is_removed_whole() {
         let scratch = Scratch::new("remove-tree-deep");
