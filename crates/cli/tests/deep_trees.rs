@@ -175,3 +175,23 @@ async fn searching_a_deep_tree_for_a_none_glob_refuses_the_sandbox_and_the_serve
     assert!(error.message.contains("File name too long (os error 36)"), "{}", error.message);
     still_serves(&server, &mut client, &tree).await;
 }
+
+/// A walk reads level by level from a queue, at most 64 levels down (the depth is the
+/// client's choice, so reaching it is not a truncation, as on the reference): it answers with
+/// what it found down to there, and the server serves on.
+#[tokio::test]
+async fn walking_a_deep_tree_stops_at_its_depth_bound_and_the_server_serves_on() {
+    let tree = DeepTree::new("walk");
+    let (server, mut client) = started().await;
+
+    let params = json!({"path": tree.uri("tree"), "options": {"maxDepth": 64,
+        "maxDirectories": 10_000, "maxEntries": 50_000, "followDirectorySymlinks": false}});
+    let walked = client.ok("fs/walk", params).await.unwrap();
+
+    assert_eq!((&walked["truncated"], &walked["errors"]), (&json!(false), &json!([])));
+    let entries = walked["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 65, "depth 0 (the root's children) to 64");
+    let deepest = format!("{}{}", tree.uri("tree"), "/d".repeat(65));
+    assert_eq!(entries[64]["path"], json!(deepest));
+    still_serves(&server, &mut client, &tree).await;
+}
