@@ -6,7 +6,7 @@
 //! sandbox; the spill directory holds every session's output. Both are masked in every sandbox,
 //! wherever they lie, and no sandboxed file call writes there.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use tether_testkit::client::{b64encode, output_of};
@@ -31,7 +31,7 @@ async fn run(
     client: &mut RpcClient,
     id: &str,
     script: &str,
-    cwd: &PathBuf,
+    cwd: &Path,
     sandbox: Value,
 ) -> (String, i64) {
     let start = json!({"processId": id, "argv": ["/bin/sh", "-c", script], "cwd": uri(cwd),

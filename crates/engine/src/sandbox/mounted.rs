@@ -24,7 +24,7 @@ pub const FLAG: &str = "--mounted";
 
 /// `statfs`'s magic number for tmpfs: what bubblewrap's fresh directories and empty files
 /// (`--tmpfs`, `--ro-bind-data`) are made on.
-const TMPFS_MAGIC: i64 = 0x0102_1994;
+const TMPFS_MAGIC: u64 = 0x0102_1994;
 
 /// What one mount target must hold once the sandbox is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +103,7 @@ fn verify_one(mounted: &Mounted) -> Result<(), String> {
             rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor) == dev
                 && stat.stx_ino == ino
         }
-        None => rustix::fs::fstatfs(&at).is_ok_and(|fs| fs.f_type as i64 == TMPFS_MAGIC),
+        None => rustix::fs::fstatfs(&at).is_ok_and(|fs| fs.f_type as u64 == TMPFS_MAGIC),
     };
     holds.then_some(()).ok_or_else(changed)
 }

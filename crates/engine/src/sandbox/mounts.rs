@@ -542,8 +542,7 @@ fn cannot_create(error: &std::io::Error) -> bool {
 fn is_empty_dir(object: &OwnedFd) -> std::io::Result<bool> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let dir = rustix::fs::openat(object, ".", flags, Mode::empty())?;
-    let mut entries = rustix::fs::Dir::read_from(&dir)?;
-    while let Some(entry) = entries.next() {
+    for entry in rustix::fs::Dir::read_from(&dir)? {
         let name = entry?.file_name().to_bytes().to_vec();
         if name != b"." && name != b".." {
             return Ok(false);
