@@ -506,3 +506,69 @@ async fn a_missing_working_directory_is_an_error(target: Target) {
         }
     }
 }
+
+/// A start whose program cannot be started says what kind of failure it was in `error.data`,
+/// as Codex 0.171's exec-server does (the suite's reference, 0.169, sends no `data`): a missing
+/// program or working directory, a program that may not be executed or is a directory, any
+/// other failure. A refused request carries none. In pipe and PTY mode alike.
+#[tokio::test]
+async fn a_failed_spawn_says_its_kind() {
+    let (_server, mut client) = started(Target::Tether).await;
+    let scratch = std::env::temp_dir().join(format!("tether-spawn-kinds-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let plain = scratch.join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let (plain, dir) = (plain.display().to_string(), scratch.display().to_string());
+    let cases = [
+        (
+            "missing program",
+            json!(["/nonexistent-tether-program"]),
+            "file:///tmp".to_owned(),
+            "spawnNotFound",
+            "No such file or directory (os error 2)",
+        ),
+        (
+            "missing cwd",
+            json!(["/bin/true"]),
+            "file:///nonexistent-tether-directory".to_owned(),
+            "spawnNotFound",
+            "No such file or directory (os error 2)",
+        ),
+        (
+            "not executable",
+            json!([plain]),
+            "file:///tmp".to_owned(),
+            "spawnPermissionDenied",
+            "Permission denied (os error 13)",
+        ),
+        (
+            "a directory",
+            json!([dir]),
+            "file:///tmp".to_owned(),
+            "spawnPermissionDenied",
+            "Permission denied (os error 13)",
+        ),
+        (
+            "cwd a file",
+            json!(["/bin/true"]),
+            format!("file://{plain}"),
+            "spawnFailed",
+            "Not a directory (os error 20)",
+        ),
+    ];
+    for tty in [false, true] {
+        for (what, argv, cwd, kind, words) in &cases {
+            let params = json!({"processId": format!("{what}-{tty}"), "argv": argv, "cwd": cwd,
+                "env": {"PATH": "/usr/bin:/bin"}, "tty": tty});
+            let error = client.err("process/start", params).await.unwrap();
+            assert_eq!(error.code, -32603, "{what}, tty {tty}: {error:?}");
+            assert_eq!(error.data, Some(json!({"kind": kind})), "{what}, tty {tty}: {error:?}");
+            assert!(error.message.contains(words), "{what}, tty {tty}: {error:?}");
+        }
+    }
+    let empty = json!({"processId": "empty", "argv": [], "cwd": "file:///tmp", "env": {},
+        "tty": false});
+    let error = client.err("process/start", empty).await.unwrap();
+    assert_eq!((error.code, error.data), (-32602, None));
+    std::fs::remove_dir_all(scratch).unwrap();
+}

@@ -77,12 +77,14 @@ pub struct ErrorResponse {
     pub id: RequestId,
 }
 
+/// A JSON-RPC error, its members in the reference's order: `code`, `data` (when there is one),
+/// `message`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JsonRpcError {
     pub code: i64,
-    pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    pub message: String,
 }
 
 impl JsonRpcError {
@@ -253,6 +255,24 @@ fn to_json<T: Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Codex 0.171's exec-server writes a spawn failure's `data` between `code` and
+    /// `message`.
+    #[test]
+    fn an_errors_data_comes_between_its_code_and_its_message() {
+        let kind =
+            crate::process::SpawnFailure { kind: crate::process::SpawnFailureKind::SpawnNotFound };
+        let error = JsonRpcError {
+            data: Some(serde_json::to_value(kind).unwrap()),
+            ..JsonRpcError::new(-32603, "No such file or directory (os error 2)")
+        };
+        assert_eq!(
+            serde_json::to_string(&error).unwrap(),
+            r#"{"code":-32603,"data":{"kind":"spawnNotFound"},"message":"No such file or directory (os error 2)"}"#
+        );
+        let plain = serde_json::to_string(&JsonRpcError::new(-32602, "argv must not be empty"));
+        assert_eq!(plain.unwrap(), r#"{"code":-32602,"message":"argv must not be empty"}"#);
+    }
     use serde_json::json;
 
     fn decode(text: &str) -> Result<Message, String> {

@@ -71,6 +71,27 @@ pub const PROCESS_ID_MAX_BYTES: usize = 256;
 /// The reference has no bound; a longer id is refused with `-32602`.
 pub const WRITE_ID_MAX_BYTES: usize = 256;
 
+/// Why `process/start` could not start its program, in `error.data.kind` (as Codex 0.171's
+/// exec-server says it), so that a client decides on the kind, not the OS's words: a missing
+/// program or working directory, a program that may not be executed (or is a directory), any
+/// other failure to spawn; and for a sandboxed start, a host that cannot sandbox, or a sandbox
+/// that could not be prepared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SpawnFailureKind {
+    SpawnNotFound,
+    SpawnPermissionDenied,
+    SpawnFailed,
+    SandboxUnavailable,
+    SandboxPreparation,
+}
+
+/// `error.data` of a failed `process/start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnFailure {
+    pub kind: SpawnFailureKind,
+}
+
 /// `process/start` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,9 +1,11 @@
 //! How the engine's typed errors become JSON-RPC errors.
 
+use serde_json::json;
 use tether_engine::ProcessError;
 use tether_engine::http::{HttpError, HttpSendError};
 use tether_protocol::JsonRpcError;
 use tether_protocol::error::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST};
+use tether_protocol::process::SpawnFailure;
 
 pub(crate) fn invalid_request(message: impl Into<String>) -> JsonRpcError {
     JsonRpcError::new(INVALID_REQUEST, message)
@@ -37,7 +39,8 @@ pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
         | ProcessError::StdinQueueFull(..)
         | ProcessError::Signal(_) => INTERNAL_ERROR,
     };
-    JsonRpcError::new(code, error.to_string())
+    let data = error.spawn_failure().map(|kind| json!(SpawnFailure { kind }));
+    JsonRpcError { data, ..JsonRpcError::new(code, error.to_string()) }
 }
 
 /// Refused params are `-32602`; a request that was sent and failed, `-32603`. The message is

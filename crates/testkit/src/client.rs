@@ -31,6 +31,8 @@ pub struct RpcClient {
 pub struct RpcError {
     pub code: i64,
     pub message: String,
+    /// `error.data`, when the server sent one.
+    pub data: Option<Value>,
 }
 
 impl std::fmt::Display for RpcError {
@@ -330,6 +332,7 @@ fn to_result(message: Value) -> Result<Value, RpcError> {
         Some(error) => Err(RpcError {
             code: error["code"].as_i64().unwrap_or_default(),
             message: error["message"].as_str().unwrap_or_default().to_owned(),
+            data: error.get("data").cloned(),
         }),
         None => Ok(message["result"].clone()),
     }

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tether_protocol::ProcessId;
+use tether_protocol::process::SpawnFailureKind;
 use tether_protocol::process::{
     ExecOutputStream, ProcessOutputChunk, ProcessSignal, ProcessState as RunState, ProcessSummary,
     ReadResponse, WriteStatus,
@@ -118,6 +119,21 @@ pub enum ProcessError {
         "too many processes in this session: the limit is {0} not yet finished (--max-processes-per-session); wait for some to finish, or terminate them"
     )]
     TooManyProcesses(usize),
+}
+
+impl ProcessError {
+    /// What kind of failure to start a program this is (`error.data.kind` on the wire), by the
+    /// OS's error: `None` for every other error.
+    pub fn spawn_failure(&self) -> Option<SpawnFailureKind> {
+        let ProcessError::Spawn(error) = self else { return None };
+        Some(match error.kind() {
+            std::io::ErrorKind::NotFound => SpawnFailureKind::SpawnNotFound,
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::IsADirectory => {
+                SpawnFailureKind::SpawnPermissionDenied
+            }
+            _ => SpawnFailureKind::SpawnFailed,
+        })
+    }
 }
 
 /// One running or finished child process.
