@@ -260,10 +260,8 @@ mod tests {
     /// `message`.
     #[test]
     fn an_errors_data_comes_between_its_code_and_its_message() {
-        let kind =
-            crate::process::SpawnFailure { kind: crate::process::SpawnFailureKind::SpawnNotFound };
         let error = JsonRpcError {
-            data: Some(serde_json::to_value(kind).unwrap()),
+            data: Some(serde_json::json!({"kind": "spawnNotFound"})),
             ..JsonRpcError::new(-32603, "No such file or directory (os error 2)")
         };
         assert_eq!(

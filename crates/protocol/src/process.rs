@@ -588,6 +588,21 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+
+    #[test]
+    fn spawn_failure_kinds_are_written_as_the_reference_writes_them() {
+        let kinds = [
+            (SpawnFailureKind::SpawnNotFound, "spawnNotFound"),
+            (SpawnFailureKind::SpawnPermissionDenied, "spawnPermissionDenied"),
+            (SpawnFailureKind::SpawnFailed, "spawnFailed"),
+            (SpawnFailureKind::SandboxUnavailable, "sandboxUnavailable"),
+            (SpawnFailureKind::SandboxPreparation, "sandboxPreparation"),
+        ];
+        for (kind, words) in kinds {
+            let data = serde_json::to_value(SpawnFailure { kind }).unwrap();
+            assert_eq!(data, serde_json::json!({"kind": words}));
+        }
+    }
     use crate::fixtures::{Ordered, check_exchange, decodes, round_trip_in_order};
 
     /// Checks every notification of a captured exchange against its type, in member order.
