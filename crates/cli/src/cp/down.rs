@@ -7,8 +7,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
+use std::sync::atomic::Ordering;
 
 use anyhow::{Context as _, bail};
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
@@ -25,8 +24,8 @@ use super::local_write::{
     open_named_directory, place_staged, set_directory_metadata,
 };
 use super::{
-    Copier, Entry, FILES_IN_FLIGHT, Kind, LOOKUPS_IN_FLIGHT, Landing, WHOLE_FILE_MAX_BYTES,
-    base_name, landing, remote, staged_name, uri,
+    Copier, Entry, Kind, LOOKUPS_IN_FLIGHT, Landing, WHOLE_FILE_MAX_BYTES, base_name, landing,
+    remote, staged_name, uri, walk_beside_copies,
 };
 
 /// A directory here that a copy writes into, held open, with the mode and time it takes once
@@ -101,25 +100,11 @@ impl Copier<'_> {
             let job = Job { directory: landing, source: from.to_owned(), entry };
             return self.download_one(job).await;
         }
-        let (jobs, mut queued) = mpsc::channel::<Job>(FILES_IN_FLIGHT);
-        // A walk that stops on an error stops the copies taking more from the queue, and lets
-        // those begun finish, so that none is cut off with its temporary file left behind; the
-        // copies stopping on an error stop the walk (the queue is gone).
-        let stopped = AtomicBool::new(false);
-        let walk = async {
-            let walked = self.walk_down(landing, from, entry, jobs).await;
-            stopped.store(walked.is_err(), Ordering::Relaxed);
-            walked
-        };
-        let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
-            true => Poll::Ready(None),
-            false => queued.poll_recv(cx),
-        })
-        .map(|job| self.download_one(job))
-        .buffer_unordered(FILES_IN_FLIGHT)
-        .try_for_each(|()| std::future::ready(Ok(())));
-        let (walked, copied) = tokio::join!(walk, copies);
-        walked.and(copied)
+        walk_beside_copies(
+            |jobs| self.walk_down(landing, from, entry, jobs),
+            |job| self.download_one(job),
+        )
+        .await
     }
 
     /// Walks the tree `root` at `from` on the executor, depth first, making each directory in

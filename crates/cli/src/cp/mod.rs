@@ -21,14 +21,17 @@
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use indicatif::{ProgressBar, ProgressStyle};
 use tether_client::ExecServerClient;
 use tether_engine::fs::FsError;
 use tether_protocol::PathUri;
+use tokio::sync::mpsc;
 
 mod down;
 mod limits;
@@ -308,6 +311,37 @@ struct Copier<'a> {
     keeps_metadata: bool,
     not_kept: &'a NotKept,
     progress: &'a ProgressBar,
+}
+
+/// Runs a tree's walk beside its copies: the walk hands each file or link to a queue of
+/// [`FILES_IN_FLIGHT`] (so a tree is never listed ahead of its copies by more than that), and
+/// the copies take from it that many at a time. A walk that stops on an error stops the copies
+/// taking more, and lets those begun finish, so that none is cut off with its temporary file
+/// left behind; copies stopping on an error stop the walk (the queue is gone).
+async fn walk_beside_copies<J, W, C>(
+    walk: impl FnOnce(mpsc::Sender<J>) -> W,
+    copy: impl Fn(J) -> C,
+) -> anyhow::Result<()>
+where
+    W: Future<Output = anyhow::Result<()>>,
+    C: Future<Output = anyhow::Result<()>>,
+{
+    let (jobs, mut queued) = mpsc::channel::<J>(FILES_IN_FLIGHT);
+    let stopped = AtomicBool::new(false);
+    let walk = async {
+        let walked = walk(jobs).await;
+        stopped.store(walked.is_err(), Ordering::Relaxed);
+        walked
+    };
+    let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
+        true => Poll::Ready(None),
+        false => queued.poll_recv(cx),
+    })
+    .map(copy)
+    .buffer_unordered(FILES_IN_FLIGHT)
+    .try_for_each(|()| std::future::ready(Ok(())));
+    let (walked, copied) = tokio::join!(walk, copies);
+    walked.and(copied)
 }
 
 #[cfg(test)]

@@ -4,12 +4,10 @@ use std::fs::File;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
+use std::sync::atomic::Ordering;
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use tether_engine::fs::{FileSystem as _, FsErrorKind};
 use tether_protocol::ByteChunk;
 use tether_protocol::fs::{
@@ -21,8 +19,8 @@ use tokio::sync::mpsc;
 use super::limits::{Budget, check_depth};
 use super::local_read::{Opened, list, open_entry};
 use super::{
-    Copier, Entry, FILES_IN_FLIGHT, Kind, Landing, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES,
-    landing, remote, staged_name, uri,
+    Copier, Entry, Kind, Landing, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES, landing, remote,
+    staged_name, uri, walk_beside_copies,
 };
 
 /// A directory made on the executor, with the mode and time it takes once everything in it is
@@ -90,25 +88,11 @@ impl Copier<'_> {
         };
         self.create_remote_directory(&target).await?;
         let directory = Arc::new(Directory { there: target, entry, parent: None });
-        let (jobs, mut queued) = mpsc::channel::<Job>(FILES_IN_FLIGHT);
-        // A walk that stops on an error stops the copies taking more from the queue, and lets
-        // those begun finish, so that none is cut off with its temporary file left behind; the
-        // copies stopping on an error stop the walk (the queue is gone).
-        let stopped = AtomicBool::new(false);
-        let walk = async {
-            let walked = self.walk_up(here, from, directory, jobs).await;
-            stopped.store(walked.is_err(), Ordering::Relaxed);
-            walked
-        };
-        let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
-            true => Poll::Ready(None),
-            false => queued.poll_recv(cx),
-        })
-        .map(|job| self.upload_one(job))
-        .buffer_unordered(FILES_IN_FLIGHT)
-        .try_for_each(|()| std::future::ready(Ok(())));
-        let (walked, copied) = tokio::join!(walk, copies);
-        walked.and(copied)
+        walk_beside_copies(
+            |jobs| self.walk_up(here, from, directory, jobs),
+            |job| self.upload_one(job),
+        )
+        .await
     }
 
     /// Walks the tree here whose root `root` is open as `here`, depth first, making each
