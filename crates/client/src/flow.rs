@@ -65,8 +65,8 @@ pub(crate) struct Queued {
 
 /// Something that holds a connection paused and can fall behind instead (a registration).
 pub(crate) trait FallBehind: Send + Sync {
-    /// Stops pausing the connection and falls behind; false if it was not pausing.
-    fn fall_behind(&self) -> bool;
+    /// Stops pausing the connection (releasing the gate, if it held it) and falls behind.
+    fn fall_behind(&self);
 }
 
 /// How many full handles pause the connection, shared by the client and its connections'
@@ -106,7 +106,9 @@ impl PauseGate {
         self.patience
     }
 
-    /// `holder`'s handle became full.
+    /// `holder`'s handle became full. A holder calls this and [`Self::release`] with its own
+    /// state locked, so its count and its own record of pausing change together; the gate
+    /// never calls a holder while it holds its list's lock.
     pub(crate) fn hold(&self, holder: Weak<dyn FallBehind>) {
         {
             let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
@@ -128,10 +130,9 @@ impl PauseGate {
             let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *holders)
         };
+        // Each releases the gate itself, with its own state locked: see `hold`.
         for holder in holders.iter().filter_map(Weak::upgrade) {
-            if holder.fall_behind() {
-                self.release();
-            }
+            holder.fall_behind();
         }
     }
 

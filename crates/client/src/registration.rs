@@ -175,12 +175,8 @@ impl Registration {
         let behind = state.catching_up && state.finished.is_none();
         let go_on = behind && state.queued <= RESUME_BELOW_BYTES;
         state.catch_up_running = go_on;
-        let hold_gate = behind && !go_on && self.gate.is_some() && !state.pausing;
-        if hold_gate {
+        if behind && !go_on && self.gate.is_some() && !state.pausing {
             state.pausing = true;
-        }
-        drop(state);
-        if hold_gate {
             self.hold_gate();
         }
         go_on
@@ -207,36 +203,28 @@ impl Registration {
     /// The handle took `update`. Returns true when that made room for a catch-up nobody runs
     /// yet: the caller (the handle) starts one. A paused connection is let go here too.
     pub(crate) fn taken(&self, update: &ProcessUpdate) -> bool {
-        let release = {
-            let mut state = self.state();
-            state.queued = state.queued.saturating_sub(update_cost(update));
-            if state.queued > RESUME_BELOW_BYTES {
-                return false;
-            }
-            // Read down: a paused connection is read again (a refill needs its answers).
-            let release = std::mem::take(&mut state.pausing);
-            let refill = state.catching_up && state.finished.is_none() && !state.catch_up_running;
-            if refill {
-                state.catch_up_running = true;
-            }
-            (release, refill)
-        };
-        let (release, refill) = release;
-        if release {
+        let mut state = self.state();
+        state.queued = state.queued.saturating_sub(update_cost(update));
+        if state.queued > RESUME_BELOW_BYTES {
+            return false;
+        }
+        // Read down: a paused connection is read again (a refill needs its answers).
+        if std::mem::take(&mut state.pausing) {
             self.release_gate();
+        }
+        let refill = state.catching_up && state.finished.is_none() && !state.catch_up_running;
+        if refill {
+            state.catch_up_running = true;
         }
         refill
     }
 
     /// The handle was dropped: nothing listens any more, and nothing it held holds anyone up.
     pub(crate) fn detach_handle(&self) {
-        let release = {
-            let mut state = self.state();
-            state.updates = None;
-            state.queued = 0;
-            std::mem::take(&mut state.pausing)
-        };
-        if release {
+        let mut state = self.state();
+        state.updates = None;
+        state.queued = 0;
+        if std::mem::take(&mut state.pausing) {
             self.release_gate();
         }
     }
@@ -269,13 +257,13 @@ impl Registration {
                 Some(message)
             }
         };
-        let hold_gate = state.queued > HANDLE_BUFFER_BYTES
+        if state.queued > HANDLE_BUFFER_BYTES
             && state.finished.is_none()
-            && !std::mem::replace(&mut state.pausing, true);
-        self.unlock(state);
-        if hold_gate {
+            && !std::mem::replace(&mut state.pausing, true)
+        {
             self.hold_gate();
         }
+        self.unlock(state);
         outcome
     }
 
@@ -370,16 +358,18 @@ impl Registration {
     }
 
     /// Lets go of the state; if the process finished while its handle paused the connection,
-    /// the pause is over (the gate is released outside the lock).
+    /// the pause is over.
     fn unlock(&self, mut state: MutexGuard<'_, State>) {
-        let released = state.finished.is_some() && std::mem::take(&mut state.pausing);
-        drop(state);
-        if released {
+        if state.finished.is_some() && std::mem::take(&mut state.pausing) {
             self.release_gate();
         }
     }
 
-    /// This handle pauses the connection (its `pausing` was just set).
+    /// This handle pauses the connection (its `pausing` was just set). Called with the state
+    /// locked, as [`Self::release_gate`] is: the gate's count changes together with `pausing`,
+    /// so a read that ends a pause can never be counted before the pause it ends (which would
+    /// leave the connection paused with nothing holding it). The gate never calls back into a
+    /// registration while it holds a lock of its own.
     fn hold_gate(self: &Arc<Self>) {
         if let Some(gate) = &self.gate {
             let me: Arc<dyn FallBehind> = self.clone();
@@ -397,15 +387,15 @@ impl Registration {
 impl FallBehind for Registration {
     /// The connection was paused on this handle for too long: it falls behind instead, and
     /// catches up from the server once its caller reads it.
-    fn fall_behind(&self) -> bool {
+    fn fall_behind(&self) {
         let mut state = self.state();
         if !std::mem::take(&mut state.pausing) {
-            return false;
+            return;
         }
+        self.release_gate();
         if state.finished.is_none() {
             state.catching_up = true;
         }
-        true
     }
 }
 
@@ -475,6 +465,8 @@ fn send(state: &mut State, update: ProcessUpdate) {
 
 #[cfg(test)]
 mod tests {
+    use std::thread;
+
     use bytes::Bytes;
     use tether_protocol::ByteChunk;
     use tether_protocol::process::{ExecOutputStream, ProcessOutputChunk, ReadResponse};
@@ -595,5 +587,52 @@ mod tests {
         assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Event(out(1))));
         assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Failed("gone".into())));
         assert_eq!(updates.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
+    }
+
+    /// How many times the race between a full handle's pause and its caller's read is run.
+    const ROUNDS: usize = 2_000;
+
+    /// A handle that fills (the reader pausing the connection) while its caller reads it down
+    /// (letting the connection go) on another thread: however the two interleave, once the
+    /// caller has read everything, nothing holds the connection paused. A pause counted after
+    /// the read that ended it would keep the connection paused for ever.
+    #[test]
+    fn a_pause_and_the_read_that_ends_it_never_cross() {
+        // The largest chunk a process event may carry; 6 MiB overfill the handle's 4 MiB.
+        let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
+        const EVENTS: u64 = 6;
+        for round in 0..ROUNDS {
+            let gate = Arc::new(PauseGate::new(None));
+            let (registration, mut updates) =
+                Registration::new("p".into(), Some(Arc::clone(&gate)));
+            let registration = Arc::new(registration);
+            let pusher = {
+                let registration = Arc::clone(&registration);
+                let chunk = chunk.clone();
+                thread::spawn(move || {
+                    for seq in 1..=EVENTS {
+                        let stream = ExecOutputStream::Stdout;
+                        let chunk = chunk.clone();
+                        let event =
+                            ProcessEvent::Output { process_id: "p".into(), seq, stream, chunk };
+                        registration.push(event);
+                    }
+                })
+            };
+            let mut taken = 0;
+            while taken < EVENTS {
+                match updates.try_recv() {
+                    Ok(update) => {
+                        registration.taken(&update);
+                        taken += 1;
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => thread::yield_now(),
+                    Err(closed) => panic!("round {round}: {closed:?} after {taken} updates"),
+                }
+            }
+            pusher.join().unwrap();
+            let paused = *gate.subscribe().borrow();
+            assert_eq!(paused, 0, "round {round}: the connection stays paused with nothing held");
+        }
     }
 }
