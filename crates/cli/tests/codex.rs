@@ -1,4 +1,4 @@
-//! The real Codex CLI (0.169.0), pointed at the server with `CODEX_EXEC_SERVER_URL`, works
+//! The real Codex CLI (0.171.0, and 0.169.0 for the older client), pointed at the server with `CODEX_EXEC_SERVER_URL`, works
 //! through it end to end: commands, patches, images. The model is a local stand-in
 //! ([`MockModel`]) that scripts the tool calls; everything else — Codex, its exec-server client,
 //! the server, the processes and files — is real.
@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tether_testkit::server::reference_binary;
+use tether_testkit::server::{previous_codex_binary, reference_binary};
 use tether_testkit::{McpEverything, MockModel, ServerProcess, Target, ToolCall, against_both};
 
 against_both!(
@@ -26,6 +26,8 @@ against_both!(
 /// A Codex run's working directory and home, removed when dropped.
 struct Workspace {
     root: PathBuf,
+    /// The Codex CLI that runs: the reference's (0.171.0) unless told otherwise.
+    codex: PathBuf,
 }
 
 impl Workspace {
@@ -35,7 +37,14 @@ impl Workspace {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("home")).unwrap();
         std::fs::create_dir_all(root.join("work")).unwrap();
-        Self { root }
+        Self { root, codex: reference_binary().unwrap() }
+    }
+
+    /// As [`Self::new`], run by Codex CLI 0.169.0.
+    fn previous_codex(target: Target, name: &str) -> Self {
+        let mut workspace = Self::new(target, name);
+        workspace.codex = previous_codex_binary().unwrap();
+        workspace
     }
 
     fn work(&self) -> PathBuf {
@@ -88,7 +97,7 @@ impl Workspace {
     ) -> (Vec<String>, Vec<serde_json::Value>) {
         let model = MockModel::scripted(calls.clone()).await.unwrap();
         std::fs::write(self.root.join("home/config.toml"), model.codex_config_with(extra)).unwrap();
-        let run = tokio::process::Command::new(reference_binary().unwrap())
+        let run = tokio::process::Command::new(&self.codex)
             .args(["exec", "--skip-git-repo-check", "--sandbox", sandbox, "go"])
             .current_dir(self.work())
             .env("CODEX_HOME", self.root.join("home"))
@@ -242,6 +251,27 @@ async fn codex_workspace_write_applies_patches_in_the_sandbox(target: Target) {
     assert_eq!(read(&work.join("brand/new/dir/added.txt")), "hello patch\n");
     assert_eq!(read(&work.join("existing.txt")), "keep\nnew line\n");
     assert!(!work.join("obsolete.txt").exists(), "the deleted file is gone");
+}
+
+/// Codex CLI 0.169.0, the older client, still works through Tether: it ignores what 0.171's
+/// exec-server added (the new capability bit, spawn kinds), runs a command and applies a patch
+/// in `-s workspace-write`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_0169_still_runs_commands_and_sandboxed_patches_through_tether() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let workspace = Workspace::previous_codex(Target::Tether, "codex-0169");
+    let work = workspace.work();
+    let marker = work.join("made-by-0169");
+    let patch = "*** Begin Patch\n*** Add File: patched.txt\n+from 0.169\n*** End Patch\n";
+    let calls = vec![
+        ToolCall::Exec { cmd: format!("echo older-client; touch {}", marker.display()) },
+        ToolCall::ApplyPatch { patch: patch.into() },
+    ];
+    let outputs = workspace.run_codex_sandboxed(&server, "workspace-write", calls).await;
+    assert!(outputs[0].contains("older-client"), "{}", outputs[0]);
+    assert!(outputs[1].contains("Success"), "{}", outputs[1]);
+    assert!(marker.exists(), "the command ran for real");
+    assert_eq!(read(&work.join("patched.txt")), "from 0.169\n");
 }
 
 /// `-s read-only` (Codex's default for `exec`): a command reads, and its write is refused by

@@ -1225,7 +1225,7 @@ async fn a_missing_binary_inside_the_sandbox_exits_101(target: Target) {
     if target == Target::Reference {
         assert_contains(
             &finished.stderr,
-            "panicked at linux-sandbox/src/linux_run_main.rs:1199:5:\n\
+            "panicked at linux-sandbox/src/linux_run_main.rs:1361:5:\n\
              Failed to execvp /no/such/binary: No such file or directory (os error 2)\n",
         );
     }
@@ -2177,13 +2177,12 @@ async fn a_protected_name_the_intent_makes_writable_is_writable(target: Target) 
 }
 
 /// A NUL in the environment fails a sandboxed start too, in `std::process::Command`'s words
-/// for a pipe and in `CString`'s for a PTY, as the reference's two ways of starting its helper
-/// say it.
+/// for a pipe and a PTY alike, as the reference says it (0.169 said `CString`'s for a PTY).
 async fn a_nul_byte_in_the_environment_is_refused_under_an_intent(target: Target) {
     let root = HostDir::new(target, "nul-env");
     let (_server, mut client) = started(target).await;
     for (tty, message) in
-        [(false, "data provided contains a nul byte"), (true, "nul byte found in provided data")]
+        [(false, "data provided contains a nul byte"), (true, "data provided contains a nul byte")]
     {
         let mut params = sandboxed(
             &format!("nul-{tty}"),

@@ -15,8 +15,7 @@ pub fn c_string(text: &OsStr) -> io::Result<CString> {
 }
 
 /// How `std::process::Command` refuses an environment with a NUL in it: the words the
-/// reference answers a start with, but for a PTY start under an intent (that one, and every
-/// argument, gets [`c_string`]'s).
+/// reference answers every start with (an argument with a NUL gets [`c_string`]'s).
 pub const COMMAND_ENV_NUL: &str = "data provided contains a nul byte";
 
 /// `env` as `KEY=value` strings, in order.

@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     Tether,
-    /// `codex exec-server` from Codex CLI 0.169.0, installed by the test command with npm.
+    /// `codex exec-server` from Codex CLI 0.171.0, installed by the test command with npm.
     Reference,
 }
 
@@ -189,16 +189,27 @@ pub fn tether_binary() -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
-/// The reference binary, installed by the test command into `tests/reference/node_modules`.
-/// A missing reference is an error, never a skip: the suite's claim is that it passes against
-/// both.
+/// The reference binary (Codex CLI 0.171.0), installed by the test command into
+/// `tests/reference/node_modules`. A missing reference is an error, never a skip: the suite's
+/// claim is that it passes against both.
 pub fn reference_binary() -> anyhow::Result<PathBuf> {
-    let binary = workspace_root().join(
-        "tests/reference/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
-    );
+    installed("@openai/codex-linux-x64")
+}
+
+/// Codex CLI 0.169.0, the older client the suite proves still works (its Linux binary,
+/// installed beside the reference under an alias).
+pub fn previous_codex_binary() -> anyhow::Result<PathBuf> {
+    installed("codex-0169-linux-x64")
+}
+
+fn installed(package: &str) -> anyhow::Result<PathBuf> {
+    let binary = workspace_root()
+        .join("tests/reference/node_modules")
+        .join(package)
+        .join("vendor/x86_64-unknown-linux-musl/bin/codex");
     if !binary.is_file() {
         bail!(
-            "the reference exec-server is not installed at {}: run `scripts/test`, or `npm ci --prefix tests/reference`",
+            "Codex is not installed at {}: run `scripts/test`, or `npm install --prefix tests/reference`",
             binary.display()
         );
     }

@@ -139,11 +139,10 @@ pub(crate) fn spawn(mut request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
         let message = format!("missing program for {kind} spawn");
         return Err(std::io::Error::new(std::io::ErrorKind::NotFound, message));
     }
-    // Refused in `std::process::Command`'s words, as the reference refuses it, but for a PTY
-    // start under an intent, where it says `exec_setup::c_string`'s (as for every argument).
+    // Refused in `std::process::Command`'s words, as the reference refuses it in every mode
+    // (an argument with a NUL gets `exec_setup::c_string`'s).
     let nul = |text: &String| text.contains('\0');
-    let in_command_words = !(request.tty && request.sandboxed);
-    if in_command_words && request.env.iter().any(|(key, value)| nul(key) || nul(value)) {
+    if request.env.iter().any(|(key, value)| nul(key) || nul(value)) {
         let message = crate::exec_setup::COMMAND_ENV_NUL;
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, message));
     }
