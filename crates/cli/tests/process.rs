@@ -32,6 +32,7 @@ against_both!(
     a_missing_working_directory_is_an_error,
     an_empty_program_name_is_refused,
     a_nul_byte_is_refused_in_the_references_words,
+    a_failed_spawn_says_its_kind,
 );
 
 async fn started(target: Target) -> (ServerProcess, RpcClient) {
@@ -480,7 +481,8 @@ async fn a_nul_byte_is_refused_in_the_references_words(target: Target) {
 
 /// A working directory that does not exist fails the start with the system's reason. In PTY
 /// mode too, on Tether; the reference's PTY runs the command in the server's home directory
-/// instead (a deliberate difference: a command meant for one directory never runs in another).
+/// instead (a deliberate difference: a command meant for one directory never runs in another,
+/// see `pty_program`).
 async fn a_missing_working_directory_is_an_error(target: Target) {
     let (_server, mut client) = started(target).await;
     let mut params = exec("p", "pwd");
@@ -508,63 +510,82 @@ async fn a_missing_working_directory_is_an_error(target: Target) {
 }
 
 /// A start whose program cannot be started says what kind of failure it was in `error.data`,
-/// as Codex 0.171's exec-server does (the suite's reference, 0.169, sends no `data`): a missing
-/// program or working directory, a program that may not be executed or is a directory, any
-/// other failure. A refused request carries none. In pipe and PTY mode alike.
-#[tokio::test]
-async fn a_failed_spawn_says_its_kind() {
-    let (_server, mut client) = started(Target::Tether).await;
-    let scratch = std::env::temp_dir().join(format!("tether-spawn-kinds-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    let plain = scratch.join("not-executable");
+/// as Codex 0.171's exec-server does: a missing program or working directory, a program that
+/// may not be executed or is a directory, any other failure. A refused request carries none.
+/// A terminal start looks up a bare name on the child's own `PATH` and says which candidates
+/// it rejected, as the reference's terminal layer does (a pipe start falls back to the
+/// server's `PATH`, see `bare_program_names_are_found_with_an_empty_env`).
+async fn a_failed_spawn_says_its_kind(target: Target) {
+    let (_server, mut client) = started(target).await;
+    let scratch =
+        std::env::temp_dir().join(format!("tether-spawn-kinds-{}-{target:?}", std::process::id()));
+    std::fs::create_dir_all(scratch.join("bin/a-directory")).unwrap();
+    let plain = scratch.join("bin/not-executable");
     std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let bin = scratch.join("bin").display().to_string();
     let (plain, dir) = (plain.display().to_string(), scratch.display().to_string());
-    let cases = [
-        (
-            "missing program",
-            json!(["/nonexistent-tether-program"]),
-            "file:///tmp".to_owned(),
-            "spawnNotFound",
-            "No such file or directory (os error 2)",
-        ),
-        (
-            "missing cwd",
-            json!(["/bin/true"]),
-            "file:///nonexistent-tether-directory".to_owned(),
-            "spawnNotFound",
-            "No such file or directory (os error 2)",
-        ),
-        (
-            "not executable",
-            json!([plain]),
-            "file:///tmp".to_owned(),
-            "spawnPermissionDenied",
-            "Permission denied (os error 13)",
-        ),
-        (
-            "a directory",
-            json!([dir]),
-            "file:///tmp".to_owned(),
-            "spawnPermissionDenied",
-            "Permission denied (os error 13)",
-        ),
-        (
-            "cwd a file",
-            json!(["/bin/true"]),
-            format!("file://{plain}"),
-            "spawnFailed",
-            "Not a directory (os error 20)",
-        ),
+    let path = |value: &str| json!({"PATH": value});
+    let usual = path("/usr/bin:/bin");
+    let missing_program = json!(["/nonexistent-tether-program"]);
+    let missing_cwd = "file:///nonexistent-tether-directory".to_owned();
+    let tmp = "file:///tmp".to_owned();
+    let (not_found, denied) =
+        ("No such file or directory (os error 2)", "Permission denied (os error 13)");
+    // (what, argv, cwd, env, tty, kind, message)
+    let mut cases = vec![
+        ("missing cwd", json!(["/bin/true"]), missing_cwd, usual.clone(), false, "spawnNotFound", not_found.to_owned()),
+        ("cwd a file", json!(["/bin/true"]), format!("file://{plain}"), usual.clone(), false, "spawnFailed", "Not a directory (os error 20)".to_owned()),
+        ("bare name nowhere", json!(["no-such-tether-program"]), tmp.clone(), usual.clone(), false, "spawnNotFound", not_found.to_owned()),
+        ("bare name nowhere", json!(["no-such-tether-program"]), tmp.clone(), usual.clone(), true, "spawnFailed",
+            "Unable to spawn no-such-tether-program because:\nNo viable candidates found in PATH \"/usr/bin:/bin\"".to_owned()),
+        ("bare name without PATH", json!(["sh", "-c", "true"]), tmp.clone(), json!({}), true, "spawnFailed",
+            "Unable to spawn sh because:\nUnable to resolve the PATH".to_owned()),
+        ("bare name rejected", json!(["not-executable"]), tmp.clone(), path(&bin), true, "spawnFailed",
+            format!("Unable to spawn not-executable because:\n{bin}/not-executable exists but is not executable.\nNo viable candidates found in PATH \"{bin}\"")),
+        ("bare directory name", json!(["a-directory"]), tmp.clone(), path(&bin), true, "spawnFailed",
+            format!("Unable to spawn a-directory because:\n{bin}/a-directory exists but is a directory.\nNo viable candidates found in PATH \"{bin}\"")),
+        ("relative to cwd", json!(["./nothing-here"]), format!("file://{dir}"), usual.clone(), true, "spawnFailed",
+            format!("Unable to spawn {dir}/./nothing-here because it does not exist")),
     ];
     for tty in [false, true] {
-        for (what, argv, cwd, kind, words) in &cases {
-            let params = json!({"processId": format!("{what}-{tty}"), "argv": argv, "cwd": cwd,
-                "env": {"PATH": "/usr/bin:/bin"}, "tty": tty});
-            let error = client.err("process/start", params).await.unwrap();
-            assert_eq!(error.code, -32603, "{what}, tty {tty}: {error:?}");
-            assert_eq!(error.data, Some(json!({"kind": kind})), "{what}, tty {tty}: {error:?}");
-            assert!(error.message.contains(words), "{what}, tty {tty}: {error:?}");
-        }
+        cases.push((
+            "missing program",
+            missing_program.clone(),
+            tmp.clone(),
+            usual.clone(),
+            tty,
+            "spawnNotFound",
+            not_found.to_owned(),
+        ));
+        cases.push((
+            "not executable",
+            json!([plain]),
+            tmp.clone(),
+            usual.clone(),
+            tty,
+            "spawnPermissionDenied",
+            denied.to_owned(),
+        ));
+        cases.push((
+            "a directory",
+            json!([dir]),
+            tmp.clone(),
+            usual.clone(),
+            tty,
+            "spawnPermissionDenied",
+            denied.to_owned(),
+        ));
+    }
+    for (n, (what, argv, cwd, env, tty, kind, message)) in cases.into_iter().enumerate() {
+        let params = json!({"processId": format!("kind-{n}"), "argv": argv, "cwd": cwd,
+            "env": env, "tty": tty});
+        let error = client.err("process/start", params).await.unwrap();
+        let seen = (error.code, error.data.clone(), error.message.as_str());
+        assert_eq!(
+            seen,
+            (-32603, Some(json!({"kind": kind})), message.as_str()),
+            "{what}, tty {tty}"
+        );
     }
     let empty = json!({"processId": "empty", "argv": [], "cwd": "file:///tmp", "env": {},
         "tty": false});

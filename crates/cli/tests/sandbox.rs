@@ -38,6 +38,7 @@ mod common;
 use common::text;
 
 against_both!(
+    transparent_tcp_launches_are_refused_as_the_reference_refuses_them,
     malformed_intents_are_refused_on_process_start,
     malformed_intents_are_refused_on_fs_write_file,
     ignored_additions_are_accepted_on_process_start,
@@ -1209,6 +1210,92 @@ async fn sandbox_denied_follows_the_exit_code_and_output_heuristic(target: Targe
     let script = "echo 'Permission denied' >&2; exit 1";
     client.ok("process/start", sandboxed("none", script, &root, Value::Null)).await.unwrap();
     assert!(!finish(&mut client, "none").await.sandbox_denied);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Managed network launches (Codex 0.171's `transparentTcp`)
+
+/// A `networkProxy` launch config as Codex 0.171 sends it, with `changes` applied to `proxy`.
+fn network_proxy(changes: Value) -> Value {
+    let mut proxy = json!({"enabled": true, "enableSocks5": true, "enableSocks5Udp": false,
+        "transparentTcp": true, "allowUpstreamProxy": false,
+        "dangerouslyAllowAllUnixSockets": false, "mode": "full",
+        "domains": {"127.0.0.1": "allow"}, "unixSockets": null, "allowLocalBinding": false});
+    for (key, value) in changes.as_object().unwrap() {
+        proxy[key] = value.clone();
+    }
+    json!({"proxy": proxy, "environmentId": "remote",
+        "executionId": "00000000-0000-0000-0000-000000000001"})
+}
+
+/// `transparentTcp` (routing a sandbox's TCP through the managed SOCKS5 proxy) is checked as the
+/// reference checks it, in its order and words: a sandbox first, then a proxy that is on, then
+/// SOCKS5; the config's types and required members before all. A launch that passes them
+/// starts on the reference and is refused by Tether, which launches no managed proxy yet (its
+/// `networkProxyTransparentTcp` is false).
+async fn transparent_tcp_launches_are_refused_as_the_reference_refuses_them(target: Target) {
+    let root = HostDir::new(target, "transparent-tcp");
+    let (_server, mut client) = started(target).await;
+    let intent = || process_intent(read_only_entries(), &root);
+    let cases = [
+        ("no sandbox", Value::Null, json!({}), "transparent TCP requires a managed Linux sandbox"),
+        (
+            "no sandbox, proxy off",
+            Value::Null,
+            json!({"enabled": false, "enableSocks5": false}),
+            "transparent TCP requires a managed Linux sandbox",
+        ),
+        (
+            "proxy off",
+            intent(),
+            json!({"enabled": false}),
+            "invalid network proxy config: executor-local network proxy launch requires an enabled proxy",
+        ),
+        (
+            "no SOCKS5",
+            intent(),
+            json!({"enableSocks5": false}),
+            "invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy",
+        ),
+        (
+            "not a boolean",
+            intent(),
+            json!({"transparentTcp": "yes"}),
+            "invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            "unknown mode",
+            Value::Null,
+            json!({"mode": "half"}),
+            "unknown variant `half`, expected `limited` or `full`",
+        ),
+    ];
+    for (n, (what, sandbox, changes, message)) in cases.into_iter().enumerate() {
+        let mut params = sandboxed(&format!("ttcp-{n}"), "true", &root, sandbox);
+        params["networkProxy"] = network_proxy(changes);
+        params["enforceManagedNetwork"] = json!(true);
+        let error = client.err("process/start", params).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (-32602, message), "{what}");
+    }
+    let mut missing = sandboxed("ttcp-missing", "true", &root, intent());
+    missing["networkProxy"] = network_proxy(json!({}));
+    missing["networkProxy"]["proxy"].as_object_mut().unwrap().remove("mode");
+    let error = client.err("process/start", missing).await.unwrap();
+    assert_eq!((error.code, error.message.as_str()), (-32602, "missing field `mode`"));
+
+    let mut valid = sandboxed("ttcp-valid", "true", &root, intent());
+    valid["networkProxy"] = network_proxy(json!({}));
+    valid["enforceManagedNetwork"] = json!(true);
+    match target {
+        Target::Reference => {
+            client.ok("process/start", valid).await.unwrap();
+        }
+        Target::Tether => {
+            let error = client.err("process/start", valid).await.unwrap();
+            assert_eq!(error.code, -32602);
+            assert!(error.message.starts_with("managed network policy cannot be enforced"));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

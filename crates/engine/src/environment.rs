@@ -7,10 +7,10 @@ use tether_protocol::PathUri;
 use tether_protocol::session::{Capabilities, EnvironmentInfo, ShellInfo};
 
 /// The Codex exec-server release whose wire protocol Tether speaks.
-pub const COMPATIBLE_CODEX_VERSION: &str = "0.169.0";
+pub const COMPATIBLE_CODEX_VERSION: &str = "0.171.0";
 
 /// The `executorVersion` Tether reports: the compatible Codex version, with Tether's own version
-/// as semver build metadata, so a version comparison sees a 0.169 executor and a person sees
+/// as semver build metadata, so a version comparison sees a 0.171 executor and a person sees
 /// which server it really is.
 pub fn executor_version() -> String {
     format!("{COMPATIBLE_CODEX_VERSION}+tether.{}", env!("CARGO_PKG_VERSION"))
@@ -131,7 +131,7 @@ mod tests {
         let info = environment_info(Capabilities::default());
         assert!(Path::new(&info.shell.path).is_file(), "{:?}", info.shell);
         assert_eq!(info.platform_os.as_deref(), Some(std::env::consts::OS));
-        assert!(info.executor_version.unwrap().starts_with("0.169.0+tether."));
+        assert!(info.executor_version.unwrap().starts_with("0.171.0+tether."));
         assert!(info.provider_id.unwrap().starts_with("sha256:"));
         assert!(info.cwd.unwrap().as_str().starts_with("file:///"));
     }

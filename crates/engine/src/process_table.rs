@@ -323,6 +323,11 @@ fn validate<'a>(
             "`shellSnapshot` must be prepared (`ShellSnapshots::prepare`) before the start".into(),
         ));
     }
+    if let Some(refusal) =
+        params.network_proxy.as_ref().and_then(|launch| launch.refusal(params.sandbox.is_some()))
+    {
+        return Err(ProcessError::InvalidParams(refusal.into()));
+    }
     if params.enforce_managed_network
         || params.managed_network.is_some()
         || params.network_proxy.is_some()

@@ -1,4 +1,4 @@
-//! Wire types of the exec-server protocol, as Codex CLI 0.169 speaks it.
+//! Wire types of the exec-server protocol, as Codex CLI 0.171 speaks it (a superset of 0.169's).
 //!
 //! This crate owns every byte that crosses the wire and nothing else: no sockets, no processes,
 //! no clocks. The server, the engine and the client all speak through these types, so a reader
@@ -15,6 +15,7 @@
 //! - [`capabilities`]: `capabilities/discoverV2` and `capabilityRoots/discoverV1`, the skills
 //!   and plugins installed on the executor.
 //! - [`process`]: `process/*` requests, results and notifications.
+//! - [`network_proxy`]: the managed network proxy a `process/start` asks the executor to launch.
 //! - [`fs`] and [`http`]: the filesystem methods and `http/request`.
 //! - [`sandbox`]: the confinement a `process/start` or `fs/*` call asks for.
 //! - [`bytes`] and [`path_uri`]: the two value encodings every family shares — base64 byte
@@ -37,6 +38,7 @@ pub mod fragments;
 pub mod fs;
 pub mod http;
 pub mod method;
+pub mod network_proxy;
 pub mod path_uri;
 pub mod process;
 pub mod sandbox;

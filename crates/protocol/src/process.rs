@@ -124,8 +124,9 @@ pub struct ExecParams {
     pub enforce_managed_network: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_network: Option<Value>,
+    /// The managed network proxy to launch for this process (`networkProxyLaunch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_proxy: Option<Value>,
+    pub network_proxy: Option<crate::network_proxy::NetworkProxyLaunch>,
     /// Caller bookkeeping (`{threadId, toolCallId}`); carried, never interpreted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,

@@ -95,6 +95,9 @@ pub struct ShellInfo {
 pub struct Capabilities {
     pub network_proxy_launch: bool,
     pub network_proxy_review_domains: bool,
+    /// `networkProxy.proxy.transparentTcp`: a sandbox's TCP routed through the managed SOCKS
+    /// proxy (Codex 0.171).
+    pub network_proxy_transparent_tcp: bool,
     pub credential_masking: bool,
     pub credential_masking_custom_providers: bool,
     pub capability_discovery_sandbox: bool,

@@ -9,6 +9,7 @@ mod child;
 mod output_budget;
 mod posix_spawn;
 mod pty_io;
+mod pty_program;
 mod pump;
 mod retained;
 mod spawn;

@@ -9,6 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::child::Child;
 use super::posix_spawn::{self, Start, Stdio as SpawnStdio};
+use super::pty_program;
 use super::terminal::Terminal;
 
 use crate::environment::find_in;
@@ -146,7 +147,12 @@ pub(crate) fn spawn(mut request: SpawnRequest<'_>) -> std::io::Result<Spawned> {
         let message = crate::exec_setup::COMMAND_ENV_NUL;
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, message));
     }
-    let program = resolve_program(&request.argv[0], &request.env);
+    let program = if request.tty && !request.sandboxed {
+        // A terminal start finds its program as the reference's terminal layer does.
+        pty_program::program(&request.argv[0], &request.cwd, &request.env)?
+    } else {
+        resolve_program(&request.argv[0], &request.env)
+    };
     let mut line = command_line(&mut request, program);
     let mut spawned = match start(&request, &line) {
         // Under any intent the reference starts its sandbox helper, which then fails to
@@ -203,7 +209,8 @@ pub(crate) fn program_for(argv0: &str, env: &BTreeMap<String, String>) -> PathBu
 }
 
 /// A bare program name is looked up on the child's `PATH` when it has one, else on the
-/// executor's, so `["bash", …]` works with an empty `env` in both pipe and PTY mode.
+/// executor's, so `["bash", …]` works with an empty `env` (a pipe start, or any start under an
+/// intent; an unconfined PTY start looks only on the child's, see `pty_program`).
 fn resolve_program(program: &str, env: &BTreeMap<String, String>) -> PathBuf {
     if program.contains('/') {
         return PathBuf::from(program);
