@@ -1,8 +1,8 @@
 //! `tether cp` against `scp`: the same files copied up to an executor and down from it, by
 //! each tool's own command-line program, timed from spawn to exit. `tether cp` goes to a fresh
 //! `tether serve` over `wss://` (`servers::TlsTether`); `scp` to a local `sshd` of our own
-//! (`crate::sshd`) — both encrypted, both to this machine, so the figures compare the tools,
-//! not the networks.
+//! (`tether_testkit::sshd`) — both encrypted, both to this machine, so the figures compare the
+//! tools, not the networks.
 //!
 //! These rows compare Tether with scp, not with the reference: scp's figures sit where the
 //! reference's do (`Kind::Reference`), in a table of their own.
@@ -14,10 +14,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use tether_testkit::sshd::{Sshd, last_line};
 
 use crate::report::Better;
 use crate::servers::{self, Kind, TlsTether};
-use crate::sshd::{Sshd, last_line};
 
 /// Bytes the generator fills at a time for the big file: large enough that one write per block
 /// costs nothing beside the filling, small enough to stay in cache.

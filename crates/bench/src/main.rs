@@ -17,7 +17,6 @@ mod report;
 mod request_workloads;
 mod sandbox_workloads;
 mod servers;
-mod sshd;
 mod workloads;
 mod wss_workloads;
 
@@ -112,7 +111,7 @@ async fn bench() -> anyhow::Result<()> {
     // Started before any workload, so a missing sshd fails the benchmark at once, not after
     // the other rows have run; idle until the cp and wss rows, it costs them nothing.
     let sshd = if (wants("cp") || wants("wss")) && kinds.contains(&Kind::Reference) {
-        Some(sshd::Sshd::start()?)
+        Some(tether_testkit::sshd::Sshd::start()?)
     } else {
         None
     };
@@ -436,7 +435,7 @@ async fn bench() -> anyhow::Result<()> {
 async fn cp_rows(
     args: &Args,
     kinds: &[Kind],
-    sshd: Option<&sshd::Sshd>,
+    sshd: Option<&tether_testkit::sshd::Sshd>,
     table: &mut Table,
 ) -> anyhow::Result<()> {
     let sources = copy_workloads::Sources::prepare(args.cp_bytes, args.cp_files)?;

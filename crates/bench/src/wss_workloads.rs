@@ -1,8 +1,8 @@
 //! Tether over `wss://` against `ssh`: three things an agent does on a remote host — stream a
 //! command's output, read a file, run a short command — each done by Tether's own client over
 //! `wss://` to a fresh `tether serve --tls-self-signed` (`servers::TlsTether`), and by `ssh` to
-//! a local `sshd` of our own (`crate::sshd`). Both encrypted, both to this machine, so the
-//! figures compare the tools and their protocols, not the networks.
+//! a local `sshd` of our own (`tether_testkit::sshd`). Both encrypted, both to this machine, so
+//! the figures compare the tools and their protocols, not the networks.
 //!
 //! Each tool's connection is made before the clock starts and reused by what is timed, as an
 //! agent's is: an agent keeps its Tether client connected for a whole session, and one on ssh
@@ -24,12 +24,12 @@ use tether_client::{ClientOptions, ExecServerClient, TlsFingerprint};
 use tether_engine::fs::FileSystem;
 use tether_protocol::PathUri;
 use tether_protocol::fs::FsReadFileParams;
+use tether_testkit::sshd::{SshMaster, Sshd, last_line};
 use tokio::io::AsyncReadExt;
 
 use crate::copy_workloads::XorShift;
 use crate::report::{Better, median};
 use crate::servers::{Kind, TlsTether};
-use crate::sshd::{SshMaster, Sshd, last_line};
 use crate::workloads;
 
 /// Bytes of the file the readFile row reads: the `bigfile` row's 100 MB, large enough that the

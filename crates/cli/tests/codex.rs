@@ -1,13 +1,15 @@
 //! The real Codex CLI (0.171.0, and 0.169.0 for the older client), pointed at the server with `CODEX_EXEC_SERVER_URL`, works
 //! through it end to end: commands, patches, images. The model is a local stand-in
-//! ([`MockModel`]) that scripts the tool calls; everything else — Codex, its exec-server client,
+//! ([`tether_testkit::MockModel`]) that scripts the tool calls; everything else — Codex, its exec-server client,
 //! the server, the processes and files — is real.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use tether_testkit::server::{previous_codex_binary, reference_binary};
-use tether_testkit::{McpEverything, MockModel, ServerProcess, Target, ToolCall, against_both};
+use tether_testkit::{McpEverything, ServerProcess, Target, ToolCall, against_both};
+
+use common::codex::Workspace;
+
+mod common;
 
 against_both!(
     codex_exec_runs_a_command_on_the_executor,
@@ -22,105 +24,6 @@ against_both!(
     codex_commands_have_the_executor_users_bashrc,
     codex_copies_a_40_mb_file_to_and_from_the_executor,
 );
-
-/// A Codex run's working directory and home, removed when dropped.
-struct Workspace {
-    root: PathBuf,
-    /// The Codex CLI that runs: the reference's (0.171.0) unless told otherwise.
-    codex: PathBuf,
-}
-
-impl Workspace {
-    fn new(target: Target, name: &str) -> Self {
-        let root = std::env::temp_dir()
-            .join(format!("tether-codex-{name}-{}-{target:?}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("home")).unwrap();
-        std::fs::create_dir_all(root.join("work")).unwrap();
-        Self { root, codex: reference_binary().unwrap() }
-    }
-
-    /// As [`Self::new`], run by Codex CLI 0.169.0.
-    fn previous_codex(target: Target, name: &str) -> Self {
-        let mut workspace = Self::new(target, name);
-        workspace.codex = previous_codex_binary().unwrap();
-        workspace
-    }
-
-    fn work(&self) -> PathBuf {
-        self.root.join("work")
-    }
-
-    /// Runs `codex exec` against `server` with the model scripted to make `calls`; returns the
-    /// tool outputs Codex reported to the model.
-    async fn run_codex(&self, server: &ServerProcess, calls: Vec<ToolCall>) -> Vec<String> {
-        self.run_codex_with(server, calls, "").await
-    }
-
-    /// As [`Self::run_codex`], in Codex's sandbox `mode` (`read-only`, `workspace-write`).
-    async fn run_codex_sandboxed(
-        &self,
-        server: &ServerProcess,
-        mode: &str,
-        calls: Vec<ToolCall>,
-    ) -> Vec<String> {
-        self.run(server, mode, calls, "").await
-    }
-
-    /// As [`Self::run_codex`], with `extra` appended to Codex's `config.toml`.
-    async fn run_codex_with(
-        &self,
-        server: &ServerProcess,
-        calls: Vec<ToolCall>,
-        extra: &str,
-    ) -> Vec<String> {
-        self.run(server, "danger-full-access", calls, extra).await
-    }
-
-    async fn run(
-        &self,
-        server: &ServerProcess,
-        sandbox: &str,
-        calls: Vec<ToolCall>,
-        extra: &str,
-    ) -> Vec<String> {
-        self.run_seen(server, sandbox, calls, extra).await.0
-    }
-
-    /// As [`Self::run`], also returning every request the model received.
-    async fn run_seen(
-        &self,
-        server: &ServerProcess,
-        sandbox: &str,
-        calls: Vec<ToolCall>,
-        extra: &str,
-    ) -> (Vec<String>, Vec<serde_json::Value>) {
-        let model = MockModel::scripted(calls.clone()).await.unwrap();
-        std::fs::write(self.root.join("home/config.toml"), model.codex_config_with(extra)).unwrap();
-        let run = tokio::process::Command::new(&self.codex)
-            .args(["exec", "--skip-git-repo-check", "--sandbox", sandbox, "go"])
-            .current_dir(self.work())
-            .env("CODEX_HOME", self.root.join("home"))
-            .env("CODEX_EXEC_SERVER_URL", &server.url)
-            .kill_on_drop(true)
-            .output();
-        let output = tokio::time::timeout(Duration::from_secs(120), run)
-            .await
-            .expect("codex finished")
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "codex exec failed: {stderr}");
-        let outputs = model.tool_outputs();
-        assert_eq!(outputs.len(), calls.len(), "one output per call: {outputs:?}\n{stderr}");
-        (outputs, model.requests())
-    }
-}
-
-impl Drop for Workspace {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
 
 async fn codex_exec_runs_a_command_on_the_executor(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
@@ -349,7 +252,7 @@ async fn codex_copies_a_40_mb_file_to_and_from_the_executor(target: Target) {
         "default = \"remote\"\ninclude_local = true\n\n[[environments]]\nid = \"remote\"\nurl = \"{}\"\n",
         server.url
     );
-    std::fs::write(workspace.root.join("home/environments.toml"), environments).unwrap();
+    workspace.environments(&environments);
     let data: Vec<u8> =
         (0..40_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let local = workspace.root.join("local.bin");

@@ -13,6 +13,7 @@ pub mod process_stats;
 pub mod proxy;
 pub mod scratch;
 pub mod server;
+pub mod sshd;
 pub mod suites;
 
 pub use client::{RpcClient, RpcError};

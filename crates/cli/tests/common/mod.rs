@@ -1,6 +1,8 @@
 //! Helpers the scenario files share.
 #![allow(dead_code)]
 
+pub mod codex;
+
 use serde_json::{Value, json};
 use tether_testkit::client::b64decode;
 

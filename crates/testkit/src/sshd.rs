@@ -1,19 +1,20 @@
-//! A local `sshd` of our own, for the rows that compare Tether with `scp` and `ssh`
-//! (`copy_workloads`, `wss_workloads`): on `127.0.0.1`, with throwaway keys and none of the
-//! user's own ssh config, so what is measured is OpenSSH itself on this machine.
+//! A local `sshd` of our own: on `127.0.0.1`, with throwaway keys and none of the user's own
+//! ssh config, so what runs is OpenSSH itself on this machine. The bench compares Tether with
+//! `scp` and `ssh` through it; the tests reach an executor through it as a user reaches one
+//! on another machine.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::servers;
-
-/// The line a missing `sshd`, `ssh` or `scp` fails the benchmark with.
-const SSHD_MISSING: &str = "sshd is not installed: apt-get install openssh-server (the cp and wss \
-                            rows compare Tether with scp and ssh to a local sshd)";
+/// The line a missing `sshd`, `ssh` or `scp` fails with.
+const SSHD_MISSING: &str = "sshd is not installed: apt-get install openssh-server (the bench's cp \
+                            and wss rows and the tests that reach an executor over ssh run a \
+                            local sshd)";
 
 /// Debian's `sshd`: absolute, as `sshd` requires of itself to re-exec per connection.
 const SSHD: &str = "/usr/sbin/sshd";
@@ -47,7 +48,8 @@ const CONTROL_PATH_MAX: usize = 107 - 17;
 /// is stopped and its directory removed.
 pub struct Sshd {
     dir: PathBuf,
-    pub(crate) port: u16,
+    /// The loopback port it listens on.
+    pub port: u16,
     /// The user key `ssh` and `scp` log in with.
     key: PathBuf,
     user: String,
@@ -61,7 +63,13 @@ impl Sshd {
         if !Path::new(SSHD).is_file() || !on_path("ssh") || !on_path("scp") {
             bail!("{SSHD_MISSING}");
         }
-        let dir = std::env::temp_dir().join(format!("tether-bench-sshd-{}", std::process::id()));
+        // A directory per server: tests in one process start theirs side by side.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tether-sshd-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let user = current_user()?;
@@ -131,7 +139,7 @@ impl Sshd {
     /// The options `ssh` and `scp` share (after the port, which they spell differently): our
     /// key only, no prompt, no host key check, and none of the user's own ssh config, whose
     /// connection sharing or compression would change what is measured.
-    pub(crate) fn client_options(&self) -> Vec<OsString> {
+    pub fn client_options(&self) -> Vec<OsString> {
         let mut options: Vec<OsString> = vec!["-F".into(), "/dev/null".into()];
         options.extend(["-i".into(), self.key.clone().into_os_string()]);
         for option in [
@@ -145,8 +153,17 @@ impl Sshd {
         options
     }
 
+    /// `ssh`'s arguments that log in to this server, before the remote command: the port, the
+    /// [`Self::client_options`] and the destination.
+    pub fn ssh_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["-p".into(), self.port.to_string().into()];
+        args.extend(self.client_options());
+        args.push(self.destination().into());
+        args
+    }
+
     /// `scp`'s name for `path` on this server.
-    pub(crate) fn remote(&self, path: &Path) -> String {
+    pub fn remote(&self, path: &Path) -> String {
         format!("{}:{}", self.destination(), path.display())
     }
 
@@ -159,7 +176,7 @@ impl Sshd {
     /// share ([`SshMaster::command`]), as an agent's ssh connection is kept and reused, so
     /// none of them pays for a handshake or a login. Serving when this returns; dropped, it is
     /// stopped. One at a time: each takes the same socket.
-    pub(crate) fn master(&self) -> anyhow::Result<SshMaster<'_>> {
+    pub fn master(&self) -> anyhow::Result<SshMaster<'_>> {
         let socket = self.dir.join("master.sock");
         anyhow::ensure!(
             socket.as_os_str().len() <= CONTROL_PATH_MAX,
@@ -206,7 +223,7 @@ impl Sshd {
 
 /// An `ssh` control master of [`Sshd::master`]; dropped, it is told to exit, stopped if it
 /// lingers, and its socket removed, so no ssh process outlives it.
-pub(crate) struct SshMaster<'a> {
+pub struct SshMaster<'a> {
     sshd: &'a Sshd,
     socket: PathBuf,
     child: Child,
@@ -216,7 +233,7 @@ impl SshMaster<'_> {
     /// `ssh -S <socket> user@127.0.0.1 REMOTE_COMMAND`: run over the master's connection, with
     /// no stdin, killed if dropped (a run abandoned at `--timeout-secs`). Options as the
     /// master's, so nothing but the socket differs.
-    pub(crate) fn command(&self, remote_command: &str) -> tokio::process::Command {
+    pub fn command(&self, remote_command: &str) -> tokio::process::Command {
         let mut command = tokio::process::Command::new("ssh");
         command.arg("-S").arg(&self.socket).args(["-o", "ControlMaster=no"]);
         command.arg("-p").arg(self.sshd.port.to_string()).args(self.sshd.client_options());
@@ -228,7 +245,7 @@ impl SshMaster<'_> {
     /// Whether the master answers on its socket (`ssh -O check`). `ssh` does not fail when it
     /// cannot reach the master: it logs in on a connection of its own instead, handshake and
     /// all, so a run over the master is only what it claims if the master served throughout.
-    pub(crate) fn serving(&self) -> anyhow::Result<bool> {
+    pub fn serving(&self) -> anyhow::Result<bool> {
         Ok(self.control("check").context("cannot run ssh -O check")?.success())
     }
 
@@ -252,7 +269,7 @@ impl Drop for SshMaster<'_> {
         // Asked first, so it closes its connection to `sshd` as it would for a user; then made
         // sure of, should it not have.
         let _ = self.control("exit");
-        servers::terminate(&mut self.child);
+        stop(&mut self.child);
         let _ = std::fs::remove_file(&self.socket);
     }
 }
@@ -260,10 +277,26 @@ impl Drop for SshMaster<'_> {
 impl Drop for Sshd {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
-            servers::terminate(child);
+            stop(child);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Stops `child` with SIGTERM, then SIGKILL if it is still there two seconds later, and reaps
+/// it.
+fn stop(child: &mut Child) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    for _ in 0..100 {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Whether `program` is an executable file on `PATH`.
@@ -272,7 +305,7 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
-/// The user we log in as: whoever runs the benchmark.
+/// The user we log in as: whoever runs the bench or the tests.
 fn current_user() -> anyhow::Result<String> {
     let name = Command::new("id")
         .arg("-un")
@@ -301,7 +334,7 @@ fn keygen(path: &Path) -> anyhow::Result<()> {
 }
 
 /// The last non-blank line of a program's output: where it says why it failed.
-pub(crate) fn last_line(output: &[u8]) -> String {
+pub fn last_line(output: &[u8]) -> String {
     let text = String::from_utf8_lossy(output);
     text.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("").trim().to_owned()
 }
