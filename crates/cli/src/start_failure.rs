@@ -7,7 +7,7 @@ use tether_engine::fs::{FileSystem as _, FsErrorKind};
 use tether_protocol::PathUri;
 use tether_protocol::error::INTERNAL_ERROR;
 use tether_protocol::fs::{FsGetMetadataParams, FsGetMetadataResponse};
-use tether_protocol::process::ExecParams;
+use tether_protocol::process::{ExecParams, SpawnFailureKind};
 
 /// The exit code for a command that is not there, as a shell (and ssh) uses.
 const COMMAND_NOT_FOUND: i32 = 127;
@@ -17,8 +17,9 @@ const COMMAND_NOT_RUNNABLE: i32 = 126;
 
 /// Why `process/start` failed, in a person's terms: a `--cwd` that is not a directory there,
 /// or a command that is not there (exit code 127, as a shell's) or cannot run there (126).
-/// Decided by asking the executor about the paths, never by the server's words, which differ
-/// between servers and C libraries.
+/// Decided on the kind the server gives the failure (`error.data.kind`); a server that gives
+/// none (Codex before 0.171) is asked about the paths instead. Never decided on the server's
+/// words, which differ between servers and C libraries.
 pub async fn explain(
     client: &ExecServerClient,
     params: &ExecParams,
@@ -27,6 +28,7 @@ pub async fn explain(
     if error.code() != Some(INTERNAL_ERROR) {
         return anyhow::Error::new(error).context("the server refused to start the command");
     }
+    // The working directory is the caller's own mistake, named as such whatever the kind.
     let cwd = params.cwd.to_path().unwrap_or_default().display().to_string();
     match metadata(client, &params.cwd).await {
         Some(Err(FsErrorKind::NotFound)) => {
@@ -38,8 +40,49 @@ pub async fn explain(
         _ => {}
     }
     let program = params.argv.first().cloned().unwrap_or_default();
+    match error.spawn_failure() {
+        Some(kind) => by_kind(kind, &program, params.tty, error),
+        None => by_probe(client, &program, &cwd, error).await,
+    }
+}
+
+/// The failure as the server classified it.
+fn by_kind(kind: SpawnFailureKind, program: &str, tty: bool, error: ClientError) -> anyhow::Error {
+    let bare = !program.contains('/');
+    let words = server_words(&error);
+    match kind {
+        SpawnFailureKind::SpawnNotFound if bare => not_on_path(program),
+        // The file, or the interpreter its `#!` line names: `execve` says the same of both.
+        SpawnFailureKind::SpawnNotFound => ExitWith::error(
+            COMMAND_NOT_FOUND,
+            format!(
+                "{program}: not found on the executor (no such file, or no interpreter its #! line names)"
+            ),
+        ),
+        SpawnFailureKind::SpawnPermissionDenied => cannot_run(program, &words),
+        // A terminal start looks a bare name up itself, and fails as `spawnFailed` when no
+        // candidate on the `PATH` would run (the words list them): not found, as a shell says.
+        SpawnFailureKind::SpawnFailed if tty && bare => ExitWith::error(
+            COMMAND_NOT_FOUND,
+            format!("{program}: command not found on the executor ({words})"),
+        ),
+        SpawnFailureKind::SpawnFailed => cannot_run(program, &words),
+        SpawnFailureKind::SandboxUnavailable | SpawnFailureKind::SandboxPreparation => {
+            anyhow::Error::new(error).context("the executor could not sandbox the command")
+        }
+    }
+}
+
+/// The failure decided by asking the executor whether the program's path is there, for a
+/// server that does not classify its failures.
+async fn by_probe(
+    client: &ExecServerClient,
+    program: &str,
+    cwd: &str,
+    error: ClientError,
+) -> anyhow::Error {
     let path = match program.contains('/') {
-        true => Some(std::path::Path::new(&cwd).join(&program)),
+        true => Some(std::path::Path::new(cwd).join(program)),
         false => None,
     };
     let exists = match &path {
@@ -50,19 +93,27 @@ pub async fn explain(
         None => Some(false),
     };
     match (exists, path) {
-        (Some(false), None) => ExitWith::error(
-            COMMAND_NOT_FOUND,
-            format!("{program}: command not found on the executor (not on its PATH)"),
-        ),
+        (Some(false), None) => not_on_path(program),
         (Some(false), Some(_)) => {
             ExitWith::error(COMMAND_NOT_FOUND, format!("{program}: no such file on the executor"))
         }
-        (Some(true), Some(_)) => ExitWith::error(
-            COMMAND_NOT_RUNNABLE,
-            format!("{program}: cannot be run on the executor ({})", server_words(&error)),
-        ),
+        (Some(true), Some(_)) => cannot_run(program, &server_words(&error)),
         _ => anyhow::Error::new(error).context("the server could not start the command"),
     }
+}
+
+fn not_on_path(program: &str) -> anyhow::Error {
+    ExitWith::error(
+        COMMAND_NOT_FOUND,
+        format!("{program}: command not found on the executor (not on its PATH)"),
+    )
+}
+
+fn cannot_run(program: &str, words: &str) -> anyhow::Error {
+    ExitWith::error(
+        COMMAND_NOT_RUNNABLE,
+        format!("{program}: cannot be run on the executor ({words})"),
+    )
 }
 
 /// The server's message for a refusal, without the client's framing.

@@ -55,7 +55,19 @@ async fn a_missing_command_exits_127_and_names_it(target: Target) {
 
     let output = tether(&["--url", url, "-w", "/tmp", "--", "./no-such-script.sh"], &[]).await;
     assert_eq!(output.status.code(), Some(127));
-    assert_eq!(one_line(&output), "tether exec: ./no-such-script.sh: no such file on the executor");
+    assert_eq!(
+        one_line(&output),
+        "tether exec: ./no-such-script.sh: not found on the executor (no such file, or no interpreter its #! line names)"
+    );
+
+    // On a terminal, a bare name the executor's terminal layer finds nowhere on the PATH.
+    let output = tether(&["--url", url, "-t", "--", "no-such-command-here"], &[]).await;
+    assert_eq!(output.status.code(), Some(127));
+    let line = one_line(&output);
+    assert!(
+        line.starts_with("tether exec: no-such-command-here: command not found on the executor (Unable to spawn no-such-command-here because:"),
+        "{line}"
+    );
 
     // There, but not a program: 126, as a shell says "Permission denied".
     let data = std::env::temp_dir()
@@ -87,6 +99,46 @@ async fn a_missing_command_exits_127_and_names_it(target: Target) {
             "tether exec: {script}: cannot be run on the executor (Exec format error (os error 8))"
         )
     );
+}
+
+/// A script whose `#!` interpreter is missing: `execve` fails with "No such file or directory",
+/// which a server that classifies its failures calls `spawnNotFound` (127, naming both causes),
+/// and which `tether exec` asks a server that does not (Codex 0.169) about: the file is there,
+/// so it cannot be run (126).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_spawn_kind_decides_and_a_server_without_one_is_asked() {
+    use std::os::unix::fs::PermissionsExt;
+    let script =
+        std::env::temp_dir().join(format!("tether-missing-interpreter-{}", std::process::id()));
+    std::fs::write(&script, "#!/nonexistent-tether-interpreter\necho ran\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script_text = script.to_str().unwrap().to_owned();
+    let classified = [
+        ServerProcess::start(Target::Tether).await.unwrap(),
+        ServerProcess::start(Target::Reference).await.unwrap(),
+    ];
+    for server in &classified {
+        let output = tether(&["--url", &server.url, "--", &script_text], &[]).await;
+        assert_eq!(output.status.code(), Some(127), "{:?}", server.target);
+        assert_eq!(
+            one_line(&output),
+            format!(
+                "tether exec: {script_text}: not found on the executor (no such file, or no interpreter its #! line names)"
+            )
+        );
+    }
+    let previous = ServerProcess::start_previous_reference().await.unwrap();
+    let output = tether(&["--url", &previous.url, "--", &script_text], &[]).await;
+    assert_eq!(output.status.code(), Some(126));
+    assert_eq!(
+        one_line(&output),
+        format!(
+            "tether exec: {script_text}: cannot be run on the executor (No such file or directory (os error 2))"
+        )
+    );
+    let output = tether(&["--url", &previous.url, "--", "no-such-command-here"], &[]).await;
+    assert_eq!(output.status.code(), Some(127));
+    std::fs::remove_file(&script).unwrap();
 }
 
 async fn a_missing_or_foreign_cwd_is_named(target: Target) {

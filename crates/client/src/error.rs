@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use tether_protocol::JsonRpcError;
+use tether_protocol::process::{SpawnFailure, SpawnFailureKind};
 
 /// What caused a failure, shared so that one dropped connection can fail many calls.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
@@ -51,6 +52,14 @@ impl ClientError {
             ClientError::Server { code, .. } => Some(*code),
             _ => None,
         }
+    }
+
+    /// Why a `process/start` failed to spawn, as the server classified it (`error.data.kind`,
+    /// Codex 0.171 and Tether): `None` from a server that does not say, or for any other
+    /// failure.
+    pub fn spawn_failure(&self) -> Option<SpawnFailureKind> {
+        let ClientError::Server { data: Some(data), .. } = self else { return None };
+        serde_json::from_value::<SpawnFailure>(data.clone()).ok().map(|failure| failure.kind)
     }
 }
 
@@ -169,5 +178,26 @@ impl Disconnect {
 impl From<Disconnect> for ClientError {
     fn from(error: Disconnect) -> Self {
         ClientError::Disconnected(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn server(data: Option<serde_json::Value>) -> ClientError {
+        ClientError::Server { code: -32603, message: "m".into(), data }
+    }
+
+    /// The kind a server gives a failed spawn, and none where it gives none or another shape.
+    #[test]
+    fn a_spawn_failure_is_read_from_the_errors_data() {
+        let found = server(Some(json!({"kind": "spawnPermissionDenied"}))).spawn_failure();
+        assert_eq!(found, Some(SpawnFailureKind::SpawnPermissionDenied));
+        assert_eq!(server(None).spawn_failure(), None);
+        assert_eq!(server(Some(json!({"kind": "somethingNew"}))).spawn_failure(), None);
+        assert_eq!(server(Some(json!({"sendFailure": {}}))).spawn_failure(), None);
     }
 }

@@ -56,7 +56,28 @@ impl ServerProcess {
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
         let scratch = scratch_dir(target)?;
-        let mut command = Self::command(target, &scratch)?;
+        let command = Self::command(target, &scratch)?;
+        Self::spawn(target, command, scratch, wrapper, extra_args, env).await
+    }
+
+    /// `codex exec-server` from Codex CLI 0.169.0, the older release (its `target` is
+    /// [`Target::Reference`]): for what a client must still do with a server that predates
+    /// 0.171's additions.
+    pub async fn start_previous_reference() -> anyhow::Result<Self> {
+        let scratch = scratch_dir(Target::Reference)?;
+        let mut command = Command::new(previous_codex_binary()?);
+        command.arg("exec-server").env("CODEX_HOME", &scratch);
+        Self::spawn(Target::Reference, command, scratch, &[], &[], &[]).await
+    }
+
+    async fn spawn(
+        target: Target,
+        mut command: Command,
+        scratch: PathBuf,
+        wrapper: &[&str],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         if let Some((program, args)) = wrapper.split_first() {
             let server = command.as_std();
             let mut wrapped = Command::new(program);
