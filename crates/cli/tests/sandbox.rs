@@ -2334,7 +2334,10 @@ async fn stdio_session(launcher: &[&str], env: &[(&str, &str)], params: Value) -
     // notifications by `seq`, not against responses, so either may come last.
     let mut seen: Vec<Value> = Vec::new();
     let finished = |seen: &[Value]| {
-        seen.iter().any(|m| m["id"] == 2) && seen.iter().any(|m| m["method"] == "process/closed")
+        let answer = seen.iter().find(|m| m["id"] == 2);
+        // A refused start has no process to close.
+        answer.is_some_and(|answer| answer.get("error").is_some())
+            || (answer.is_some() && seen.iter().any(|m| m["method"] == "process/closed"))
     };
     while !finished(&seen) {
         let Some(line) = lines.next_line().await.unwrap() else { break };
@@ -2412,25 +2415,29 @@ fn stderr_and_exit(seen: &[Value]) -> (String, Value) {
     (String::from_utf8_lossy(&stderr).into_owned(), exited["params"].clone())
 }
 
-/// No bubblewrap on `PATH`: the start is answered as the reference answers it, and the command
-/// never runs — it fails with 101 and says what is missing and how to install it.
+/// No bubblewrap on `PATH`: the start is refused as one that cannot be sandboxed here
+/// (`-32603`, `data.kind` `sandboxUnavailable`, Codex 0.171's kind for it), saying what is
+/// missing and how to install it, and the command never runs. (The reference carries its own
+/// sandbox, so it never answers so.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_bubblewrap_nothing_sandboxed_runs() {
     let root = HostDir::new(Target::Tether, "no-bwrap");
     let tether = tether_testkit::server::tether_binary().unwrap();
     let script = format!("touch {}", root.display("ran"));
-    let params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
-    let launcher = [tether.to_str().unwrap(), "serve", "--listen", "stdio"];
-    let seen = stdio_session(&launcher, &[("PATH", "/nonexistent")], params).await;
-    assert_eq!(start_result(&seen)["sandboxType"], "linuxSeccomp", "{seen:?}");
-    let (stderr, exited) = stderr_and_exit(&seen);
-    assert_eq!(
-        (exited["exitCode"].clone(), exited["sandboxDenied"].clone()),
-        (json!(101), json!(true))
-    );
-    assert!(stderr.contains("bubblewrap is unavailable"), "{stderr}");
-    assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
-    assert!(!root.exists("ran"), "the command never ran");
+    for tty in [false, true] {
+        let mut params = sandboxed("p", &script, &root, process_intent(read_only_entries(), &root));
+        params["tty"] = json!(tty);
+        let launcher = [tether.to_str().unwrap(), "serve", "--listen", "stdio"];
+        let seen = stdio_session(&launcher, &[("PATH", "/nonexistent")], params).await;
+        let answer = seen.iter().find(|m| m["id"] == 2).expect("the start was answered");
+        let error = &answer["error"];
+        assert_eq!(error["code"], -32603, "{answer}");
+        assert_eq!(error["data"], json!({"kind": "sandboxUnavailable"}), "{answer}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.starts_with("bubblewrap is unavailable"), "{message}");
+        assert!(message.contains("apt-get install bubblewrap"), "{message}");
+        assert!(!root.exists("ran"), "the command never ran");
+    }
 }
 
 /// The start-up log says whether sandboxing is available, and if not why and what to install;

@@ -17,7 +17,7 @@ use crate::process::{
     self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, OutputBudget, ProcessError, ProcessEvent,
     SpawnRequest, SpillConfig,
 };
-use crate::sandbox::launch::{self, Start};
+use crate::sandbox::launch::{self, LaunchError, Start};
 use crate::sandbox::policy::PolicyError;
 use crate::sandbox::{Launch, Sandboxing};
 
@@ -349,13 +349,16 @@ fn validate<'a>(
                 args: &params.argv[1..],
                 arg0: params.arg0.as_deref().unwrap_or(&params.argv[0]),
             };
-            launch::prepare(start, Sandboxing::current()).map_err(|error| {
-                ProcessError::InvalidParams(match error {
-                    PolicyError::InvalidPath(_) => {
-                        format!("failed to prepare process sandbox: {error}")
-                    }
-                    PolicyError::MxcUnavailable => error.to_string(),
-                })
+            launch::prepare(start, Sandboxing::current()).map_err(|error| match error {
+                LaunchError::Policy(error @ PolicyError::InvalidPath(_)) => {
+                    ProcessError::InvalidParams(format!(
+                        "failed to prepare process sandbox: {error}"
+                    ))
+                }
+                LaunchError::Policy(error @ PolicyError::MxcUnavailable) => {
+                    ProcessError::InvalidParams(error.to_string())
+                }
+                LaunchError::Unavailable(reason) => ProcessError::SandboxUnavailable(reason),
             })?
         }
     };

@@ -35,6 +35,7 @@ pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
         | ProcessError::UnknownProcess(_)
         | ProcessError::TooManyProcesses(_) => INVALID_REQUEST,
         ProcessError::Spawn(_)
+        | ProcessError::SandboxUnavailable(_)
         | ProcessError::StdinClosed
         | ProcessError::StdinQueueFull(..)
         | ProcessError::Signal(_) => INTERNAL_ERROR,

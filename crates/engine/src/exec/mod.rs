@@ -125,6 +125,7 @@ impl From<ProcessError> for ExecError {
             | ProcessError::UnknownProcess(_)
             | ProcessError::TooManyProcesses(_) => ExecErrorKind::InvalidRequest,
             ProcessError::Spawn(_)
+            | ProcessError::SandboxUnavailable(_)
             | ProcessError::StdinClosed
             | ProcessError::StdinQueueFull(..)
             | ProcessError::Signal(_) => ExecErrorKind::Internal,

@@ -107,6 +107,10 @@ pub enum ProcessError {
     /// The OS refused to start the program; the message is the OS error.
     #[error("{0}")]
     Spawn(std::io::Error),
+    /// The start asks for a sandbox this executor cannot build (no working bubblewrap): it is
+    /// refused, never run unconfined. Carries why, and what to install.
+    #[error("{0}")]
+    SandboxUnavailable(String),
     #[error("failed to write to process stdin")]
     StdinClosed,
     #[error(
@@ -126,7 +130,13 @@ impl ProcessError {
     /// What kind of failure to start a program this is (`error.data.kind` on the wire), by the
     /// OS's error: `None` for every other error.
     pub fn spawn_failure(&self) -> Option<SpawnFailureKind> {
-        let ProcessError::Spawn(error) = self else { return None };
+        let error = match self {
+            ProcessError::Spawn(error) => error,
+            ProcessError::SandboxUnavailable(_) => {
+                return Some(SpawnFailureKind::SandboxUnavailable);
+            }
+            _ => return None,
+        };
         Some(match error.kind() {
             std::io::ErrorKind::NotFound => SpawnFailureKind::SpawnNotFound,
             std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::IsADirectory => {

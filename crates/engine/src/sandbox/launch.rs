@@ -75,8 +75,20 @@ impl std::fmt::Debug for Launch {
     }
 }
 
+/// Why a sandboxed start cannot be launched at all.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The intent asks for bubblewrap and this host has none that works (no binary, no
+    /// helper): nothing could confine the command, so it is not started. Carries why, and
+    /// what to install.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 /// The launch for `start` on a host with `sandboxing`.
-pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, PolicyError> {
+pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, LaunchError> {
     let context = Context {
         request_cwd: start.cwd,
         tmpdir: start.env.get("TMPDIR").map(String::as_str),
@@ -103,10 +115,10 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Poli
                         inner::EXEC_FAILED_STATUS,
                     ),
                 },
-                (reason, ..) => fail_closed(
-                    &format!("tether sandbox: {}", reason.unwrap_or_else(|| "unavailable".into())),
-                    inner::EXEC_FAILED_STATUS,
-                ),
+                (reason, ..) => {
+                    let reason = reason.unwrap_or_else(|| "bubblewrap is unavailable".into());
+                    return Err(LaunchError::Unavailable(reason));
+                }
             }
         }
     })
