@@ -335,7 +335,7 @@ async fn bench() -> anyhow::Result<()> {
         let local = tether_engine::http::LocalHttpClient::new();
         io_workloads::fetch_through(&local, url, bytes, HttpBody::Streamed).await?;
         let label = format!(
-            "server CPU per MB of a gzip http/request body, {} MB decoded, streamed (ms)",
+            "server CPU per MB of gzip http/request, {} MB decoded (ms)",
             bytes / 1_000_000
         );
         let mut row = Row::new(&label, report::Better::Lower);

@@ -561,6 +561,8 @@ async fn fragments_are_not_sent(target: Target) {
     assert_eq!(peer.requests(), ["GET /echo/page?q=1"]);
 }
 
+/// What reaches the peer, header for header: `accept-encoding: zstd,gzip` unless the caller
+/// sent an `Accept-Encoding` of its own.
 async fn gzip_and_zstd_are_asked_for_unless_the_caller_names_a_coding(target: Target) {
     let (_server, mut client, peer) = started(target).await;
     let host = peer.base_url.trim_start_matches("http://");

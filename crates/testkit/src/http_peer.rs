@@ -14,14 +14,14 @@
 //! - `/slow-body?ms=N`: `start` at once, `end` after `N` ms;
 //! - `/chunks`: `one\n`, `two\n`, `three\n`, 100 ms apart;
 //! - `/large?bytes=N`: `N` bytes of a known pattern ([`large_body`]);
-//! - `/fail`: `partial`, then the connection is dropped in the middle of the body.
+//! - `/fail`: `partial`, then the connection is dropped in the middle of the body;
 //! - `/encoded/{coding}?bytes=N`: `N` bytes of text ([`text_body`], 10 000 unless said) encoded
 //!   as `coding` says ([`encode`]: `gzip`, `zstd`, `deflate`, or `br`, which always serves
 //!   [`BROTLI_BODY`]), with `content-encoding: {coding}` between two marker headers
 //!   (`x-before`, `x-after`) and its encoded length. With `zeros=N`, `N` zero bytes instead of
-//!   the text; `damage=corrupt` (every byte after the format's magic number inverted) or
-//!   `damage=truncate` (the first half, announced as all there is); `parts=2`, the encoded
-//!   bytes in two chunks 100 ms apart, with no length announced.
+//!   the text; `damage=corrupt` (every byte after the first four, the format's signature,
+//!   inverted) or `damage=truncate` (the first half, announced as all there is); `parts=2`,
+//!   the encoded bytes in two chunks 100 ms apart, with no length announced.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -158,15 +158,13 @@ pub fn encode(coding: &str, plain: &[u8]) -> Vec<u8> {
     }
 }
 
-/// A brotli body (of [`BROTLI_TEXT`]), made with Google's encoder.
+/// A brotli body (`brotli is passed through as it came\n`), made with Google's encoder once:
+/// the peer has no brotli encoder of its own.
 pub const BROTLI_BODY: &[u8] = &[
     0x1b, 0x23, 0x00, 0xf8, 0x1d, 0x09, 0x36, 0x4e, 0xf2, 0xb9, 0x8f, 0xc5, 0x50, 0x25, 0x26, 0xd7,
     0x69, 0x20, 0x6c, 0x6f, 0x5b, 0x01, 0x64, 0x8e, 0x4e, 0x2a, 0xa2, 0x89, 0x50, 0x85, 0x4b, 0x47,
     0x83, 0x7f, 0x54, 0x27, 0xcf, 0x19, 0x00,
 ];
-
-/// What [`BROTLI_BODY`] decodes to.
-pub const BROTLI_TEXT: &[u8] = b"brotli is passed through as it came\n";
 
 async fn record(
     State(requests): State<Arc<Mutex<Vec<String>>>>,
