@@ -104,6 +104,16 @@ pub async fn http(url: &str, peer_url: &str, bytes: u64, how: HttpBody) -> anyho
     fetch_through(&client, peer_url, bytes, how).await
 }
 
+/// Server CPU milliseconds per MB of a gzip body that an `http/request` from `peer_url`
+/// decodes to `bytes` and streams to the client: what decoding costs the server beside what
+/// it spends sending the decoded bytes on.
+pub async fn http_gzip_cpu(server: &Server, peer_url: &str, bytes: u64) -> anyhow::Result<f64> {
+    let client = connect(&server.url).await?;
+    let before = server.cpu_seconds()?;
+    fetch_through(&client, peer_url, bytes, HttpBody::Streamed).await?;
+    Ok((server.cpu_seconds()? - before) * 1e3 / (bytes as f64 / 1e6))
+}
+
 /// Fetches `bytes` from `peer_url` through any HTTP client, the body taken as `how` says;
 /// MB/s.
 pub async fn fetch_through(

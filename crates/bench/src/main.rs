@@ -44,6 +44,10 @@ const STREAMED_HTTP_BYTES: u64 = 100_000_000;
 /// Bytes of the buffered HTTP row's body: 32 MB, whose base64 (43 MB) fits in one message.
 const BUFFERED_HTTP_BYTES: u64 = 32_000_000;
 
+/// Decoded bytes of the gzip HTTP row's body: 100 MB of text (about a quarter of that on the
+/// wire), long enough that decoding, not the request, is what the CPU time counts.
+const GZIP_HTTP_BYTES: u64 = 100_000_000;
+
 /// Sessions streaming output while the loaded latency rows are timed: more than the cores, as
 /// an agent host running several builds at once.
 const LOADED_STREAMS: usize = 8;
@@ -322,6 +326,23 @@ async fn bench() -> anyhow::Result<()> {
             .await?;
             table.push(row);
         }
+        let bytes = GZIP_HTTP_BYTES;
+        let url: &'static str =
+            Box::leak(peer.url(&format!("/encoded/gzip?bytes={bytes}")).into_boxed_str());
+        // Fetched once first, with no server, so the peer has made (and keeps) the body before
+        // any server's time is counted.
+        let local = tether_engine::http::LocalHttpClient::new();
+        io_workloads::fetch_through(&local, url, bytes, HttpBody::Streamed).await?;
+        let label = format!(
+            "server CPU per MB of gzip http/request, {} MB decoded (ms)",
+            bytes / 1_000_000
+        );
+        let mut row = Row::new(&label, report::Better::Lower);
+        for_each_round(&args, &kinds, &mut row, |server| async move {
+            io_workloads::http_gzip_cpu(server, url, bytes).await
+        })
+        .await?;
+        table.push(row);
         drop(peer);
     }
     if wants("config") {

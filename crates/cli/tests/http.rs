@@ -1,12 +1,13 @@
 //! `http/request` over the wire: buffered and streamed bodies, validation, `valueEnvVar`,
-//! timeouts, redirects, broken bodies and stream ids — each scenario run against Tether and
-//! against the reference, with a real HTTP peer ([`HttpPeer`]) on loopback.
+//! timeouts, redirects, broken bodies, compressed bodies and stream ids — each scenario run
+//! against Tether and against the reference, with a real HTTP peer ([`HttpPeer`]) on loopback.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tether_testkit::client::{b64decode, b64encode};
-use tether_testkit::http_peer::large_body;
+use tether_testkit::http_peer::{BROTLI_BODY, encode, large_body, text_body};
+use tether_testkit::process_stats::{peak_rss_kib, serving_pid};
 use tether_testkit::{HttpPeer, RpcClient, ServerProcess, Target, against_both};
 
 against_both!(
@@ -25,6 +26,9 @@ against_both!(
     an_active_stream_id_cannot_be_reused_until_its_stream_ends,
     stream_ids_belong_to_their_connection,
     fragments_are_not_sent,
+    gzip_and_zstd_are_asked_for_unless_the_caller_names_a_coding,
+    gzip_and_zstd_bodies_arrive_decoded_and_other_codings_untouched,
+    damaged_compressed_bodies_fail_the_request_or_the_stream,
 );
 
 /// The executor environment the servers run with: a credential a header may use, an empty
@@ -80,6 +84,35 @@ fn sent_headers(echo: &Value) -> Vec<(String, String)> {
         .map(|pair| (pair[0].as_str().unwrap().to_owned(), pair[1].as_str().unwrap().to_owned()))
         .filter(|(name, _)| !matches!(name.as_str(), "accept" | "host"))
         .collect()
+}
+
+/// Every `[name, value]` pair the peer received, in the order it received them.
+fn received_headers(echo: &Value) -> Vec<(String, String)> {
+    echo["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pair| (pair[0].as_str().unwrap().to_owned(), pair[1].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// The response's headers as `(name, value)`, in order, with the value of `date` (which
+/// changes every second) left out.
+fn response_headers(result: &Value) -> Vec<(String, String)> {
+    result["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let name = h["name"].as_str().unwrap().to_owned();
+            let value = if name == "date" { "…" } else { h["value"].as_str().unwrap() };
+            (name, value.to_owned())
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect()
 }
 
 /// Every body delta of stream `request_id` up to and including its terminal frame, checked
@@ -153,6 +186,7 @@ async fn buffered_requests_send_what_was_asked_and_return_everything(target: Tar
         ("x-a", "3"),
         ("x-b", "2"),
         ("authorization", "Bearer tok-123"),
+        ("accept-encoding", "zstd,gzip"),
         ("content-length", "12"),
     ]
     .iter()
@@ -525,4 +559,161 @@ async fn fragments_are_not_sent(target: Target) {
     let echo = echo_of(&result.await.unwrap());
     assert_eq!((&echo["path"], &echo["query"]), (&json!("/echo/page"), &json!("q=1")));
     assert_eq!(peer.requests(), ["GET /echo/page?q=1"]);
+}
+
+/// What reaches the peer, header for header: `accept-encoding: zstd,gzip` unless the caller
+/// sent an `Accept-Encoding` of its own.
+async fn gzip_and_zstd_are_asked_for_unless_the_caller_names_a_coding(target: Target) {
+    let (_server, mut client, peer) = started(target).await;
+    let host = peer.base_url.trim_start_matches("http://");
+    let received = |result: Value| received_headers(&echo_of(&result));
+    let ask = |headers: Value| request(&peer.url("/echo"), json!({"headers": headers}));
+
+    // No coding named: the executor asks for the two it decodes, after the HTTP client's own
+    // `accept`.
+    let result = client.ok("http/request", ask(json!([]))).await.unwrap();
+    let expected = pairs(&[("accept", "*/*"), ("accept-encoding", "zstd,gzip"), ("host", host)]);
+    assert_eq!(received(result), expected);
+
+    // A coding the caller names is sent as it is, in its place, and nothing is added.
+    for coding in ["identity", "br"] {
+        let result =
+            client.ok("http/request", ask(json!([{"name": "Accept-Encoding", "value": coding}])));
+        let expected = pairs(&[("accept-encoding", coding), ("accept", "*/*"), ("host", host)]);
+        assert_eq!(received(result.await.unwrap()), expected);
+    }
+
+    // A range does not stop the executor from asking for compressed bytes.
+    let ranged = client.ok("http/request", ask(json!([{"name": "Range", "value": "bytes=0-3"}])));
+    let expected = pairs(&[
+        ("range", "bytes=0-3"),
+        ("accept", "*/*"),
+        ("accept-encoding", "zstd,gzip"),
+        ("host", host),
+    ]);
+    assert_eq!(received(ranged.await.unwrap()), expected);
+}
+
+/// gzip and zstd bodies arrive decoded, without the headers that described the encoded bytes;
+/// deflate and br bodies arrive as the peer sent them, headers and all.
+async fn gzip_and_zstd_bodies_arrive_decoded_and_other_codings_untouched(target: Target) {
+    let (_server, mut client, peer) = started(target).await;
+    let text = text_body(10_000);
+    // The coding and the length of the encoded bytes are gone; the HTTP library's header map
+    // fills each hole with its last header.
+    let decoded_head = pairs(&[
+        ("content-type", "text/plain"),
+        ("x-before", "1"),
+        ("date", "…"),
+        ("x-after", "2"),
+    ]);
+
+    for coding in ["gzip", "zstd"] {
+        let url = peer.url(&format!("/encoded/{coding}"));
+        let buffered = client.ok("http/request", request(&url, json!({}))).await.unwrap();
+        assert_eq!(response_headers(&buffered), decoded_head, "{coding}");
+        assert!(body_of(&buffered) == text, "{coding}: the decoded text");
+
+        // Even when the caller asked for no coding and the peer used one anyway.
+        let identity = json!({"headers": [{"name": "Accept-Encoding", "value": "identity"}]});
+        let buffered = client.ok("http/request", request(&url, identity)).await.unwrap();
+        assert!(body_of(&buffered) == text, "{coding}: decoded though not asked for");
+
+        // Streamed: the same head, the decoded text in deltas — also when the encoded bytes
+        // arrive in two parts, chunked.
+        let mut chunked_head = decoded_head.clone();
+        chunked_head.extend(pairs(&[("transfer-encoding", "chunked")]));
+        for (url, head) in [(url.clone(), &decoded_head), (format!("{url}?parts=2"), &chunked_head)]
+        {
+            let params = request(&url, json!({"requestId": "z", "streamResponse": true}));
+            let result = client.ok("http/request", params).await.unwrap();
+            assert_eq!(&response_headers(&result), head, "{url}");
+            let frames = stream_frames(&mut client, "z").await;
+            assert!(streamed_bytes(&frames) == text, "{url}: the decoded text");
+            assert_eq!(frames.last().unwrap()["error"], Value::Null);
+        }
+
+        // HEAD: no body to decode, and the coding headers are gone all the same.
+        let head = client.ok("http/request", request(&url, json!({"method": "HEAD"}))).await;
+        let head = head.unwrap();
+        assert_eq!(response_headers(&head), decoded_head, "{coding}");
+        assert_eq!(body_of(&head), b"");
+    }
+
+    // The codings the executor does not decode: the bytes and the head as the peer sent them.
+    let deflated = encode("deflate", &text_body(10_000));
+    for (coding, bytes) in [("deflate", deflated.as_slice()), ("br", BROTLI_BODY)] {
+        let url = peer.url(&format!("/encoded/{coding}"));
+        let length = bytes.len().to_string();
+        let head = pairs(&[
+            ("content-type", "text/plain"),
+            ("x-before", "1"),
+            ("content-encoding", coding),
+            ("x-after", "2"),
+            ("content-length", &length),
+            ("date", "…"),
+        ]);
+        let buffered = client.ok("http/request", request(&url, json!({}))).await.unwrap();
+        assert_eq!(response_headers(&buffered), head);
+        assert!(body_of(&buffered) == bytes, "{coding}: the bytes as the peer sent them");
+
+        let params = request(&url, json!({"requestId": "p", "streamResponse": true}));
+        let streamed = client.ok("http/request", params).await.unwrap();
+        assert_eq!(response_headers(&streamed), head);
+        let frames = stream_frames(&mut client, "p").await;
+        assert!(streamed_bytes(&frames) == bytes, "{coding}: the bytes as the peer sent them");
+    }
+}
+
+async fn damaged_compressed_bodies_fail_the_request_or_the_stream(target: Target) {
+    let (_server, mut client, peer) = started(target).await;
+    let text = text_body(10_000);
+    for coding in ["gzip", "zstd"] {
+        for damage in ["corrupt", "truncate"] {
+            let url = peer.url(&format!("/encoded/{coding}?damage={damage}"));
+            let error = client.err("http/request", request(&url, json!({}))).await.unwrap();
+            assert_eq!(
+                (error.code, error.message.as_str()),
+                (-32603, "failed to read http/request response body: error decoding response body"),
+                "{coding} {damage}"
+            );
+
+            // Streamed, what decoded before the damage arrives (nothing, when the damage starts
+            // the body), then the stream fails.
+            let params = request(&url, json!({"requestId": "d", "streamResponse": true}));
+            assert_eq!(client.ok("http/request", params).await.unwrap()["status"], 200);
+            let frames = stream_frames(&mut client, "d").await;
+            let decoded = streamed_bytes(&frames);
+            match damage {
+                "corrupt" => assert_eq!(frames.len(), 1, "{coding}: only the failure"),
+                _ => assert!(text.starts_with(&decoded) && decoded.len() < text.len(), "{coding}"),
+            }
+            assert_eq!(frames.last().unwrap()["error"], "error decoding response body");
+        }
+    }
+}
+
+/// A small compressed body that decodes to far more than a buffered answer may hold (128 MiB of
+/// zeros in 600 KiB of gzip) fails at the buffered limit, as a body that big always does: the
+/// decoded bytes count, not the bytes on the wire, and nothing past the limit is decoded, so the
+/// server's memory never grows past it. (The reference buffers a decoded body of any size.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_body_that_decodes_past_the_limit_fails_with_the_way_out() {
+    let (server, mut client, peer) = started(Target::Tether).await;
+    let url = peer.url(&format!("/encoded/gzip?zeros={}", 128 * 1024 * 1024));
+    let error = client.err("http/request", request(&url, json!({}))).await.unwrap();
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (
+            -32603,
+            "failed to read http/request response body: the body exceeds the 33554432-byte \
+             limit of a buffered response; send the request with `streamResponse: true` to \
+             receive it in frames"
+        )
+    );
+    let serving = serving_pid(server.pid().unwrap());
+    let peak_mib = peak_rss_kib(serving).unwrap() / 1024;
+    // The limit's 32 MiB and the server's own memory (about 25 MiB), with room to spare; a
+    // server that decoded the whole body would have held 128 MiB of it.
+    assert!(peak_mib < 96, "the server's memory peaked at {peak_mib} MiB");
 }

@@ -26,6 +26,7 @@ scenarios!(shared, on [tether, reference], |target, scenario| {
     invalid_requests_are_refused_before_anything_is_sent,
     timeouts_fail_the_request,
     a_body_that_breaks_off_fails_the_request_or_the_stream,
+    gzip_and_zstd_bodies_arrive_decoded,
     streamed_bodies_follow_their_head_in_order,
     large_streamed_bodies_come_whole_in_bounded_chunks,
     concurrent_streams_keep_their_bodies_apart,

@@ -14,7 +14,14 @@
 //! - `/slow-body?ms=N`: `start` at once, `end` after `N` ms;
 //! - `/chunks`: `one\n`, `two\n`, `three\n`, 100 ms apart;
 //! - `/large?bytes=N`: `N` bytes of a known pattern ([`large_body`]);
-//! - `/fail`: `partial`, then the connection is dropped in the middle of the body.
+//! - `/fail`: `partial`, then the connection is dropped in the middle of the body;
+//! - `/encoded/{coding}?bytes=N`: `N` bytes of text ([`text_body`], 10 000 unless said) encoded
+//!   as `coding` says ([`encode`]: `gzip`, `zstd`, `deflate`, or `br`, which always serves
+//!   [`BROTLI_BODY`]), with `content-encoding: {coding}` between two marker headers
+//!   (`x-before`, `x-after`) and its encoded length. With `zeros=N`, `N` zero bytes instead of
+//!   the text; `damage=corrupt` (every byte after the first four, the format's signature,
+//!   inverted) or `damage=truncate` (the first half, announced as all there is); `parts=2`,
+//!   the encoded bytes in two chunks 100 ms apart, with no length announced.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,6 +64,7 @@ impl HttpPeer {
             .route("/chunks", get(chunks))
             .route("/large", get(large))
             .route("/fail", get(fail))
+            .route("/encoded/{coding}", axum::routing::any(encoded))
             .fallback(echo)
             .layer(middleware::from_fn_with_state(requests.clone(), record));
         let counter = connections.clone();
@@ -97,6 +105,66 @@ impl Drop for HttpPeer {
 pub fn large_body(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
+
+/// The text `/encoded/{coding}?bytes=N` encodes: words from a small vocabulary, in lines, in
+/// an order that repeats nowhere near as often as [`large_body`]'s, so it compresses about as
+/// much as source code or a page of prose does and decoding it is work of the usual kind.
+pub fn text_body(len: usize) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "the", "executor", "decodes", "gzip", "and", "zstd", "bodies", "for", "its", "client",
+        "while", "deflate", "or", "brotli", "pass", "through",
+    ];
+    let mut text = Vec::with_capacity(len + 16);
+    // xorshift64: the same words every time, for every peer.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut words_on_line = 0;
+    while text.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        text.extend_from_slice(WORDS[(state % 16) as usize].as_bytes());
+        words_on_line += 1;
+        text.push(if words_on_line % 12 == 0 { b'\n' } else { b' ' });
+    }
+    text.truncate(len);
+    text
+}
+
+/// `plain` as `/encoded/{coding}` encodes it: `gzip` (no file name, no time, so the same bytes
+/// every time), `zstd`, `deflate` (zlib's format, which is what HTTP calls deflate), at the
+/// codecs' fastest levels; `br` is [`BROTLI_BODY`] whatever `plain` is (the peer has no brotli
+/// encoder); anything else is `plain` as it is.
+pub fn encode(coding: &str, plain: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+
+    use flate2::Compression;
+    use flate2::write::{GzEncoder, ZlibEncoder};
+
+    let finished = |result: std::io::Result<Vec<u8>>| result.expect("encoding into memory");
+    match coding {
+        "gzip" => {
+            let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
+            encoder.write_all(plain).expect("encoding into memory");
+            finished(encoder.finish())
+        }
+        "deflate" => {
+            let mut encoder = ZlibEncoder::new(Vec::new(), Compression::fast());
+            encoder.write_all(plain).expect("encoding into memory");
+            finished(encoder.finish())
+        }
+        "zstd" => finished(zstd::bulk::compress(plain, 1)),
+        "br" => BROTLI_BODY.to_vec(),
+        _ => plain.to_vec(),
+    }
+}
+
+/// A brotli body (`brotli is passed through as it came\n`), made with Google's encoder once:
+/// the peer has no brotli encoder of its own.
+pub const BROTLI_BODY: &[u8] = &[
+    0x1b, 0x23, 0x00, 0xf8, 0x1d, 0x09, 0x36, 0x4e, 0xf2, 0xb9, 0x8f, 0xc5, 0x50, 0x25, 0x26, 0xd7,
+    0x69, 0x20, 0x6c, 0x6f, 0x5b, 0x01, 0x64, 0x8e, 0x4e, 0x2a, 0xa2, 0x89, 0x50, 0x85, 0x4b, 0x47,
+    0x83, 0x7f, 0x54, 0x27, 0xcf, 0x19, 0x00,
+];
 
 async fn record(
     State(requests): State<Arc<Mutex<Vec<String>>>>,
@@ -207,6 +275,64 @@ async fn large(Query(query): Query<HashMap<String, String>>) -> Response {
         }
     };
     body.into_response()
+}
+
+async fn encoded(
+    Path(coding): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let number = |name: &str| query.get(name).and_then(|n| n.parse::<usize>().ok());
+    let mut body = match number("zeros") {
+        Some(zeros) => Bytes::from(encode(&coding, &vec![0; zeros])),
+        None => encoded_text(&coding, number("bytes").unwrap_or(10_000)),
+    };
+    match query.get("damage").map(String::as_str) {
+        Some("corrupt") => {
+            body = body.iter().enumerate().map(|(i, &b)| if i < 4 { b } else { !b }).collect()
+        }
+        Some("truncate") => body.truncate(body.len() / 2),
+        _ => {}
+    }
+    let headers = [
+        (header::CONTENT_TYPE, "text/plain".to_owned()),
+        (header::HeaderName::from_static("x-before"), "1".to_owned()),
+        (header::CONTENT_ENCODING, coding),
+        (header::HeaderName::from_static("x-after"), "2".to_owned()),
+    ];
+    if number("parts") != Some(2) {
+        return (headers, body).into_response();
+    }
+    let mut second = body;
+    let first = second.split_to(second.len() / 2);
+    let parts = stream::unfold(0, move |step| {
+        let (first, second) = (first.clone(), second.clone());
+        async move {
+            match step {
+                0 => Some((Ok::<_, std::io::Error>(first), 1)),
+                1 => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Some((Ok(second), 2))
+                }
+                _ => None,
+            }
+        }
+    });
+    (headers, Body::from_stream(parts)).into_response()
+}
+
+/// [`text_body`] of `len` bytes encoded as `coding` says. The last one made is kept and sent
+/// again while the same is asked for, as [`large`] keeps its body: encoding 100 MB takes
+/// longer than decoding it, and a benchmark would otherwise time the peer encoding it.
+fn encoded_text(coding: &str, len: usize) -> Bytes {
+    static LAST: Mutex<Option<(String, usize, Bytes)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match last.as_ref() {
+        Some((made_as, made_len, body)) if made_as == coding && *made_len == len => body.clone(),
+        _ => {
+            let body = Bytes::from(encode(coding, &text_body(len)));
+            last.insert((coding.to_owned(), len, body)).2.clone()
+        }
+    }
 }
 
 /// A chunked body that errors after its first chunk: the HTTP library then drops the

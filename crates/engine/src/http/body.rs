@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use tether_protocol::http::HTTP_BODY_DELTA_MAX_BYTES;
 
@@ -18,14 +18,24 @@ pub struct HttpBodyError(pub String);
 /// server until it is killed, and every session with it.
 pub const HTTP_BUFFERED_BODY_MAX_BYTES: usize = 32 * 1024 * 1024;
 
+/// Small chunks that are ready together are joined until they make this many bytes: 64 KiB.
+/// A decoded gzip or zstd body comes from its decoder in chunks of 4 KiB, and each chunk is a
+/// message to the client (a delta); joined, a body costs a sixteenth of the messages, and a
+/// message's own cost (its frame, its JSON, waking the writer) stops mattering beside its bytes.
+/// Chunks of this size or more pass as they are, uncopied.
+const JOIN_BELOW_BYTES: usize = 64 * 1024;
+
 /// The body of a streamed response: non-empty chunks of at most [`HTTP_BODY_DELTA_MAX_BYTES`],
-/// in order, as they arrive (a chunk is never held back to fill a bigger one, so a server-sent
-/// event reaches the client as soon as the peer sends it). Ends after the last chunk, or after
-/// the first error.
+/// in order, as they arrive. Small chunks that are ready together are joined (up to
+/// [`JOIN_BELOW_BYTES`]), but a chunk is never held back to wait for another, so a server-sent
+/// event reaches the client as soon as the peer sends it. Ends after the last chunk, or after
+/// the first error (the chunks ready before it come first).
 pub struct HttpBodyStream {
     inner: Pin<Box<dyn Stream<Item = Result<Bytes, HttpBodyError>> + Send>>,
     /// What is left of a chunk bigger than one delta.
     rest: Bytes,
+    /// An error that came while joining chunks: it ends the stream once `rest` is handed out.
+    failure: Option<HttpBodyError>,
     finished: bool,
     /// How long the peer said the body is (`content-length`), if it said: room a buffered
     /// reader makes at once, instead of growing its buffer (and copying it) as the body comes.
@@ -35,7 +45,13 @@ pub struct HttpBodyStream {
 impl HttpBodyStream {
     /// Wraps any stream of body bytes, splitting bigger chunks and dropping empty ones.
     pub fn new(inner: impl Stream<Item = Result<Bytes, HttpBodyError>> + Send + 'static) -> Self {
-        Self { inner: Box::pin(inner), rest: Bytes::new(), finished: false, length_hint: None }
+        Self {
+            inner: Box::pin(inner),
+            rest: Bytes::new(),
+            failure: None,
+            finished: false,
+            length_hint: None,
+        }
     }
 
     /// The same stream, with the length its peer announced.
@@ -54,7 +70,8 @@ impl HttpBodyStream {
         let announced = self.length_hint.unwrap_or(0).min(HTTP_BUFFERED_BODY_MAX_BYTES as u64);
         out.reserve(announced as usize);
         let mut read = 0;
-        while let Some(chunk) = self.next().await {
+        // Straight from the source: chunks joined for deltas would only be copied twice here.
+        while let Some(chunk) = self.inner.next().await {
             let chunk = chunk?;
             if read + chunk.len() > HTTP_BUFFERED_BODY_MAX_BYTES {
                 return Err(HttpBodyError(format!(
@@ -87,10 +104,13 @@ impl Stream for HttpBodyStream {
         if let Some(chunk) = this.take_rest() {
             return Poll::Ready(Some(Ok(chunk)));
         }
+        if let Some(failure) = this.failure.take() {
+            return Poll::Ready(Some(Err(failure)));
+        }
         if this.finished {
             return Poll::Ready(None);
         }
-        loop {
+        let first = loop {
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
@@ -102,12 +122,46 @@ impl Stream for HttpBodyStream {
                     return Poll::Ready(Some(Err(error)));
                 }
                 Poll::Ready(Some(Ok(chunk))) if chunk.is_empty() => continue,
+                Poll::Ready(Some(Ok(chunk))) => break chunk,
+            }
+        };
+        this.rest = match first.len() < JOIN_BELOW_BYTES {
+            true => this.join_ready(first, cx),
+            false => first,
+        };
+        Poll::Ready(this.take_rest().map(Ok))
+    }
+}
+
+impl HttpBodyStream {
+    /// `first` and the chunks ready after it, joined, until they make [`JOIN_BELOW_BYTES`] or
+    /// nothing more is ready. The end or an error seen on the way is kept for the next polls.
+    /// A `Pending` leaves the waker registered, so the next chunk still wakes the stream.
+    fn join_ready(&mut self, first: Bytes, cx: &mut Context<'_>) -> Bytes {
+        let mut joined: Option<BytesMut> = None;
+        while joined.as_ref().map_or(first.len(), BytesMut::len) < JOIN_BELOW_BYTES {
+            match self.inner.as_mut().poll_next(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    self.finished = true;
+                    break;
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    self.failure = Some(error);
+                    self.finished = true;
+                    break;
+                }
                 Poll::Ready(Some(Ok(chunk))) => {
-                    this.rest = chunk;
-                    return Poll::Ready(this.take_rest().map(Ok));
+                    let joined = joined.get_or_insert_with(|| {
+                        let mut joined = BytesMut::with_capacity(JOIN_BELOW_BYTES);
+                        joined.extend_from_slice(&first);
+                        joined
+                    });
+                    joined.extend_from_slice(&chunk);
                 }
             }
         }
+        joined.map_or(first, BytesMut::freeze)
     }
 }
 
@@ -133,12 +187,51 @@ mod tests {
         HttpBodyStream::new(stream::iter(chunks)).collect().await
     }
 
+    fn lens(chunks: &[Result<Bytes, HttpBodyError>]) -> Vec<usize> {
+        chunks.iter().map(|c| c.as_ref().unwrap().len()).collect()
+    }
+
     #[tokio::test]
     async fn big_chunks_are_split_at_the_delta_limit_and_empty_ones_dropped() {
         let big = Bytes::from(vec![7u8; 2 * HTTP_BODY_DELTA_MAX_BYTES + 5]);
+        let chunks = collect(vec![Ok(Bytes::new()), Ok(big.clone()), Ok(Bytes::new())]).await;
+        assert_eq!(lens(&chunks), [HTTP_BODY_DELTA_MAX_BYTES, HTTP_BODY_DELTA_MAX_BYTES, 5]);
+
+        // A small chunk ready before a big one is joined to it, and the whole is split.
         let chunks = collect(vec![Ok(Bytes::from_static(b"a")), Ok(Bytes::new()), Ok(big)]).await;
-        let lens: Vec<usize> = chunks.iter().map(|c| c.as_ref().unwrap().len()).collect();
-        assert_eq!(lens, [1, HTTP_BODY_DELTA_MAX_BYTES, HTTP_BODY_DELTA_MAX_BYTES, 5]);
+        assert_eq!(lens(&chunks), [HTTP_BODY_DELTA_MAX_BYTES, HTTP_BODY_DELTA_MAX_BYTES, 6]);
+        assert_eq!(chunks[0].as_ref().unwrap()[..2], [b'a', 7]);
+    }
+
+    #[tokio::test]
+    async fn small_chunks_ready_together_are_joined_up_to_the_join_size() {
+        // A decoder's 4 KiB chunks, all ready.
+        let chunks: Vec<_> = (0..20u8).map(|n| Ok(Bytes::from(vec![n; 4096]))).collect();
+        let joined = collect(chunks).await;
+        assert_eq!(lens(&joined), [JOIN_BELOW_BYTES, 4 * 4096]);
+        let bytes: Vec<u8> = joined.iter().flat_map(|c| c.as_ref().unwrap().to_vec()).collect();
+        assert!(bytes.chunks(4096).enumerate().all(|(n, c)| c.iter().all(|&b| b == n as u8)));
+    }
+
+    #[tokio::test]
+    async fn a_chunk_is_never_held_back_to_wait_for_the_next() {
+        use futures_util::FutureExt;
+
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let chunks =
+            stream::unfold(receiver, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+        let mut body = HttpBodyStream::new(chunks);
+        sender.send(Ok(Bytes::from_static(b"event 1\n"))).unwrap();
+        let first = body.next().now_or_never().expect("handed out without waiting");
+        assert_eq!(first.unwrap().unwrap(), "event 1\n");
+        assert!(body.next().now_or_never().is_none(), "nothing more yet");
+
+        // What arrived together goes together; the end comes after it.
+        sender.send(Ok(Bytes::from_static(b"event 2\n"))).unwrap();
+        sender.send(Ok(Bytes::from_static(b"event 3\n"))).unwrap();
+        drop(sender);
+        assert_eq!(body.next().await.unwrap().unwrap(), "event 2\nevent 3\n");
+        assert!(body.next().await.is_none());
     }
 
     #[tokio::test]

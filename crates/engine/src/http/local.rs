@@ -1,5 +1,5 @@
 //! [`LocalHttpClient`]: requests sent from this machine, with reqwest (rustls, HTTP/1.1 and
-//! HTTP/2, the system's proxy settings).
+//! HTTP/2, the system's proxy settings, gzip and zstd bodies decoded).
 
 use std::sync::OnceLock;
 
@@ -41,6 +41,14 @@ impl LocalHttpClient {
                 // Redirects are followed by hand (see `redirect`), so one client serves both
                 // redirect policies and one deadline covers every hop.
                 .redirect(reqwest::redirect::Policy::none())
+                // As the reference does: `accept-encoding: zstd,gzip` unless the caller names a
+                // coding, and gzip and zstd bodies decoded as they stream in (whatever the
+                // caller asked for), without the `content-encoding` and `content-length` that
+                // described the encoded bytes. Every limit downstream counts decoded bytes, so a
+                // small body that decodes to a large one stops where a large one would. deflate
+                // and br are not decoded (their features are not built), as in the reference.
+                .gzip(true)
+                .zstd(true)
                 .build()
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))
         });

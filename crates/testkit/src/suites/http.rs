@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use crate::HttpPeer;
-use crate::http_peer::large_body;
+use crate::http_peer::{encode, large_body, text_body};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -154,6 +154,28 @@ pub async fn a_body_that_breaks_off_fails_the_request_or_the_stream(
         failure,
         error.to_string().trim_start_matches("failed to read http/request response body: ")
     );
+}
+
+/// gzip and zstd bodies arrive decoded, buffered or streamed, without the headers that
+/// described the encoded bytes; a deflate body arrives as the peer sent it.
+pub async fn gzip_and_zstd_bodies_arrive_decoded(http: &dyn HttpClient, peer: &HttpPeer) {
+    let text = text_body(10_000);
+    let gzip = http.request(get(&peer.url("/encoded/gzip"))).await.unwrap();
+    assert!(gzip.body_base64.0 == text, "the decoded text");
+    assert_eq!(
+        (header(&gzip, "content-encoding"), header(&gzip, "content-length")),
+        (vec![], vec![])
+    );
+
+    let (head, body) =
+        http.request_streamed(get(&peer.url("/encoded/zstd?parts=2"))).await.unwrap();
+    assert_eq!(header(&head, "content-encoding"), Vec::<&str>::new());
+    let (chunks, failure) = drain(body).await;
+    assert_eq!((concat(&chunks) == text, failure), (true, None), "the decoded text");
+
+    let deflate = http.request(get(&peer.url("/encoded/deflate"))).await.unwrap();
+    assert_eq!(header(&deflate, "content-encoding"), ["deflate"]);
+    assert!(deflate.body_base64.0 == encode("deflate", &text), "the bytes as sent");
 }
 
 // ---------------------------------------------------------------------------------------------
