@@ -32,8 +32,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the exec-server (wire-compatible with `codex exec-server`).
+    // Boxed: the serve flags outweigh every other command's.
     #[command(alias = "exec-server")]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run a command on an exec-server, streaming its output here and exiting with its code.
     Exec(exec::ExecArgs),
     /// Use an MCP server placed on an exec-server (or here): list its tools, call one.
@@ -58,7 +59,11 @@ fn main() -> std::process::ExitCode {
         // it) what to do.
         Err(error) => {
             eprintln!("tether: {}", report::one_line(&error));
-            std::process::ExitCode::FAILURE
+            // A command line Tether does not take exits as clap's refusals do.
+            match error.downcast_ref::<serve::RegistrationRefused>() {
+                Some(_) => std::process::ExitCode::from(2),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -69,8 +74,11 @@ fn run() -> anyhow::Result<()> {
     tether_engine::allocator::tune_for_streaming();
     let cli = Cli::parse();
     match &cli.command {
-        // Before any thread exists: see `guardian`.
-        Command::Serve(_) => guardian::split(),
+        // Refused before anything starts; then, before any thread exists: see `guardian`.
+        Command::Serve(args) => {
+            args.refuse_registration()?;
+            guardian::split()
+        }
         _ => tether_engine::allocator::one_heap(),
     }
     // Logs go to stderr: stdout carries the bound URL, and on stdio the protocol itself.
@@ -115,7 +123,7 @@ fn run() -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = match cli.command {
-        Command::Serve(args) => runtime.block_on(serve::serve(args)),
+        Command::Serve(args) => runtime.block_on(serve::serve(*args)),
         Command::Exec(args) => match runtime.block_on(exec::exec(args)) {
             Ok(code) => {
                 runtime.shutdown_timeout(Duration::from_millis(100));

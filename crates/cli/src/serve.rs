@@ -1,4 +1,14 @@
-//! `tether serve`: run the exec-server.
+//! `tether serve`: run the exec-server. It takes every flag of `codex exec-server` (0.171):
+//! what means something on an executor is honoured, Codex's configuration is read and
+//! ignored ([`codex_settings`]), the managed-network settings are kept for when a managed
+//! network runs here ([`managed_network`]), and the registration with OpenAI's environment
+//! registry is refused ([`registration`]).
+
+mod codex_settings;
+mod managed_network;
+mod registration;
+mod stdin_close;
+mod ws_auth;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -12,8 +22,7 @@ use tether_engine::process::{
     DEFAULT_MAX_RETAINED_OUTPUT_BYTES, DEFAULT_SPILL_BYTES_PER_PROCESS, OutputBudget, SpillConfig,
 };
 use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
-use tether_engine::sandbox::Sandboxing;
-use tether_server::auth::WsAuth;
+use tether_engine::sandbox::{PidNamespace, Sandboxing};
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
@@ -21,9 +30,10 @@ use tether_server::config::{
     DEFAULT_SHUTDOWN_GRACE, MAX_SHUTDOWN_GRACE,
 };
 use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
-use tether_server::jwt::{DEFAULT_MAX_CLOCK_SKEW, JwtVerifier, MIN_SECRET_BYTES, SecretError};
 use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
+
+pub use registration::RegistrationRefused;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -34,8 +44,9 @@ pub struct ServeArgs {
     listen: String,
 
     /// Requests per connection that may wait at once (long-polling reads). Other requests are
-    /// answered while they wait.
-    #[arg(long, default_value_t = DEFAULT_CONCURRENT_REQUESTS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    /// answered while they wait. The reference's default is 1 (one request at a time, so a
+    /// long-poll holds up the rest); Tether's is 64.
+    #[arg(long, value_name = "COUNT", default_value_t = DEFAULT_CONCURRENT_REQUESTS as u64, value_parser = clap::value_parser!(u64).range(1..))]
     concurrent_requests: u64,
 
     /// Seconds a session keeps running after its connection drops, waiting to be resumed.
@@ -120,38 +131,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_PING_INTERVAL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     ping_interval_secs: u64,
 
-    /// How WebSocket clients authenticate: `Authorization: Bearer <token>` on the upgrade,
-    /// checked against a capability token or as an HS256 JWT.
-    #[arg(long, value_enum)]
-    ws_auth: Option<WsAuthMode>,
-
-    /// The capability token's file (its contents, trimmed, are the token).
-    #[arg(long, value_name = "PATH")]
-    ws_token_file: Option<PathBuf>,
-
-    /// The capability token's SHA-256, in hex (instead of --ws-token-file).
-    #[arg(long, value_name = "HEX")]
-    ws_token_sha256: Option<String>,
-
-    /// The file holding the secret signed bearer tokens are signed with.
-    #[arg(long, value_name = "PATH")]
-    ws_shared_secret_file: Option<PathBuf>,
-
-    /// The issuer (`iss`) signed bearer tokens must name.
-    #[arg(long, value_name = "ISSUER")]
-    ws_issuer: Option<String>,
-
-    /// An audience (`aud`) signed bearer tokens must include.
-    #[arg(long, value_name = "AUDIENCE")]
-    ws_audience: Option<String>,
-
-    /// Clock skew tolerated on a signed bearer token's `exp` and `nbf`.
-    #[arg(long, value_name = "SECONDS")]
-    ws_max_clock_skew_seconds: Option<u64>,
-
-    /// Refuse signed bearer tokens valid for longer than this (from now, and from their `iat`).
-    #[arg(long, value_name = "SECONDS")]
-    ws_max_token_lifetime_seconds: Option<u64>,
+    #[command(flatten)]
+    ws_auth: ws_auth::WsAuthArgs,
 
     /// Serve `wss://`: the server's certificate chain (PEM).
     #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
@@ -184,85 +165,52 @@ pub struct ServeArgs {
     /// the port can run commands: only for networks where that is true of everyone anyway.
     #[arg(long)]
     insecure_no_auth: bool,
+
+    /// End when standard input closes (the parent that started the server exited, or closed
+    /// it), as SIGTERM ends it: a drain first with --shutdown-grace-secs, then every session's
+    /// processes killed. With --listen stdio the server ends with its input anyway.
+    #[arg(long, env = "CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE")]
+    exit_on_stdin_close: bool,
+
+    /// The pid namespace of sandboxed commands: `isolate`, their own (they see and signal
+    /// only what they started), or `inherit`, the host's (they may signal other processes of
+    /// this user: only for an environment provisioned for that). Either way what a command
+    /// leaves behind dies with it, and its own confinement is beyond its reach.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "isolate")]
+    linux_sandbox_pid_namespace: PidNamespaceMode,
+
+    #[command(flatten)]
+    codex_settings: codex_settings::CodexSettingsArgs,
+
+    #[command(flatten)]
+    managed_network: managed_network::ManagedNetworkArgs,
+
+    #[command(flatten)]
+    registration: registration::RegistrationArgs,
+
+    #[command(subcommand)]
+    command: Option<registration::ServeCommand>,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum WsAuthMode {
-    CapabilityToken,
-    SignedBearerToken,
-}
-
-/// The `--ws-auth` settings, checked (and refused) as the reference checks them.
-fn ws_auth(args: &ServeArgs, listen: &ListenAddress) -> anyhow::Result<WsAuth> {
-    let token_flags = args.ws_token_file.is_some() || args.ws_token_sha256.is_some();
-    let jwt_flags = args.ws_shared_secret_file.is_some()
-        || args.ws_issuer.is_some()
-        || args.ws_audience.is_some()
-        || args.ws_max_clock_skew_seconds.is_some()
-        || args.ws_max_token_lifetime_seconds.is_some();
-    if args.ws_auth.is_some() && matches!(listen, ListenAddress::Stdio) {
-        bail!("WebSocket auth requires a WebSocket listener, not stdio");
+impl ServeArgs {
+    /// Refuses a registration with OpenAI's environment registry, before anything starts.
+    pub fn refuse_registration(&self) -> Result<(), RegistrationRefused> {
+        self.registration.refuse(self.command.as_ref())
     }
-    match args.ws_auth {
-        None if token_flags || jwt_flags => bail!(
-            "websocket auth flags require `--ws-auth capability-token` or `--ws-auth signed-bearer-token`"
-        ),
-        None => Ok(WsAuth::None),
-        Some(WsAuthMode::CapabilityToken) => {
-            if jwt_flags {
-                bail!(
-                    "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, `--ws-max-clock-skew-seconds`, and `--ws-max-token-lifetime-seconds` require `--ws-auth signed-bearer-token`"
-                );
-            }
-            match (&args.ws_token_file, &args.ws_token_sha256) {
-                (Some(file), _) => {
-                    let token = std::fs::read_to_string(file).with_context(|| {
-                        format!("failed to read websocket auth token {}", absolute(file))
-                    })?;
-                    WsAuth::capability_token(&token).map_err(anyhow::Error::msg)
-                }
-                (None, Some(digest)) => {
-                    WsAuth::capability_token_sha256(digest).map_err(anyhow::Error::msg)
-                }
-                (None, None) => bail!(
-                    "--ws-token-file or --ws-token-sha256 is required when --ws-auth capability-token is set"
-                ),
-            }
-        }
-        Some(WsAuthMode::SignedBearerToken) => {
-            if token_flags {
-                bail!(
-                    "`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, not `signed-bearer-token`"
-                );
-            }
-            let Some(file) = &args.ws_shared_secret_file else {
-                bail!(
-                    "`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set"
-                );
-            };
-            let path = absolute(file);
-            let secret = std::fs::read(file)
-                .with_context(|| format!("failed to read websocket auth secret {path}"))?;
-            let skew =
-                args.ws_max_clock_skew_seconds.map_or(DEFAULT_MAX_CLOCK_SKEW, Duration::from_secs);
-            let issuer = args.ws_issuer.clone();
-            let verifier = JwtVerifier::new(&secret, issuer, args.ws_audience.clone(), skew)
-                .map_err(|error| match error {
-                    SecretError::Empty => {
-                        anyhow::anyhow!("websocket auth secret {path} must not be empty")
-                    }
-                    SecretError::TooShort => anyhow::anyhow!(
-                        "signed websocket bearer secret {path} must be at least {MIN_SECRET_BYTES} bytes"
-                    ),
-                    SecretError::SkewTooLarge => {
-                        anyhow::anyhow!("websocket auth clock skew must fit in a signed 64-bit integer")
-                    }
-                })?;
-            let verifier = match args.ws_max_token_lifetime_seconds {
-                Some(seconds) => verifier.with_max_lifetime(Duration::from_secs(seconds)),
-                None => verifier,
-            };
-            Ok(WsAuth::SignedBearerToken(verifier))
+}
+
+/// `--linux-sandbox-pid-namespace`, in the reference's words.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PidNamespaceMode {
+    Isolate,
+    Inherit,
+}
+
+impl From<PidNamespaceMode> for PidNamespace {
+    fn from(mode: PidNamespaceMode) -> Self {
+        match mode {
+            PidNamespaceMode::Isolate => PidNamespace::Isolate,
+            PidNamespaceMode::Inherit => PidNamespace::Inherit,
         }
     }
 }
@@ -282,11 +230,6 @@ fn certificate_names(listen: &ListenAddress) -> Vec<String> {
         names.push(host);
     }
     names
-}
-
-/// A path as an error shows it: made absolute against the current directory.
-fn absolute(path: &std::path::Path) -> String {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_owned()).display().to_string()
 }
 
 /// Makes the server's `/proc` entries (its environment, memory, descriptors) unreadable by its
@@ -365,7 +308,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let listen: ListenAddress = args.listen.parse()?;
-    let ws_auth = ws_auth(&args, &listen)?;
+    let ws_auth = args.ws_auth.settings(&listen)?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    args.codex_settings.apply(&cwd)?;
+    for flag in args.registration.ignored() {
+        tracing::warn!(
+            "{flag} names a registration with OpenAI's environment registry, which is made only \
+             with --remote (refused by Tether); ignored"
+        );
+    }
     let tls_flags = args.tls_cert.is_some() || args.tls_self_signed;
     match &listen {
         ListenAddress::Stdio if tls_flags => {
@@ -399,7 +350,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ListenAddress::WebSocket { .. } => fit_connections(args.max_connections)?,
         ListenAddress::Stdio => DescriptorBudget::full(DEFAULT_MAX_CONNECTIONS),
     };
-    set_up_sandboxing(args.bwrap.clone(), private_files(&args))?;
+    let pid_namespace = args.linux_sandbox_pid_namespace.into();
+    set_up_sandboxing(args.bwrap.clone(), private_files(&args), pid_namespace)?;
     keep_own_memory_private();
     keep_inherited_descriptors_from_commands();
     let spill = match &args.spill_output_dir {
@@ -440,6 +392,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         request_head_deadline: Duration::from_secs(args.request_head_timeout_secs),
         whole_read_budget_bytes: args.file_read_budget_bytes,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        managed_network: args.managed_network.settings(),
+    };
+    if args.managed_network.any() {
+        tracing::info!(
+            "managed-network settings kept; Tether runs no managed network yet, so they change \
+             nothing"
+        );
+    }
+    let stdin_closed = match (&listen, args.exit_on_stdin_close) {
+        (ListenAddress::WebSocket { .. }, true) => {
+            Some(stdin_close::closed().context("cannot watch standard input")?)
+        }
+        // On stdio the input is the connection, whose end ends the server.
+        _ => None,
     };
     let server = Server::bind(&listen, config).await.map_err(|error| {
         let hint = bind_hint(&error);
@@ -455,7 +421,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(%url, "listening");
     }
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(stop_signals, server.drain(), shutdown.clone()));
+    tokio::spawn(cancel_on_signal(stop_signals, stdin_closed, server.drain(), shutdown.clone()));
     server.serve(shutdown).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
@@ -533,9 +499,29 @@ impl StopSignals {
 /// are killed before the server exits. With `--shutdown-grace-secs`, the server drains first
 /// (see `tether_server::drain`), and a second signal ends the drain at once. The guardian's
 /// death arrives as a SIGTERM too; then there is no drain: with no guardian left, stopping
-/// now is what keeps the server's processes from outliving it.
-async fn cancel_on_signal(mut signals: StopSignals, drain: Drain, shutdown: CancellationToken) {
-    let first = signals.next().await;
+/// now is what keeps the server's processes from outliving it. With `--exit-on-stdin-close`,
+/// the end of standard input (`stdin_closed`) is a SIGTERM.
+async fn cancel_on_signal(
+    mut signals: StopSignals,
+    stdin_closed: Option<tokio::sync::oneshot::Receiver<()>>,
+    drain: Drain,
+    shutdown: CancellationToken,
+) {
+    let stdin_closed = async {
+        match stdin_closed {
+            Some(closed) => {
+                let _ = closed.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let first = tokio::select! {
+        stop = signals.next() => stop,
+        () = stdin_closed => {
+            tracing::info!("standard input closed");
+            Stop::Term
+        }
+    };
     if !drain.grace().is_zero() && !signals.guardian_gone() {
         let received = tokio::time::Instant::now();
         let second = async {
@@ -558,23 +544,34 @@ async fn cancel_on_signal(mut signals: StopSignals, drain: Drain, shutdown: Canc
 /// The server's own files, which no sandbox may read or write: the credentials that let a
 /// client in, the TLS key, and the output spilled for every session.
 fn private_files(args: &ServeArgs) -> Vec<PathBuf> {
-    [&args.ws_token_file, &args.ws_shared_secret_file, &args.tls_key, &args.spill_output_dir]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect()
+    let others = [&args.tls_key, &args.spill_output_dir].into_iter().flatten();
+    args.ws_auth.secret_files().chain(others).cloned().collect()
 }
 
 /// Finds bubblewrap and names this binary as the sandbox's inner stage, and says in the log
-/// whether sandboxed work can run here (and if not, what to install).
-fn set_up_sandboxing(bwrap: Option<PathBuf>, private: Vec<PathBuf>) -> anyhow::Result<()> {
+/// whether sandboxed work can run here (and if not, what to install), and when sandboxed
+/// commands share the host's pid namespace.
+fn set_up_sandboxing(
+    bwrap: Option<PathBuf>,
+    private: Vec<PathBuf>,
+    pid_namespace: PidNamespace,
+) -> anyhow::Result<()> {
     if let Some(path) = &bwrap
         && !path.is_file()
     {
         bail!("--bwrap {}: no such file; install bubblewrap or name its binary", path.display());
     }
     let helper = std::env::current_exe().ok();
-    let sandboxing = Sandboxing::detect(bwrap, helper).hiding(private).install();
+    let sandboxing = Sandboxing::detect(bwrap, helper)
+        .hiding(private)
+        .with_pid_namespace(pid_namespace)
+        .install();
+    if pid_namespace == PidNamespace::Inherit {
+        tracing::warn!(
+            "sandboxed commands share the host's pid namespace: they see every process and may \
+             signal those of this user (--linux-sandbox-pid-namespace inherit)"
+        );
+    }
     match (sandboxing.unavailable(), &sandboxing.bwrap) {
         (None, Some(bwrap)) => match tether_engine::sandbox::probe(bwrap) {
             Ok(()) => tracing::info!(bwrap = %bwrap.display(), "sandboxing available"),

@@ -29,6 +29,7 @@ use std::collections::BTreeSet;
 use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether_testkit::client::{b64encode, output_of};
@@ -83,6 +84,7 @@ against_both!(
     grants_below_a_hidden_directory,
     a_protected_name_the_intent_makes_writable_is_writable,
     a_nul_byte_in_the_environment_is_refused_under_an_intent,
+    a_host_process_is_seen_and_signalled_only_in_the_host_pid_namespace,
 );
 
 const EROFS: &str = "Read-only file system (os error 30)";
@@ -298,10 +300,15 @@ struct Server {
 /// every sandboxed command fails with `bwrap: execvp codex-linux-sandbox: No such file or
 /// directory`.
 async fn started(target: Target) -> (Server, RpcClient) {
+    started_with(target, &[]).await
+}
+
+/// [`started`], with `args` added to the server's command line.
+async fn started_with(target: Target, args: &[&str]) -> (Server, RpcClient) {
     let home = HostDir::new(target, "codex-home");
     let env = [("CODEX_HOME", home.display(""))];
     let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
-    let process = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    let process = ServerProcess::start_with_env(target, args, &env).await.unwrap();
     let (client, _) = RpcClient::connect_initialized(&process.url).await.unwrap();
     (Server { _process: process, _home: home }, client)
 }
@@ -657,6 +664,86 @@ async fn a_sandboxed_command_is_pid_2_and_its_leftovers_die_with_it(target: Targ
     let script = "(sleep 1; echo late) & echo early";
     let finished = run(&mut client, sandboxed("leftover", script, &root, intent)).await;
     assert_eq!((finished.stdout.as_str(), finished.exit_code), ("early\n", 0));
+}
+
+/// A process of the host's, outside every sandbox, killed when dropped if still running.
+struct HostProcess(std::process::Child);
+
+impl HostProcess {
+    fn sleeping() -> Self {
+        Self(std::process::Command::new("sleep").arg("60").spawn().unwrap())
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `--linux-sandbox-pid-namespace`: in the host's pid namespace (`inherit`) a sandboxed command
+/// sees the host's processes and may signal one of its user's; in one of its own (`isolate`,
+/// the default) it sees none and reaches none.
+async fn a_host_process_is_seen_and_signalled_only_in_the_host_pid_namespace(target: Target) {
+    use std::os::unix::process::ExitStatusExt;
+    let root = HostDir::new(target, "pid-namespace");
+    let intent = process_intent(read_only_entries(), &root);
+    for mode in ["isolate", "inherit"] {
+        let mut host = HostProcess::sleeping();
+        let pid = host.pid();
+        let (_server, mut client) =
+            started_with(target, &["--linux-sandbox-pid-namespace", mode]).await;
+        let script = format!("test -d /proc/{pid} && echo seen; kill -s TERM {pid} && echo sent");
+        let finished = run(&mut client, sandboxed("p", &script, &root, intent.clone())).await;
+        if mode == "inherit" {
+            assert_eq!((finished.stdout.as_str(), finished.exit_code), ("seen\nsent\n", 0));
+            let status = host.0.wait().unwrap();
+            assert_eq!(status.signal(), Some(libc::SIGTERM), "the host's process got it");
+        } else {
+            assert_eq!(finished.stdout, "", "{mode}");
+            assert_eq!(finished.stderr, "/bin/sh: 1: kill: No such process\n\n", "{mode}");
+            assert!(host.0.try_wait().unwrap().is_none(), "the host's process runs on");
+        }
+    }
+}
+
+/// Tether only: in the host's pid namespace, no kernel namespace ends a sandbox with its first
+/// process, so Tether keeps that itself. The command cannot signal its inner stage or the
+/// bubblewrap above it, by pid or by group, nor every process at once (`kill -1`): the call is
+/// refused whatever the signal, so signal 0 (nothing sent) shows it harmlessly. What it
+/// leaves behind, even in a session of its own, is killed when it exits and when the sandbox
+/// is terminated. The reference lets a command's leftovers run on here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_host_pid_namespace_the_sandbox_stays_beyond_the_commands_reach() {
+    use tether_testkit::process_stats::ends_within;
+    let target = Target::Tether;
+    let root = HostDir::new(target, "inherit-reach");
+    let intent = process_intent(read_only_entries(), &root);
+    let (_server, mut client) =
+        started_with(target, &["--linux-sandbox-pid-namespace", "inherit"]).await;
+    let script = "bwrap=$(awk '/^PPid/ {print $2}' /proc/$PPID/status); \
+                  for pid in $PPID -$PPID $bwrap -$bwrap -1; do kill -s 0 -- $pid; done; \
+                  setsid sleep 600 >/dev/null 2>&1 & echo $!";
+    let finished = run(&mut client, sandboxed("reach", script, &root, intent.clone())).await;
+    assert_eq!(finished.exit_code, 0, "{finished:?}");
+    // dash ends a failed `kill`'s message with an empty line.
+    assert_eq!(finished.stderr, "/bin/sh: 1: kill: Operation not permitted\n\n".repeat(5));
+    let leftover: u32 = finished.stdout.trim().parse().unwrap();
+    assert!(ends_within(leftover, Duration::from_secs(10)).await, "killed when the command exits");
+
+    let script = "setsid sleep 600 >/dev/null 2>&1 & echo $!; exec sleep 600";
+    client.ok("process/start", sandboxed("held", script, &root, intent)).await.unwrap();
+    let leftover: u32 = wait_for_output(&mut client, "held", "\n").await.trim().parse().unwrap();
+    assert!(!ends_within(leftover, Duration::ZERO).await, "it runs while the command does");
+    let result = client.ok("process/terminate", json!({"processId": "held"})).await.unwrap();
+    assert_eq!(result, json!({"running": true}));
+    assert_eq!(finish(&mut client, "held").await.exit_code, 137);
+    assert!(ends_within(leftover, Duration::from_secs(10)).await, "killed with the sandbox");
 }
 
 // ---------------------------------------------------------------------------------------------

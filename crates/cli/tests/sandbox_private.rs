@@ -114,8 +114,17 @@ async fn the_servers_own_files_are_hidden_from_every_sandbox() {
 /// A sandbox with the network enabled shares the host's loopback; a command in it that
 /// connects to the server (here unauthenticated, as on loopback by default) is closed on
 /// before its upgrade is read, while the same probe from an unsandboxed command is upgraded.
+/// So it is from a process the command orphaned (`( … & )`), in a pid namespace of the
+/// sandbox's own and in the host's (`--linux-sandbox-pid-namespace inherit`), where no kernel
+/// namespace keeps the orphan inside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_command_cannot_connect_to_the_server_that_confines_it() {
+    for mode in ["isolate", "inherit"] {
+        cannot_connect_in(mode).await;
+    }
+}
+
+async fn cannot_connect_in(mode: &str) {
     let base = Removed(PathBuf::from(format!("/var/tmp/tether-loopback-{}", std::process::id())));
     let project = base.0.join("project");
     std::fs::create_dir_all(&project).unwrap();
@@ -123,7 +132,7 @@ async fn a_sandboxed_command_cannot_connect_to_the_server_that_confines_it() {
     std::fs::create_dir_all(&home).unwrap();
     let server = ServerProcess::start_with_env(
         Target::Tether,
-        &[],
+        &["--linux-sandbox-pid-namespace", mode],
         &[("CODEX_HOME", home.to_str().unwrap())],
     )
     .await
@@ -147,11 +156,15 @@ async fn a_sandboxed_command_cannot_connect_to_the_server_that_confines_it() {
     let probe = "python3 probe.py";
     let mut networked = workspace_write(&project, false);
     networked["permissions"]["network"] = json!("enabled");
-    let (output, code) = run(&mut client, "inside", probe, &project, networked).await;
-    assert_eq!((output.as_str(), code), ("answer: b''\n", 0));
+    let (output, code) = run(&mut client, "inside", probe, &project, networked.clone()).await;
+    assert_eq!((output.as_str(), code), ("answer: b''\n", 0), "{mode}");
+    // The probe's parent exits at once; `cat` reads until the orphan's output ends.
+    let orphaned = "( python3 probe.py & ) | cat";
+    let (output, code) = run(&mut client, "orphan", orphaned, &project, networked).await;
+    assert_eq!((output.as_str(), code), ("answer: b''\n", 0), "{mode}");
     let unconfined =
         json!({"permissions": {"type": "disabled"}, "windowsSandboxLevel": "disabled"});
     let (output, code) = run(&mut client, "outside", probe, &project, unconfined).await;
-    assert_eq!((output.as_str(), code), ("answer: b'HTTP/1.1 101'\n", 0));
+    assert_eq!((output.as_str(), code), ("answer: b'HTTP/1.1 101'\n", 0), "{mode}");
     server.stop().await.unwrap();
 }

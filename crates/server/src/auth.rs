@@ -59,11 +59,14 @@ impl WsAuth {
 
     /// A capability token given as the hex SHA-256 of the token.
     pub fn capability_token_sha256(hex_digest: &str) -> Result<Self, String> {
-        let bytes = hex::decode(hex_digest.trim())
-            .map_err(|e| format!("--ws-token-sha256 is not hex: {e}"))?;
-        let sha256: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| "--ws-token-sha256 must be 64 hex digits (a SHA-256)".to_string())?;
+        // The reference's words, whatever is wrong with it, then what to give.
+        let refused = || {
+            "--ws-token-sha256 must be a 64-character hex SHA-256 digest; give the token's \
+             (`printf %s TOKEN | sha256sum`)"
+                .to_string()
+        };
+        let bytes = hex::decode(hex_digest.trim()).map_err(|_| refused())?;
+        let sha256: [u8; 32] = bytes.try_into().map_err(|_| refused())?;
         Ok(WsAuth::CapabilityToken { sha256 })
     }
 

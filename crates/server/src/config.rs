@@ -6,6 +6,7 @@ use std::time::Duration;
 use tether_engine::ProcessTableConfig;
 
 use crate::auth::WsAuth;
+use crate::managed_network::ManagedNetwork;
 
 /// How long a session whose connection went away keeps running, waiting to be resumed.
 ///
@@ -74,6 +75,11 @@ pub const DEFAULT_MAX_PENDING_CONNECTIONS: usize = 256;
 /// Requests per connection that may wait at once (long-poll `process/read`s). Tether answers
 /// other requests while they wait; past this many, the connection stops reading new requests
 /// until one finishes.
+///
+/// The reference's `--concurrent-requests` defaults to 1: one request at a time per
+/// connection, so a long-poll holds up every request behind it. Codex opens one connection per
+/// executor and long-polls on it, so 64 lets a session's reads wait side by side while its
+/// other calls are answered, and still bounds what one connection holds.
 pub const DEFAULT_CONCURRENT_REQUESTS: usize = 64;
 
 /// Sessions a server holds at once, attached or detached: each can hold processes and
@@ -135,6 +141,9 @@ pub struct ServerConfig {
     /// How long a drain lets processes finish ([`DEFAULT_SHUTDOWN_GRACE`], at most
     /// [`MAX_SHUTDOWN_GRACE`]).
     pub shutdown_grace: Duration,
+    /// What a managed network is to do with sandboxed TCP; kept for when one runs here (none
+    /// does yet, so it changes nothing).
+    pub managed_network: ManagedNetwork,
 }
 
 impl Default for ServerConfig {
@@ -156,6 +165,7 @@ impl Default for ServerConfig {
             request_head_deadline: DEFAULT_REQUEST_HEAD_DEADLINE,
             whole_read_budget_bytes: tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            managed_network: ManagedNetwork::default(),
         }
     }
 }

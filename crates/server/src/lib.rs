@@ -4,6 +4,8 @@
 //! - [`config`]: every knob and default, with the reason for each.
 //! - [`auth`] and [`jwt`]: who may open a WebSocket (capability token, signed bearer token).
 //! - [`listen`]: `--listen` parsing.
+//! - [`managed_network`]: the managed-network settings, checked and kept for when a managed
+//!   network runs here.
 //! - [`transport`]: a connection's frames and outbound queue, the WebSocket upgrade and TLS.
 //!   Before its upgrade a connection is a stranger's: deadlines and a cap.
 //! - `serve`: each transport's connections (WebSocket routes, stdio), each handed to a
@@ -16,8 +18,8 @@
 //! - `rpc_error`: engine errors to JSON-RPC codes.
 //! - `metrics`: `GET /metrics`, in Prometheus text format.
 //!
-//! Imports point one way, down this order: `config` (with `auth`, `jwt`, `metrics`,
-//! `rpc_error`), `transport`, `session`, `registry`, `state`, `drain`, `handlers`,
+//! Imports point one way, down this order: `config` (with `auth`, `jwt`, `managed_network`,
+//! `metrics`, `rpc_error`), `transport`, `session`, `registry`, `state`, `drain`, `handlers`,
 //! `processor`, `serve`.
 //!
 //! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
@@ -35,6 +37,7 @@ pub mod drain;
 mod handlers;
 pub mod jwt;
 pub mod listen;
+pub mod managed_network;
 mod metrics;
 mod processor;
 mod registry;

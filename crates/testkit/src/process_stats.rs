@@ -106,6 +106,20 @@ pub fn is_alive(pid: u32) -> bool {
         .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
 }
 
+/// Whether process `pid` ends within `within`, waited for on its pidfd (readable once it has
+/// exited), so the wait is on the event itself. A process already gone has ended.
+pub async fn ends_within(pid: u32, within: std::time::Duration) -> bool {
+    use rustix::process::{Pid, PidfdFlags, pidfd_open};
+    let Some(pid) = Pid::from_raw(pid as i32) else { return true };
+    let Ok(pidfd) = pidfd_open(pid, PidfdFlags::NONBLOCK) else { return true };
+    // SAFETY: `pidfd` is owned, open, and moved into the `AsyncFd`, which owns it from here on.
+    let pidfd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .expect("a pidfd can be polled");
+    tokio::time::timeout(within, pidfd.readable()).await.is_ok()
+}
+
 /// Descriptors process `pid` has open; `None` if it is gone.
 pub fn open_fds(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())

@@ -71,6 +71,8 @@ pub(super) fn stacks(sources: &Sources, cwd: &Path) -> Result<Stacks, ConfigErro
 pub(super) struct Layer {
     pub source: String,
     pub base_dir: PathBuf,
+    /// The file it was read from.
+    pub file: PathBuf,
     pub table: Table,
 }
 
@@ -92,13 +94,15 @@ fn config_layers(
         layers.push(Layer {
             source: format!("system ({})", system_file.display()),
             base_dir: sources.system_dir.clone(),
+            file: system_file.clone(),
             table,
         });
     }
     let cloud_insertion = layers.len();
     if let Some(table) = user {
         let base_dir = user_file.parent().map(Path::to_path_buf).unwrap_or_default();
-        layers.push(Layer { source: format!("user ({})", user_file.display()), base_dir, table });
+        let source = format!("user ({})", user_file.display());
+        layers.push(Layer { source, base_dir, file: user_file.clone(), table });
     }
     // The cwd need not exist: its nearest marked ancestor is still its project.
     let root = project_root(cwd, &markers);
@@ -115,12 +119,18 @@ fn config_layers(
         for key in PROJECT_DENYLIST {
             table.remove(key);
         }
-        layers.push(Layer { source: format!("project ({})", file.display()), base_dir, table });
+        layers.push(Layer {
+            source: format!("project ({})", file.display()),
+            base_dir,
+            file,
+            table,
+        });
     }
     if let Some(table) = managed {
         layers.push(Layer {
             source: format!("legacy managed_config.toml ({})", managed_file.display()),
             base_dir: sources.system_dir.clone(),
+            file: managed_file.to_path_buf(),
             table: table.clone(),
         });
     }
@@ -139,6 +149,7 @@ fn requirements_layers(
         layers.push(Layer {
             source: file.display().to_string(),
             base_dir: sources.system_dir.clone(),
+            file: file.clone(),
             table,
         });
     }
@@ -147,6 +158,7 @@ fn requirements_layers(
         layers.push(Layer {
             source: managed_file.display().to_string(),
             base_dir: sources.system_dir.clone(),
+            file: managed_file.to_path_buf(),
             table: managed_requirements(managed),
         });
     }

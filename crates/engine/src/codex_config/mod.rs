@@ -5,9 +5,16 @@
 //! says which MCP servers live here. [`layers`] finds and parses the files (and decides which
 //! project layers the user trusts); [`projection`] selects the keys. Everything is read fresh on
 //! each call, on the blocking pool, bounded per file.
+//!
+//! The same files, and Codex's settings on `tether serve`'s command line ([`overrides`]: `-c`,
+//! `--enable`, `--disable`), are what `--strict-config` checks ([`strict`]) against the names
+//! Codex knows ([`known`]).
 
+pub mod known;
 mod layers;
+pub mod overrides;
 mod projection;
+pub mod strict;
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +35,9 @@ pub const SYSTEM_DIR: &str = "/etc/codex";
 pub struct ConfigError {
     pub kind: ConfigErrorKind,
     pub message: String,
+    /// What failed, without the prefix the wire's message carries: for a check at startup,
+    /// which says it in the reference's startup words (`<path>:<line>:<column>: <what>`).
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,14 +50,17 @@ pub enum ConfigErrorKind {
 
 impl ConfigError {
     fn invalid(message: impl Into<String>) -> Self {
-        Self { kind: ConfigErrorKind::InvalidParams, message: message.into() }
+        let message = message.into();
+        Self { kind: ConfigErrorKind::InvalidParams, reason: message.clone(), message }
     }
 
     /// Prefixed as the reference prefixes every loading failure.
-    fn load(message: impl Into<String>) -> Self {
+    fn load(reason: impl Into<String>) -> Self {
+        let reason = reason.into();
         Self {
             kind: ConfigErrorKind::Load,
-            message: format!("failed to load executor-local config: {}", message.into()),
+            message: format!("failed to load executor-local config: {reason}"),
+            reason,
         }
     }
 }

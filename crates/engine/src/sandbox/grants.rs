@@ -185,6 +185,7 @@ mod tests {
     use tether_testkit::scratch::Scratch;
 
     use super::*;
+    use crate::sandbox::PidNamespace;
     use crate::sandbox::mounts::{PlanError, Purpose, plan};
     use crate::sandbox::policy::{Base, Grant};
 
@@ -240,7 +241,13 @@ mod tests {
             )
         );
         assert!(
-            plan(&writable(&[&tmp, &project]), Path::new("/h"), &tmp, Purpose::Command).is_err()
+            plan(
+                &writable(&[&tmp, &project]),
+                Path::new("/h"),
+                &tmp,
+                Purpose::Command(PidNamespace::Isolate)
+            )
+            .is_err()
         );
 
         // A link higher up, made the same way, is found too.

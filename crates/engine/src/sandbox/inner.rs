@@ -1,5 +1,6 @@
-//! The inner stage: the first process inside the sandbox (PID 1 of its pid namespace), run as
-//! `<tether> __tether-sandbox exec [--network restricted|enabled] [--arg0 NAME] -- PROGRAM ARGS…`.
+//! The inner stage: the first process inside the sandbox, run as `<tether> __tether-sandbox exec
+//! [--network restricted|enabled] [--pids inherit] [--arg0 NAME] -- PROGRAM ARGS…`. In a pid
+//! namespace of its own (the default) it is that namespace's PID 1.
 //!
 //! bubblewrap has built the namespaces and mounts by the time this runs; what is left must be
 //! done from inside, by a process the server trusts:
@@ -10,11 +11,17 @@
 //!    command and all it starts but not this stage; it is executed as the reference's helper
 //!    executes it ([`super::exec`]), so a file with no `#!` line fails rather than running
 //!    with `/bin/sh`;
-//! 3. this stage waits, forwarding the signals the server sends it to the command's group
-//!    (a signal from outside the namespace is the only way one reaches the command), and
-//!    reaping whatever else exits (it is the namespace's init);
+//! 3. this stage waits, forwarding the signals the server sends it to the command's group,
+//!    and reaping whatever else exits here (it is the namespace's init);
 //! 4. when the command exits, so does this stage, with the command's status (128 + n for a
 //!    signal), and the kernel kills whatever the command left behind in the namespace.
+//!
+//! In the host's pid namespace ([`PidNamespace::Inherit`]) the kernel does none of that for
+//! it, so this stage does it itself: it is a child subreaper, so that whatever the command
+//! leaves behind stays below it (and below bubblewrap, where [`super::peers`] looks); the
+//! command's filter refuses every signal and trace aimed at this stage or at bubblewrap
+//! ([`seccomp::Guarded`]); and when the command exits, or bubblewrap is gone (the server
+//! ended the sandbox), this stage kills everything below it before it exits.
 //!
 //! Plain `std` and system calls: no runtime, so it starts in well under a millisecond.
 
@@ -22,8 +29,10 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use super::PidNamespace;
 use super::exec::PreparedExec;
-use super::seccomp::{self, NetworkRule};
+use super::seccomp::{self, Guarded, NetworkRule};
+use crate::proc_stat;
 
 /// The first argument that makes the `tether` binary this stage instead of its CLI.
 pub const HELPER_ARG: &str = "__tether-sandbox";
@@ -42,10 +51,17 @@ const FORWARDED: [i32; 7] = [
     libc::SIGWINCH,
 ];
 
+/// The signal bubblewrap's death brings this stage in the host's pid namespace, in place of
+/// the SIGKILL bubblewrap's `--die-with-parent` asked for: one this stage waits for, so that it
+/// can end what the command left before it goes. A forwarded signal, told apart by the parent
+/// having changed.
+const PARENT_GONE: i32 = libc::SIGTERM;
+
 /// What the launcher asks of this stage.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ExecArgs {
     pub network: NetworkRule,
+    pub pids: PidNamespace,
     pub arg0: Option<OsString>,
     pub program: OsString,
     pub args: Vec<OsString>,
@@ -59,6 +75,10 @@ impl ExecArgs {
             NetworkRule::Restricted => "restricted".into(),
             NetworkRule::Enabled => "enabled".into(),
         });
+        if self.pids == PidNamespace::Inherit {
+            out.push("--pids".into());
+            out.push("inherit".into());
+        }
         if let Some(arg0) = &self.arg0 {
             out.push("--arg0".into());
             out.push(arg0.clone());
@@ -72,6 +92,7 @@ impl ExecArgs {
     /// Reads what follows `exec`.
     pub fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Self, String> {
         let mut network = NetworkRule::Restricted;
+        let mut pids = PidNamespace::Isolate;
         let mut arg0 = None;
         loop {
             let Some(flag) = args.next() else { return Err("no command after `--`".into()) };
@@ -84,20 +105,33 @@ impl ExecArgs {
                         other => return Err(format!("unknown network rule {other:?}")),
                     }
                 }
+                Some("--pids") => {
+                    pids = match args.next().as_deref().and_then(OsStr::to_str) {
+                        Some("inherit") => PidNamespace::Inherit,
+                        Some("isolate") => PidNamespace::Isolate,
+                        other => return Err(format!("unknown pid namespace {other:?}")),
+                    }
+                }
                 Some("--arg0") => arg0 = Some(args.next().ok_or("--arg0 needs a value")?),
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
         let program = args.next().ok_or("no command after `--`")?;
-        Ok(Self { network, arg0, program, args: args.collect() })
+        Ok(Self { network, pids, arg0, program, args: args.collect() })
     }
 }
 
 /// Runs the stage; never returns.
 pub fn exec_main(args: ExecArgs) -> ! {
-    let program = seccomp::program(args.network);
     close_inherited_descriptors();
     let waited = block_signals();
+    let (program, watch) = match args.pids {
+        PidNamespace::Isolate => (seccomp::program(args.network), None),
+        PidNamespace::Inherit => {
+            let guarded = stay_in_charge();
+            (seccomp::program_guarding(args.network, guarded), Some(guarded.bwrap))
+        }
+    };
     let name = args.arg0.as_deref().unwrap_or(&args.program);
     let search = std::env::var_os("PATH");
     // The command's environment is this stage's: bubblewrap passed it on.
@@ -126,7 +160,57 @@ pub fn exec_main(args: ExecArgs) -> ! {
             std::process::exit(EXEC_FAILED_STATUS);
         }
     };
-    std::process::exit(wait_forwarding(child, &waited))
+    let code = wait_forwarding(child, &waited, watch);
+    if watch.is_some() {
+        end_everything_below();
+    }
+    std::process::exit(code)
+}
+
+/// In the host's pid namespace: makes this stage the reaper of whatever the command leaves
+/// behind, and bubblewrap's death a signal it waits for; returns the processes the command
+/// must not reach. Exits at once if bubblewrap is already gone (nothing has been started).
+fn stay_in_charge() -> Guarded {
+    // SAFETY: plain system calls with constant arguments.
+    unsafe {
+        let bwrap = libc::getppid();
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_GONE, 0, 0, 0);
+        // Gone before the signal was changed, bubblewrap's SIGKILL came instead; gone between
+        // the two calls, no signal comes at all: the parent has changed then.
+        if libc::getppid() != bwrap {
+            std::process::exit(EXEC_FAILED_STATUS);
+        }
+        Guarded { inner: libc::getpid(), bwrap }
+    }
+}
+
+/// Kills every process below this stage and reaps it, until none is left. As a subreaper this
+/// stage receives each one whose parent dies, so a tree is taken down from the top, one
+/// generation per round; a process killed cannot start another. A round that finds no child
+/// to kill (none left, or `/proc` unreadable) reaps what has exited and stops, rather than
+/// wait on a process it could not find.
+fn end_everything_below() {
+    // SAFETY: a plain system call.
+    let me = unsafe { libc::getpid() };
+    loop {
+        let children = proc_stat::children_of(me);
+        for (pid, _) in &children {
+            // SAFETY: a plain system call; the pid is a child of this stage, which only this
+            // stage reaps, so it names no other process.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        let mut status = 0;
+        if children.is_empty() {
+            // SAFETY: a plain system call.
+            while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
+            return;
+        }
+        // SAFETY: a plain system call.
+        if unsafe { libc::waitpid(-1, &mut status, 0) } < 0 {
+            return;
+        }
+    }
 }
 
 /// What a sandboxed command that could not be executed says on its stderr, after
@@ -160,8 +244,10 @@ fn block_signals() -> libc::sigset_t {
 }
 
 /// Waits for `child`, forwarding signals to its group and reaping every other process that
-/// ends here; returns the child's exit code.
-fn wait_forwarding(child: libc::pid_t, set: &libc::sigset_t) -> i32 {
+/// ends here; returns the child's exit code. With `parent` (the host's pid namespace), a
+/// signal that comes once the parent has changed means bubblewrap is gone: the command is
+/// not waited for further, its group killed, and 128 + SIGKILL returned.
+fn wait_forwarding(child: libc::pid_t, set: &libc::sigset_t, parent: Option<libc::pid_t>) -> i32 {
     loop {
         if let Some(code) = reap(child) {
             return code;
@@ -171,6 +257,15 @@ fn wait_forwarding(child: libc::pid_t, set: &libc::sigset_t) -> i32 {
             let mut info: libc::siginfo_t = std::mem::zeroed();
             libc::sigwaitinfo(set, &mut info)
         };
+        // SAFETY: a plain system call.
+        if parent.is_some_and(|parent| unsafe { libc::getppid() } != parent) {
+            // SAFETY: plain system calls on the command's group and the command.
+            unsafe {
+                libc::kill(-child, libc::SIGKILL);
+                libc::kill(child, libc::SIGKILL);
+            }
+            return 128 + libc::SIGKILL;
+        }
         if signal > 0 && signal != libc::SIGCHLD {
             // SAFETY: plain system calls. The group first; the command alone if it left it.
             unsafe {
@@ -210,6 +305,7 @@ mod tests {
     fn arguments_read_back_as_written() {
         let args = ExecArgs {
             network: NetworkRule::Enabled,
+            pids: PidNamespace::Inherit,
             arg0: Some("-sh".into()),
             program: "/bin/sh".into(),
             args: vec!["-c".into(), "--network".into()],

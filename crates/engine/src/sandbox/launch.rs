@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 use seccompiler::BpfProgram;
 use tether_protocol::sandbox::{NetworkAccess, SandboxContext};
 
-use super::Sandboxing;
 use super::inner::{self, ExecArgs};
 use super::mounts::{self, PlanError};
 use super::policy::{self, Confinement, Context, PolicyError};
 use super::seccomp::{self, NetworkRule};
 use super::synthetic::SyntheticTargets;
+use super::{PidNamespace, Sandboxing};
 
 /// A start, as the sandbox sees it.
 #[derive(Debug, Clone, Copy)]
@@ -105,16 +105,18 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Laun
         ),
         Confinement::Full(full) => {
             match (sandboxing.unavailable(), &sandboxing.bwrap, &sandboxing.helper) {
-                (None, Some(bwrap), Some(helper)) => match wrapped(&full, bwrap, helper, start) {
-                    Ok(wrapped) => Launch::Wrapped(wrapped),
-                    Err(error) if let Some(words) = error.refusal() => {
-                        fail_closed(&words, BUILD_REFUSED_STATUS)
+                (None, Some(bwrap), Some(helper)) => {
+                    match wrapped(&full, bwrap, helper, sandboxing.pid_namespace, start) {
+                        Ok(wrapped) => Launch::Wrapped(wrapped),
+                        Err(error) if let Some(words) = error.refusal() => {
+                            fail_closed(&words, BUILD_REFUSED_STATUS)
+                        }
+                        Err(error) => fail_closed(
+                            &format!("tether sandbox: failed to prepare process sandbox: {error}"),
+                            inner::EXEC_FAILED_STATUS,
+                        ),
                     }
-                    Err(error) => fail_closed(
-                        &format!("tether sandbox: failed to prepare process sandbox: {error}"),
-                        inner::EXEC_FAILED_STATUS,
-                    ),
-                },
+                }
                 (reason, ..) => {
                     let reason = reason.unwrap_or_else(|| "bubblewrap is unavailable".into());
                     return Err(LaunchError::Unavailable(reason));
@@ -128,9 +130,10 @@ fn wrapped(
     full: &policy::FullPolicy,
     bwrap: &Path,
     helper: &Path,
+    pids: PidNamespace,
     start: Start<'_>,
 ) -> Result<Wrapped, PlanError> {
-    let mut plan = mounts::plan(full, helper, start.cwd, mounts::Purpose::Command)?;
+    let mut plan = mounts::plan(full, helper, start.cwd, mounts::Purpose::Command(pids))?;
     let (info_read, info_write) = info_pipe()?;
     plan.args.push("--info-fd".into());
     plan.args.push(std::os::fd::AsRawFd::as_raw_fd(&info_write).to_string().into());
@@ -143,6 +146,7 @@ fn wrapped(
             NetworkAccess::Restricted => NetworkRule::Restricted,
             NetworkAccess::Enabled => NetworkRule::Enabled,
         },
+        pids,
         arg0: Some(start.arg0.into()),
         program: start.program.into(),
         args: start.args.iter().map(OsString::from).collect(),

@@ -19,9 +19,10 @@
 //!   a sandbox with the network must not drive the server that confines it).
 //! - [`seccomp`]: the system-call filters; [`exec`] executes a command after one is installed,
 //!   without glibc's `/bin/sh` retry.
-//! - [`inner`]: the inner stage, PID 1 inside the sandbox (the `tether` binary run with
-//!   [`inner::HELPER_ARG`]): filter, fork the command, forward signals, reap, exit with the
-//!   command's status.
+//! - [`inner`]: the inner stage, the sandbox's first process (the `tether` binary run with
+//!   [`inner::HELPER_ARG`]; PID 1 of its pid namespace, or, in the host's, a subreaper that
+//!   ends what the command leaves): filter, fork the command, forward signals, reap, exit with
+//!   the command's status.
 //! - [`denied`]: the `sandboxDenied` guess at exit.
 //! - [`launch`]: how a start becomes a command line (bubblewrap, the inner stage, the
 //!   command), or a child that fails with a message when this host cannot sandbox.
@@ -69,6 +70,25 @@ pub struct Sandboxing {
     /// sandboxed command with the network must not read the credential that lets a client run
     /// commands outside any sandbox.
     pub private: Vec<PathBuf>,
+    /// Whether a sandboxed command gets a pid namespace of its own: a fact of how the host was
+    /// provisioned, chosen when the server starts; no request can change it.
+    pub pid_namespace: PidNamespace,
+}
+
+/// The pid namespace a sandboxed command runs in (`tether serve
+/// --linux-sandbox-pid-namespace`, the reference's flag and values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum PidNamespace {
+    /// One of its own: the command sees and signals only what it started, and whatever it
+    /// leaves behind dies with it.
+    #[default]
+    Isolate,
+    /// The host's: the command sees every process and may signal those of its user, as a
+    /// dedicated environment may want (a test harness that stops a service it did not start).
+    /// Its own confinement is still out of its reach ([`inner`]): the inner stage and
+    /// bubblewrap cannot be signalled or traced from inside, and what the command leaves
+    /// behind still dies with it.
+    Inherit,
 }
 
 static SANDBOXING: OnceLock<Sandboxing> = OnceLock::new();
@@ -78,13 +98,18 @@ impl Sandboxing {
     /// directory (a workspace must not be able to plant its own); the helper as given.
     pub fn detect(bwrap: Option<PathBuf>, helper: Option<PathBuf>) -> Self {
         let bwrap = bwrap.or_else(find_bwrap_on_path);
-        Self { bwrap, helper, private: Vec::new() }
+        Self { bwrap, helper, private: Vec::new(), pid_namespace: PidNamespace::default() }
     }
 
     /// The same, hiding `paths` (the server's own files) from every sandbox.
     pub fn hiding(self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
         let private = paths.into_iter().map(|path| walk::resolved(&path)).collect();
         Self { private, ..self }
+    }
+
+    /// The same, running sandboxed commands in `pid_namespace`.
+    pub fn with_pid_namespace(self, pid_namespace: PidNamespace) -> Self {
+        Self { pid_namespace, ..self }
     }
 
     /// Makes `self` the process's sandboxing; the first call wins. Without a call, sandboxed

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use tether_protocol::sandbox::NetworkAccess;
 
-use super::Sandboxing;
 use super::globs::{self, GlobRefusal, MAX_GLOB_ENTRIES};
 use super::grants::{CrossesWritableLink, GrantError, PinnedGrant, Protection, resolved_grants};
 use super::inner::HELPER_ARG;
@@ -31,6 +30,7 @@ use super::policy::{Base, FullPolicy, GrantAccess};
 use super::socket_dir::{self, SocketDirRefused};
 use super::synthetic::{Kind, SyntheticTargets};
 use super::walk::{Walked, resolved, walk};
+use super::{PidNamespace, Sandboxing};
 
 /// The platform basics `minimal` makes readable.
 const MINIMAL_PATHS: [&str; 6] = ["/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr"];
@@ -255,13 +255,23 @@ enum Bind {
 /// What the sandbox is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
-    /// A client's command: every namespace the intent calls for.
-    Command,
+    /// A client's command: every namespace the intent calls for, and the pid namespace the
+    /// server was started with.
+    Command(PidNamespace),
     /// One file operation by the helper, which runs only Tether's own code: no network or
     /// IPC namespace (each costs launch time and would isolate nothing the helper uses). The
-    /// pid namespace stays: the helper's `/proc` must not show the host's processes, whose
-    /// `/proc/<pid>/root` leads out.
+    /// pid namespace stays, whatever commands get: the helper's `/proc` must not show the
+    /// host's processes, whose `/proc/<pid>/root` leads out.
     FileOperation,
+}
+
+impl Purpose {
+    fn pid_namespace(self) -> PidNamespace {
+        match self {
+            Purpose::Command(pids) => pids,
+            Purpose::FileOperation => PidNamespace::Isolate,
+        }
+    }
 }
 
 /// The mounts and namespaces for `policy`, running the command in `cwd`. `helper` is the
@@ -275,8 +285,14 @@ pub fn plan(
     let socket_dir = socket_dir::prepare(&socket_dir::path(), rustix::process::geteuid().as_raw())?
         .map(|dir| resolved(&dir));
     let masked = masked(socket_dir.as_deref(), &Sandboxing::current().private);
+    let pids = purpose.pid_namespace();
     let mut plan = Plan::default();
-    plan.arg("--as-pid-1").arg("--new-session").arg("--die-with-parent");
+    // The inner stage is the namespace's first process, with no reaper of bubblewrap's above
+    // it; without a pid namespace there is no such place to take.
+    if pids == PidNamespace::Isolate {
+        plan.arg("--as-pid-1");
+    }
+    plan.arg("--new-session").arg("--die-with-parent");
     match (policy.base, purpose) {
         (Base::Root, _) => plan.bind_read_only(Path::new("/"))?,
         // The helper reads what Tether needs to run, as the reference's helper does, whatever
@@ -285,7 +301,7 @@ pub fn plan(
             plan.read_only_paths(&MINIMAL_PATHS, &masked)?
         }
         // Only what loading the inner stage takes.
-        (Base::Empty, Purpose::Command) => plan.read_only_paths(&LOADER_PATHS, &masked)?,
+        (Base::Empty, Purpose::Command(_)) => plan.read_only_paths(&LOADER_PATHS, &masked)?,
     }
     if policy.base != Base::Root {
         plan.bind_read_only(helper)?;
@@ -392,14 +408,24 @@ pub fn plan(
             plan.hide(&path, false, &[])?;
         }
     }
-    plan.arg("--unshare-user").arg("--unshare-pid");
-    if purpose == Purpose::Command {
+    plan.arg("--unshare-user");
+    if pids == PidNamespace::Isolate {
+        plan.arg("--unshare-pid");
+    }
+    if let Purpose::Command(_) = purpose {
         plan.arg("--unshare-ipc");
         if policy.network == NetworkAccess::Restricted {
             plan.arg("--unshare-net");
         }
     }
-    plan.arg("--proc").arg("/proc");
+    match pids {
+        PidNamespace::Isolate => {
+            plan.arg("--proc").arg("/proc");
+        }
+        // A `/proc` of its own would show the namespace the command is not in; the host's is
+        // the one that shows what it may signal, read-only as the reference binds it.
+        PidNamespace::Inherit => plan.bind_read_only(Path::new("/proc"))?,
+    }
     if policy.base != Base::Root {
         // The root bubblewrap builds is a scratch tmpfs: left writable, a write outside every
         // grant would "succeed" into memory and vanish. Read-only, it is refused as a write
@@ -598,7 +624,9 @@ mod tests {
             denied_globs: vec![],
             network: NetworkAccess::Restricted,
         };
-        let plan = plan(&policy, Path::new("/helper"), &root, Purpose::Command).unwrap();
+        let plan =
+            plan(&policy, Path::new("/helper"), &root, Purpose::Command(PidNamespace::Isolate))
+                .unwrap();
         let r = root.display();
         let args = text(&plan);
         assert!(
@@ -622,6 +650,35 @@ mod tests {
         assert!(!root.join(".agents").exists(), "and removed with the plan");
     }
 
+    /// In the host's pid namespace a command gets no namespace of its own and sees the host's
+    /// `/proc`, read-only; the helper's file operations keep theirs whatever commands get.
+    #[test]
+    fn the_host_pid_namespace_is_for_commands_only() {
+        let scratch = Scratch::new("pids");
+        let root = scratch.path("");
+        let policy = FullPolicy {
+            base: Base::Minimal,
+            grants: vec![],
+            denied_globs: vec![],
+            network: NetworkAccess::Restricted,
+        };
+        let helper = Path::new("/bin/true");
+        let command = plan(&policy, helper, &root, Purpose::Command(PidNamespace::Inherit));
+        let args = text(&command.unwrap());
+        assert!(args.starts_with("--new-session --die-with-parent --ro-bind-fd FD /bin"), "{args}");
+        let r = root.display();
+        assert!(
+            args.ends_with(&format!(
+                "--unshare-user --unshare-ipc --unshare-net --ro-bind-fd FD /proc --remount-ro / \
+                 --cap-drop ALL --chdir {r}"
+            )),
+            "{args}"
+        );
+        let file_operation = text(&plan(&policy, helper, &root, Purpose::FileOperation).unwrap());
+        assert!(file_operation.starts_with("--as-pid-1 --new-session"), "{file_operation}");
+        assert!(file_operation.contains("--unshare-user --unshare-pid --proc /proc"));
+    }
+
     #[test]
     fn hidden_paths_become_empty_and_unreadable() {
         let scratch = Scratch::new("hide");
@@ -641,7 +698,13 @@ mod tests {
             denied_globs: vec![pattern],
             network: NetworkAccess::Enabled,
         };
-        let plan = plan(&policy, Path::new("/helper"), Path::new("/"), Purpose::Command).unwrap();
+        let plan = plan(
+            &policy,
+            Path::new("/helper"),
+            Path::new("/"),
+            Purpose::Command(PidNamespace::Isolate),
+        )
+        .unwrap();
         let args = text(&plan);
         assert!(
             args.contains(&format!(
@@ -673,7 +736,9 @@ mod tests {
             denied_globs: vec![],
             network: NetworkAccess::Restricted,
         };
-        let plan = plan(&policy, Path::new("/helper"), &outer, Purpose::Command).unwrap();
+        let plan =
+            plan(&policy, Path::new("/helper"), &outer, Purpose::Command(PidNamespace::Isolate))
+                .unwrap();
         let targets: Vec<PathBuf> = bound(&plan).into_iter().map(|(_, target)| target).collect();
         let expected = ["/".into(), outer.clone(), outer.join("ro"), outer.join("ro/inner")];
         assert_eq!(targets, expected);

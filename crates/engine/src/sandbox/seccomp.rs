@@ -82,8 +82,43 @@ fn socket_type(kind: i32) -> SeccompRule {
     SeccompRule::new(vec![condition]).expect("one condition")
 }
 
+/// Processes a command in the host's pid namespace may not signal or trace: its inner stage
+/// and the bubblewrap above it ([`super::PidNamespace::Inherit`]). Killed, either would let the
+/// command outlive its sandbox, reparented out of the tree the server looks at to tell its
+/// sandboxes' connections from others ([`super::peers`]) and to end what they leave behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guarded {
+    /// The inner stage, which leads its own process group (bubblewrap's `--new-session`).
+    pub inner: i32,
+    /// bubblewrap, which leads the process group the server started it in.
+    pub bwrap: i32,
+}
+
+/// `fcntl` commands that name a process to send `SIGIO` (or any signal `F_SETSIG` picks) to:
+/// `F_SETOWN` with a pid or a negated group in its argument, and `F_SETOWN_EX`, whose argument
+/// a filter cannot read.
+const F_SETOWN: i32 = libc::F_SETOWN;
+const F_SETOWN_EX: i32 = 15;
+
+/// `ioctl`s that set a file's owner as `F_SETOWN` does (`FIOSETOWN`, `SIOCSPGRP`), through a
+/// pointer a filter cannot read.
+const SET_OWNER_IOCTLS: [i32; 2] = [0x8901, 0x8902];
+
 /// The compiled program for `rule`.
 pub fn program(rule: NetworkRule) -> BpfProgram {
+    compile(rules(rule))
+}
+
+/// The compiled program for `rule`, and no signal, trace or `SIGIO` ownership reaching the
+/// processes of `guarded`, nor every process at once (`kill(-1, …)`).
+pub fn program_guarding(rule: NetworkRule, guarded: Guarded) -> BpfProgram {
+    let mut rules = rules(rule);
+    guard(&mut rules, guarded);
+    compile(rules)
+}
+
+/// The rules of `rule`: each call refused unconditionally (no rules) or when one matches.
+fn rules(rule: NetworkRule) -> BTreeMap<i64, Vec<SeccompRule>> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let socket_domain = |op: SeccompCmpOp, domain: i32| {
         let condition = SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, domain as u64)
@@ -110,6 +145,68 @@ pub fn program(rule: NetworkRule) -> BpfProgram {
             }
         }
     }
+    rules
+}
+
+/// Adds the refusals that keep a command from ending or stopping `guarded`: every way to
+/// send a signal names its target by a number the filter can compare — but
+/// `pidfd_send_signal` (a descriptor, which `/proc/<pid>` opens too), `F_SETOWN_EX` and the
+/// owner `ioctl`s (a pointer), refused outright, as is tracing, which could make either exit.
+fn guard(rules: &mut BTreeMap<i64, Vec<SeccompRule>>, guarded: Guarded) {
+    let Guarded { inner, bwrap } = guarded;
+    let processes = [inner, bwrap];
+    let processes_and_groups = [inner, -inner, bwrap, -bwrap];
+    for call in [
+        libc::SYS_pidfd_send_signal,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+    ] {
+        rules.insert(call, Vec::new());
+    }
+    let kill_targets = processes_and_groups.into_iter().chain([-1]);
+    refuse_when(rules, libc::SYS_kill, kill_targets.map(|pid| argument_is(0, pid)).collect());
+    let by_pid =
+        [libc::SYS_tkill, libc::SYS_tgkill, libc::SYS_rt_sigqueueinfo, libc::SYS_rt_tgsigqueueinfo];
+    for call in by_pid {
+        refuse_when(rules, call, processes.map(|pid| argument_is(0, pid)).to_vec());
+    }
+    let mut fcntl: Vec<SeccompRule> = processes_and_groups
+        .map(|pid| {
+            let owner = [condition(1, F_SETOWN), condition(2, pid)];
+            SeccompRule::new(owner.to_vec()).expect("two conditions")
+        })
+        .to_vec();
+    fcntl.push(argument_is(1, F_SETOWN_EX));
+    refuse_when(rules, libc::SYS_fcntl, fcntl);
+    let ioctls = SET_OWNER_IOCTLS.map(|request| argument_is(1, request)).to_vec();
+    refuse_when(rules, libc::SYS_ioctl, ioctls);
+}
+
+/// Refuses `call` when any of `when` matches, unless it is refused outright already.
+fn refuse_when(rules: &mut BTreeMap<i64, Vec<SeccompRule>>, call: i64, when: Vec<SeccompRule>) {
+    match rules.get_mut(&call) {
+        Some(existing) if existing.is_empty() => {}
+        Some(existing) => existing.extend(when),
+        None => {
+            rules.insert(call, when);
+        }
+    }
+}
+
+/// Argument `index` equal to `value` in its low 32 bits, which is all the kernel reads of a
+/// `pid_t` or of a command number: higher bits set to dodge a 64-bit comparison change
+/// nothing.
+fn condition(index: u8, value: i32) -> SeccompCondition {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value as u32 as u64)
+        .expect("a system call has six arguments")
+}
+
+fn argument_is(index: u8, value: i32) -> SeccompRule {
+    SeccompRule::new(vec![condition(index, value)]).expect("one condition")
+}
+
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>) -> BpfProgram {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -228,6 +325,52 @@ mod tests {
             if libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0) < 0 { errno() } else { 0 }
         });
         assert_eq!(taken, libc::EPERM);
+    }
+
+    /// A command guarding its parent (as the inner stage) and its parent's parent (as
+    /// bubblewrap): no signal reaches them, by pid or group, nor everyone at once, nor through
+    /// a pidfd or a file's owner; others are reached as before.
+    #[test]
+    fn guarded_processes_cannot_be_signalled() {
+        fn refused(call: impl Fn() -> libc::c_long) -> bool {
+            call() < 0 && errno() == libc::EPERM
+        }
+        // SAFETY: the child only makes system calls and exits.
+        let code = unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                let me = libc::getpid();
+                let guarded = Guarded { inner: libc::getppid(), bwrap: me + 1_000_000 };
+                let program = program_guarding(NetworkRule::Enabled, guarded);
+                if install(&program).is_err() {
+                    libc::_exit(255);
+                }
+                let Guarded { inner, bwrap } = guarded;
+                let checks = [
+                    refused(|| libc::kill(inner, 0) as _),
+                    refused(|| libc::kill(-inner, 0) as _),
+                    refused(|| libc::kill(bwrap, 0) as _),
+                    refused(|| libc::kill(-1, 0) as _),
+                    refused(|| libc::syscall(libc::SYS_tgkill, inner, inner, 0)),
+                    refused(|| libc::syscall(libc::SYS_tkill, inner, 0)),
+                    refused(|| libc::syscall(libc::SYS_pidfd_send_signal, 0, 0, 0, 0)),
+                    refused(|| libc::fcntl(0, libc::F_SETOWN, inner) as _),
+                    refused(|| libc::fcntl(0, F_SETOWN_EX, 0) as _),
+                    refused(|| libc::ioctl(0, 0x8901, &inner) as _),
+                    refused(|| libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0)),
+                    // A pid whose low 32 bits name the guarded one is the guarded one.
+                    refused(|| libc::syscall(libc::SYS_kill, (1i64 << 32) | inner as i64, 0)),
+                    libc::kill(me, 0) == 0,
+                    libc::kill(0, 0) == 0,
+                ];
+                libc::_exit(checks.iter().position(|passed| !passed).map_or(0, |at| at as i32 + 1));
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            libc::WEXITSTATUS(status)
+        };
+        assert_eq!(code, 0, "check {code} (1-based) failed");
     }
 
     #[test]

@@ -1,0 +1,156 @@
+//! The managed-network settings `codex exec-server` takes at startup
+//! (`--linux-sandbox-transparent-tcp`, `--tcp-upstream-proxy HOST:PORT`,
+//! `--proxy-private-ips-via-upstream`): checked as the reference checks them and kept in the
+//! server's configuration, for the managed network (a SOCKS listener sandboxed TCP goes
+//! through) to read. Tether does not run one yet, so they change nothing a client sees.
+
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::str::FromStr;
+
+/// Longest host name: DNS's limit on a name in text form, the reference's too.
+const MAX_HOST_BYTES: usize = 253;
+
+/// Longest label between dots (DNS's limit).
+const MAX_LABEL_BYTES: usize = 63;
+
+/// What the managed network is to do with sandboxed TCP, as the operator started the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManagedNetwork {
+    /// Route sandboxed TCP through the managed SOCKS proxy.
+    pub transparent_tcp: bool,
+    /// The HTTP CONNECT proxy raw TCP from the managed SOCKS listener must go through.
+    pub tcp_upstream_proxy: Option<HostPort>,
+    /// Let permitted private destinations use the upstream proxy (loopback stays local).
+    pub proxy_private_ips_via_upstream: bool,
+}
+
+/// A proxy's `HOST:PORT`: a host name (letters, digits, `-` and `_` between dots; a leading
+/// `*.` or `.`, a trailing `.`) or a bracketed IPv6 address, and a port other than 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+/// Why a `HOST:PORT` was refused, in the words of the reference's parser (one line each).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostPortError {
+    #[error("missing port")]
+    MissingPort,
+    #[error("parse port as u16: {0}")]
+    Port(std::num::ParseIntError),
+    #[error("TCP upstream proxy port must be nonzero")]
+    ZeroPort,
+    #[error("missing brackets for IPv6 address with port (in host-with-port)")]
+    UnbracketedIpv6,
+    #[error("parse host from host-with-port")]
+    Host,
+}
+
+impl FromStr for HostPort {
+    type Err = HostPortError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (host, port) = text.rsplit_once(':').ok_or(HostPortError::MissingPort)?;
+        let port: u16 = port.parse().map_err(HostPortError::Port)?;
+        if port == 0 {
+            return Err(HostPortError::ZeroPort);
+        }
+        if host.parse::<Ipv6Addr>().is_ok() {
+            return Err(HostPortError::UnbracketedIpv6);
+        }
+        let valid = match host.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+            Some(address) => address.parse::<Ipv6Addr>().is_ok(),
+            None => is_host_name(host),
+        };
+        match valid {
+            true => Ok(Self { host: host.to_owned(), port }),
+            false => Err(HostPortError::Host),
+        }
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// A host name as the reference takes one: ASCII labels of letters, digits, `-` (not at
+/// either end) and `_`, none empty but for one leading `.` (or `*.`) and one trailing `.`.
+fn is_host_name(host: &str) -> bool {
+    let name = host.strip_prefix("*.").or_else(|| host.strip_prefix('.')).unwrap_or(host);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    host.len() <= MAX_HOST_BYTES
+        && !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= MAX_LABEL_BYTES
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the reference accepts and refuses, as measured against Codex 0.171.
+    #[test]
+    fn host_and_port_are_read_as_the_reference_reads_them() {
+        for accepted in [
+            "proxy.internal:3128",
+            "FOO:80",
+            "foo_bar:80",
+            "_:80",
+            "1.2.3.4:80",
+            "256.1.1.1:80",
+            "foo.:80",
+            ".foo:80",
+            "*.foo:80",
+            "foo:+80",
+            "foo:080",
+            "[::1]:80",
+            "[::ffff:1.2.3.4]:80",
+            "xn--nxasmq6b:65535",
+        ] {
+            assert!(accepted.parse::<HostPort>().is_ok(), "{accepted}");
+        }
+        let long_label = format!("{}:80", "a".repeat(64));
+        let long_name = format!("{}x:80", format!("{}.", "a".repeat(63)).repeat(4));
+        for (refused, why) in [
+            ("foo", HostPortError::MissingPort),
+            ("foo:0", HostPortError::ZeroPort),
+            ("::1:80", HostPortError::UnbracketedIpv6),
+            (":80", HostPortError::Host),
+            ("http://foo:80", HostPortError::Host),
+            ("foo bar:80", HostPortError::Host),
+            ("é.com:80", HostPortError::Host),
+            ("a..b:80", HostPortError::Host),
+            ("foo..:80", HostPortError::Host),
+            ("foo-:80", HostPortError::Host),
+            ("a.-b:80", HostPortError::Host),
+            ("foo*:80", HostPortError::Host),
+            ("[1.2.3.4]:80", HostPortError::Host),
+            ("[fe80::1%eth0]:80", HostPortError::Host),
+            ("user@foo:80", HostPortError::Host),
+            ("foo:80:90", HostPortError::Host),
+            (long_label.as_str(), HostPortError::Host),
+            (long_name.as_str(), HostPortError::Host),
+        ] {
+            assert_eq!(refused.parse::<HostPort>(), Err(why), "{refused}");
+        }
+        for bad_port in ["foo:99999", "foo:", "[::1]", "foo:80/x"] {
+            assert!(
+                matches!(bad_port.parse::<HostPort>(), Err(HostPortError::Port(_))),
+                "{bad_port}"
+            );
+        }
+        assert_eq!(
+            HostPortError::Port("99999".parse::<u16>().unwrap_err()).to_string(),
+            "parse port as u16: number too large to fit in target type"
+        );
+    }
+}
