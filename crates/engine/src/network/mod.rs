@@ -1,0 +1,7 @@
+//! Managed network for sandboxed commands: what a process's proxy lets through.
+//!
+//! - [`domains`]: the domain policy of a `networkProxy` launch (allow and deny patterns, local
+//!   and private addresses), deciding a destination as the reference's proxy decides it, with
+//!   its reasons and words.
+
+pub mod domains;
