@@ -15,7 +15,8 @@
 //! - [`capabilities`]: `capabilities/discoverV2` and `capabilityRoots/discoverV1`, the skills
 //!   and plugins installed on the executor.
 //! - [`process`]: `process/*` requests, results and notifications.
-//! - [`network_proxy`]: the managed network proxy a `process/start` asks the executor to launch.
+//! - [`network_proxy`]: the managed network proxy a `process/start` asks the executor to launch;
+//!   [`network`]: its decisions, and the requests it sends the client to decide.
 //! - [`fs`] and [`http`]: the filesystem methods and `http/request`.
 //! - [`sandbox`]: the confinement a `process/start` or `fs/*` call asks for.
 //! - [`bytes`] and [`path_uri`]: the two value encodings every family shares — base64 byte
@@ -38,6 +39,7 @@ pub mod fragments;
 pub mod fs;
 pub mod http;
 pub mod method;
+pub mod network;
 pub mod network_proxy;
 pub mod path_uri;
 pub mod process;

@@ -3,5 +3,7 @@
 //! - [`domains`]: the domain policy of a `networkProxy` launch (allow and deny patterns, local
 //!   and private addresses), deciding a destination as the reference's proxy decides it, with
 //!   its reasons and words.
+//! - [`blocked`]: the `403` a refused request gets, headers and body as the reference's.
 
+pub mod blocked;
 pub mod domains;
