@@ -317,7 +317,6 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     }
 }
 
-/// Resumes `session`; a refusal says what became of it.
 /// Leaves a started command running and says how to find it again: its ids on stdout (for a
 /// script), and on stderr how long the server keeps it and the command that follows it.
 async fn detach(
@@ -355,6 +354,7 @@ fn humanize(ttl: Duration) -> String {
     }
 }
 
+/// Resumes `session`; a refusal says what became of it.
 async fn resume(
     url: &str,
     session: &str,
@@ -489,7 +489,6 @@ fn local_terminal_size() -> Option<PtySize> {
     })
 }
 
-/// The next SIGWINCH, or never without a listener.
 /// Forwards SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to `tether exec` to the
 /// command, for those the server delivers (`tetherExtensions.signals`); the others keep their
 /// default action here, which ends `tether exec` and leaves the command running, as before.
@@ -521,6 +520,7 @@ fn forward_signals(delivered: &[ProcessSignal]) -> mpsc::UnboundedReceiver<Proce
     receiver
 }
 
+/// The next SIGWINCH, or never without a listener.
 async fn next_window_change(changes: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
     match changes {
         Some(changes) => changes.recv().await,

@@ -297,7 +297,7 @@ impl Connection {
         let answer = self.exchange(|id| Frame::text(encode_request(id, method, params))).await?;
         let Some(attached) = answer.attached else {
             return Err(ClientError::Protocol(format!(
-                "exec-server protocol error: `{method}` was answered without the attached bytes it asked for"
+                "`{method}` was answered without the attached bytes it asked for"
             )));
         };
         Ok((decode_result(method, &answer.result)?, attached))
