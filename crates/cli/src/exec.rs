@@ -147,6 +147,7 @@ pub struct ExecArgs {
 pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
     match run(args).await {
         Ok(code) => Ok(code),
+        Err(error) if crate::stdout::is_closed(&error) => Ok(crate::stdout::CLOSED_STDOUT_EXIT),
         Err(error) => {
             eprintln!("tether exec: {}", crate::report::one_line(&error));
             Ok(error
@@ -184,16 +185,16 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
         if !client.tether_extensions().process_list {
             bail!("this server cannot list a session's processes (it does not serve process/list)");
         }
-        println!("PROCESS\tSTATE\tEXIT\tNEXT_SEQ\tCOMMAND");
+        crate::stdout::line("PROCESS\tSTATE\tEXIT\tNEXT_SEQ\tCOMMAND")?;
         for process in client.list_processes().await? {
             let exit = process.exit_code.map_or("-".to_owned(), |code| code.to_string());
             let state = format!("{:?}", process.state).to_lowercase();
-            println!(
+            crate::stdout::line(format_args!(
                 "{}\t{state}\t{exit}\t{}\t{}",
                 process.process_id,
                 process.next_seq,
                 process.argv.join(" ")
-            );
+            ))?;
         }
         client.disconnect();
         return Ok(0);
@@ -331,7 +332,7 @@ async fn detach(
     if client.tether_extensions().close_stdin && !tty {
         process.control().close_stdin().await?;
     }
-    println!("session={session} process={process_id}");
+    crate::stdout::line(format_args!("session={session} process={process_id}"))?;
     let kept = match client.detached_ttl() {
         Some(ttl) => format!("keeps it {}", humanize(ttl)),
         None => "did not say how long it keeps it (it does not serve Tether's sessionTtl; the reference keeps a session 80 s)".to_owned(),

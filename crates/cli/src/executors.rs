@@ -119,7 +119,7 @@ pub fn list() -> anyhow::Result<()> {
     match read(&path) {
         Ok(executors) => {
             for (name, executor) in executors {
-                println!("{name}\t{}", executor.url);
+                crate::stdout::line(format_args!("{name}\t{}", executor.url))?;
             }
             Ok(())
         }

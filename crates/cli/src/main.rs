@@ -10,6 +10,7 @@ mod mcp;
 mod report;
 mod serve;
 mod start_failure;
+mod stdout;
 mod token;
 
 use std::time::Duration;
@@ -57,6 +58,9 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // One line, the whole chain of causes: what failed, why, and (where the message says
         // it) what to do.
+        Err(error) if stdout::is_closed(&error) => {
+            std::process::ExitCode::from(stdout::CLOSED_STDOUT_EXIT as u8)
+        }
         Err(error) => {
             eprintln!("tether: {}", report::one_line(&error));
             // A command line Tether does not take exits as clap's refusals do.
@@ -112,9 +116,11 @@ fn run() -> anyhow::Result<()> {
         .init();
     match &cli.command {
         Command::Completions { shell } => {
+            // Made whole first: clap's generator panics on a stdout that fails.
             let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(*shell, &mut command, "tether", &mut std::io::stdout());
-            return Ok(());
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut command, "tether", &mut script);
+            return stdout::write(&script).map_err(Into::into);
         }
         Command::Executors => return executors::list(),
         // Files and arithmetic only: no runtime to start.

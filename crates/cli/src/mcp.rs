@@ -129,6 +129,7 @@ enum McpAction {
 pub async fn mcp(args: McpArgs) -> i32 {
     match run(args).await {
         Ok(code) => code,
+        Err(error) if crate::stdout::is_closed(&error) => crate::stdout::CLOSED_STDOUT_EXIT,
         Err(error) => {
             eprintln!("tether mcp: {}", crate::report::one_line(&error));
             1
@@ -177,12 +178,12 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
         McpAction::Tools => {
             let tools = client.list_tools().await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&tools)?);
+                crate::stdout::line(serde_json::to_string_pretty(&tools)?)?;
             } else {
                 for tool in tools {
                     let description = tool.description.as_deref().unwrap_or_default();
                     let summary = description.lines().next().unwrap_or_default();
-                    println!("{}\t{summary}", tool.name);
+                    crate::stdout::line(format_args!("{}\t{summary}", tool.name))?;
                 }
             }
             0
@@ -269,19 +270,19 @@ fn report(notification: &McpNotification) {
 
 fn print_result(result: &CallToolResult, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(result)?);
+        crate::stdout::line(serde_json::to_string_pretty(result)?)?;
         return Ok(());
     }
     for content in &result.content {
         match content.as_text() {
-            Some(text) => println!("{}", text.text),
-            None => println!("{}", serde_json::to_string(content)?),
+            Some(text) => crate::stdout::line(&text.text)?,
+            None => crate::stdout::line(serde_json::to_string(content)?)?,
         }
     }
     if let Some(structured) = &result.structured_content
         && result.content.is_empty()
     {
-        println!("{structured}");
+        crate::stdout::line(structured)?;
     }
     Ok(())
 }

@@ -142,3 +142,41 @@ fn startup_mistakes_are_said_in_one_line_with_what_to_do() {
         assert!(last.ends_with(&format!("; {ending}")), "{stderr}");
     }
 }
+
+/// Runs `tether ARGS…` with its stdout a pipe whose reader is already gone (`| head` after
+/// its line): the command stops quietly, as a program killed by SIGPIPE does — no panic, no
+/// message, exit 141 as a shell reports it.
+fn into_closed_pipe(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    std::process::Command::new(tether_binary().unwrap())
+        .args(args)
+        .env_remove("TETHER_URL")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_a_listing_quietly() {
+    let config = std::env::temp_dir().join(format!("tether-closed-stdout-{}", std::process::id()));
+    std::fs::create_dir_all(config.join("tether")).unwrap();
+    let executors = "[executors.box]\nurl = \"ws://127.0.0.1:4500\"\n";
+    std::fs::write(config.join("tether/config.toml"), executors).unwrap();
+    let config_home = config.to_str().unwrap();
+    let env = [("XDG_CONFIG_HOME", config_home)];
+    for args in [
+        &["completions", "bash"][..],
+        &["completions", "zsh"],
+        &["completions", "fish"],
+        &["executors"],
+    ] {
+        let output = into_closed_pipe(args, &env);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!((output.status.code(), stderr.as_ref()), (Some(141), ""), "{args:?}");
+    }
+    std::fs::remove_dir_all(config).unwrap();
+}

@@ -27,6 +27,25 @@ fn stdio_command() -> String {
     McpTestServer::stdio_argv().unwrap().join(" ")
 }
 
+/// `tether mcp … tools | head -1`: a reader that goes away ends the command quietly, as a
+/// program killed by SIGPIPE (exit 141, nothing on stderr), after it has ended its server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_the_listing_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut command = tokio::process::Command::new(tether_binary().unwrap());
+    command.args(["mcp", "--local", "--stdio", &stdio_command(), "tools"]);
+    command.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).kill_on_drop(true);
+    // Spawned, not `output()`, which would make stdout a pipe of its own.
+    let child = command.spawn().unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("finished")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!((output.status.code(), stderr.as_ref()), (Some(141), ""));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_stdio_server_lists_its_tools() {
     let output = tether_mcp(&["--local", "--stdio", &stdio_command(), "tools"], None).await;
