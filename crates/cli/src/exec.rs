@@ -236,7 +236,12 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     };
     let extensions = client.tether_extensions();
     let resizable = extensions.pty_size;
-    let closable = extensions.close_stdin && !args.tty;
+    let input_end = match (args.tty, std::io::IsTerminal::is_terminal(&std::io::stdin())) {
+        (true, false) => InputEnd::TerminalEof,
+        (true, true) => InputEnd::Nothing,
+        (false, _) if extensions.close_stdin => InputEnd::Close,
+        (false, _) => InputEnd::Nothing,
+    };
 
     // On a PTY the remote terminal echoes and interprets keys; ours must pass them through.
     let mut raw = if args.tty { RawTerminal::enable() } else { None };
@@ -252,7 +257,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let (failed_calls, mut call_failures) = mpsc::unbounded_channel::<anyhow::Error>();
     let control = process.control();
     if !args.no_stdin {
-        spawn_call(&failed_calls, forward_stdin(control.clone(), closable));
+        spawn_call(&failed_calls, forward_stdin(control.clone(), input_end));
     }
     let mut exit_code = None;
     let mut interrupted = false;
@@ -414,22 +419,49 @@ fn spawn_call(
     });
 }
 
+/// How the end of our input reaches the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputEnd {
+    /// Its stdin is closed (a pipe process, where the server can close it).
+    Close,
+    /// Its terminal is sent end-of-file, Ctrl-D (`echo x | tether exec -t -- cat`): our input
+    /// is not a terminal, so no one will type the key that ends it.
+    TerminalEof,
+    /// Nothing more: our input is a terminal, whose Ctrl-D is forwarded like any key, or the
+    /// server cannot close the command's stdin.
+    Nothing,
+}
+
+/// The key a terminal reads as end of input at the start of a line (VEOF, Ctrl-D).
+const TERMINAL_EOF: u8 = 0x04;
+
 /// Copies our stdin to the command's, in order, each write answered before the next; at the
-/// end of our input, ends the command's where the server can say so (`closable`; a
-/// terminal's end of input is a Ctrl-D, which is forwarded like any key).
-async fn forward_stdin(control: ProcessControl, closable: bool) -> anyhow::Result<()> {
+/// end of our input, ends the command's as `end` says.
+async fn forward_stdin(control: ProcessControl, end: InputEnd) -> anyhow::Result<()> {
     let mut stdin = tokio::io::stdin();
     let mut buffer = vec![0u8; 64 * 1024];
+    let mut last = None;
     loop {
         match stdin.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                last = buffer[..n].last().copied();
                 control.write(buffer[..n].to_vec()).await?;
             }
         }
     }
-    if closable {
-        control.close_stdin().await?;
+    match end {
+        InputEnd::Close => control.close_stdin().await?,
+        InputEnd::TerminalEof => {
+            // Mid-line, a first Ctrl-D only hands the partial line over; a second, at the
+            // start of the (now empty) line, is the end of input.
+            let keys = match last {
+                None | Some(b'\n') => vec![TERMINAL_EOF],
+                Some(_) => vec![TERMINAL_EOF, TERMINAL_EOF],
+            };
+            control.write(keys).await?;
+        }
+        InputEnd::Nothing => {}
     }
     Ok(())
 }

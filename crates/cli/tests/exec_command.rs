@@ -13,6 +13,7 @@ against_both!(
     exec_output_is_identical_through_a_connection_cut_ten_times,
     exec_resume_reattaches_after_the_first_client_died,
     exec_into_a_stalled_pipe_stays_small_and_delivers_every_byte,
+    piped_input_to_a_terminal_ends_with_it,
 );
 
 async fn tether_exec(url: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
@@ -41,6 +42,19 @@ async fn tether_exec_with(url: &str, args: &[&str], stdin: &[u8]) -> std::proces
         .await
         .expect("finished")
         .unwrap()
+}
+
+/// `echo x | tether exec -t -- cat`: our input is no terminal, so nobody will type the Ctrl-D
+/// that ends the command's; `tether exec` sends it at the end of the input (twice after a
+/// partial line: the first only hands the line over), and the command ends.
+async fn piped_input_to_a_terminal_ends_with_it(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let lines = tether_exec_with(&server.url, &["-t", "--", "wc", "-l"], b"a\nb\n").await;
+    assert_eq!(lines.status.code(), Some(0), "{}", String::from_utf8_lossy(&lines.stderr));
+    assert_eq!(lines.stdout, b"a\r\nb\r\n2\r\n", "echoed by the terminal, then counted");
+    let partial = tether_exec_with(&server.url, &["-t", "--", "cat"], b"partial").await;
+    assert_eq!(partial.status.code(), Some(0), "{}", String::from_utf8_lossy(&partial.stderr));
+    assert_eq!(partial.stdout, b"partialpartial");
 }
 
 async fn exec_streams_output_and_returns_the_exit_code(target: Target) {
