@@ -53,19 +53,16 @@ fn by_kind(kind: SpawnFailureKind, program: &str, tty: bool, error: ClientError)
     match kind {
         SpawnFailureKind::SpawnNotFound if bare => not_on_path(program),
         // The file, or the interpreter its `#!` line names: `execve` says the same of both.
-        SpawnFailureKind::SpawnNotFound => ExitWith::error(
-            COMMAND_NOT_FOUND,
-            format!(
-                "{program}: not found on the executor (no such file, or no interpreter its #! line names)"
-            ),
+        SpawnFailureKind::SpawnNotFound => not_found(
+            program,
+            "not found on the executor (no such file, or no interpreter its #! line names)",
         ),
         SpawnFailureKind::SpawnPermissionDenied => cannot_run(program, &words),
         // A terminal start looks a bare name up itself, and fails as `spawnFailed` when no
         // candidate on the `PATH` would run (the words list them): not found, as a shell says.
-        SpawnFailureKind::SpawnFailed if tty && bare => ExitWith::error(
-            COMMAND_NOT_FOUND,
-            format!("{program}: command not found on the executor ({words})"),
-        ),
+        SpawnFailureKind::SpawnFailed if tty && bare => {
+            not_found(program, &format!("command not found on the executor ({words})"))
+        }
         SpawnFailureKind::SpawnFailed => cannot_run(program, &words),
         SpawnFailureKind::SandboxUnavailable | SpawnFailureKind::SandboxPreparation => {
             anyhow::Error::new(error).context("the executor could not sandbox the command")
@@ -94,20 +91,33 @@ async fn by_probe(
     };
     match (exists, path) {
         (Some(false), None) => not_on_path(program),
-        (Some(false), Some(_)) => {
-            ExitWith::error(COMMAND_NOT_FOUND, format!("{program}: no such file on the executor"))
-        }
+        (Some(false), Some(_)) => not_found(program, "no such file on the executor"),
         (Some(true), Some(_)) => cannot_run(program, &server_words(&error)),
         _ => anyhow::Error::new(error).context("the server could not start the command"),
     }
 }
 
 fn not_on_path(program: &str) -> anyhow::Error {
-    ExitWith::error(
-        COMMAND_NOT_FOUND,
-        format!("{program}: command not found on the executor (not on its PATH)"),
-    )
+    not_found(program, "command not found on the executor (not on its PATH)")
 }
+
+/// A command that is not there (127), saying `why`; a program name that is really a shell
+/// command line (`tether exec -- 'ls / | wc -l'`, as ssh would take it) says how to run it.
+fn not_found(program: &str, why: &str) -> anyhow::Error {
+    let message = match program.contains(SHELL_SYNTAX) {
+        false => format!("{program}: {why}"),
+        true => {
+            let quoted = format!("'{}'", program.replace('\'', r"'\''"));
+            format!(
+                "{program}: no such program on the executor (it reads as a shell command line); to run it through a shell: tether exec -- sh -c {quoted}"
+            )
+        }
+    };
+    ExitWith::error(COMMAND_NOT_FOUND, message)
+}
+
+/// Characters no program name holds, but a shell command line does.
+const SHELL_SYNTAX: &[char] = &[' ', '\t', '|', '&', ';', '<', '>', '(', ')', '$', '`', '*', '?'];
 
 fn cannot_run(program: &str, words: &str) -> anyhow::Error {
     ExitWith::error(

@@ -53,6 +53,14 @@ async fn a_missing_command_exits_127_and_names_it(target: Target) {
         "tether exec: no-such-command-here: command not found on the executor (not on its PATH)"
     );
 
+    // A shell command line given as one word, as ssh would take it: said how to run it.
+    let output = tether(&["--url", url, "--", "ls / | wc -l"], &[]).await;
+    assert_eq!(output.status.code(), Some(127));
+    assert_eq!(
+        one_line(&output),
+        "tether exec: ls / | wc -l: no such program on the executor (it reads as a shell command line); to run it through a shell: tether exec -- sh -c 'ls / | wc -l'"
+    );
+
     let output = tether(&["--url", url, "-w", "/tmp", "--", "./no-such-script.sh"], &[]).await;
     assert_eq!(output.status.code(), Some(127));
     assert_eq!(
