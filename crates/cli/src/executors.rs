@@ -88,9 +88,14 @@ pub fn resolve(url_or_name: &str) -> anyhow::Result<Executor> {
         return Ok(Executor { url: url_or_name.to_owned(), ..Executor::default() });
     }
     let name = url_or_name;
-    let path = config_path()
-        .context("--url {name}: no HOME to find the config file in; give a ws:// or wss:// URL")?;
+    let path = config_path().with_context(|| {
+        format!("--url {name}: no HOME to find the config file in; give a ws:// or wss:// URL")
+    })?;
     let executors = read(&path).map_err(|error| match error {
+        ReadError::Missing if looks_like_an_address(name) => anyhow::anyhow!(
+            "--url {name} is not a URL (and {} does not exist to name it); give ws://{name}, or wss://{name} for a TLS server",
+            path.display()
+        ),
         ReadError::Missing => anyhow::anyhow!(
             "--url {name} is neither a URL nor a named executor: {} does not exist; give a ws:// or wss:// URL, or add [executors.{name}] with a url there",
             path.display()
@@ -105,12 +110,26 @@ pub fn resolve(url_or_name: &str) -> anyhow::Result<Executor> {
                 true => "it names none".to_owned(),
                 false => format!("it names {}", known.join(", ")),
             };
+            if looks_like_an_address(name) {
+                bail!(
+                    "--url {name} is not a URL nor an executor in {} ({known}); give ws://{name}, or wss://{name} for a TLS server",
+                    path.display()
+                )
+            }
             bail!(
                 "--url {name} is neither a URL nor an executor in {} ({known}); give a ws:// or wss:// URL, or add [executors.{name}] there",
                 path.display()
             )
         }
     }
+}
+
+/// `HOST:PORT` (`127.0.0.1:4500`, `[::1]:4500`): an address given without its scheme, which
+/// no executor is named like.
+fn looks_like_an_address(name: &str) -> bool {
+    name.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// `tether executors`: the named executors, one per line (`NAME<TAB>URL`).

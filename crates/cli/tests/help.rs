@@ -97,6 +97,17 @@ async fn named_executors_come_from_the_config_file() {
         )
     );
 
+    // An address without its scheme is told the URL it means.
+    let output = tether(&["exec", "--url", "127.0.0.1:4500", "--", "true"], &env);
+    assert_eq!(output.status.code(), Some(255));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim_end(),
+        format!(
+            "tether exec: --url 127.0.0.1:4500 is not a URL nor an executor in {} (it names box, other); give ws://127.0.0.1:4500, or wss://127.0.0.1:4500 for a TLS server",
+            path.display()
+        )
+    );
+
     std::fs::write(&path, "[executors.box]\nurl = \"ws://x:1\"\ntoken = \"t\"\n").unwrap();
     let output = tether(&["exec", "--url", "box", "--", "true"], &env);
     let stderr = String::from_utf8_lossy(&output.stderr);
