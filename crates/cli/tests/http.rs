@@ -489,6 +489,11 @@ async fn a_body_that_breaks_off_fails_the_request_or_the_stream(target: Target) 
     assert_eq!(frames.last().unwrap()["error"], "error decoding response body");
 }
 
+/// How Tether refuses a buffered body past its 32 MiB ceiling, saying how to get it instead.
+const BUFFERED_LIMIT_EXCEEDED: &str = "failed to read http/request response body: the body \
+    exceeds the 33554432-byte limit of a buffered response; send the request with \
+    `streamResponse: true` to receive it in frames";
+
 /// A buffered answer has a ceiling in Tether (the reference buffers bodies of any size, so an
 /// endless one grows it until it is killed): past 32 MiB the request fails, saying how to get
 /// the body, and the connection goes on.
@@ -497,15 +502,7 @@ async fn a_buffered_body_past_its_limit_fails_with_the_way_out() {
     let (_server, mut client, peer) = started(Target::Tether).await;
     let url = peer.url(&format!("/large?bytes={}", 32 * 1024 * 1024 + 1));
     let error = client.err("http/request", request(&url, json!({}))).await.unwrap();
-    assert_eq!(
-        (error.code, error.message.as_str()),
-        (
-            -32603,
-            "failed to read http/request response body: the body exceeds the 33554432-byte \
-             limit of a buffered response; send the request with `streamResponse: true` to \
-             receive it in frames"
-        )
-    );
+    assert_eq!((error.code, error.message.as_str()), (-32603, BUFFERED_LIMIT_EXCEEDED));
     let small = client.ok("http/request", request(&peer.url("/large?bytes=3"), json!({})));
     assert_eq!(small.await.unwrap()["status"], 200);
 }
@@ -702,15 +699,7 @@ async fn a_compressed_body_that_decodes_past_the_limit_fails_with_the_way_out() 
     let (server, mut client, peer) = started(Target::Tether).await;
     let url = peer.url(&format!("/encoded/gzip?zeros={}", 128 * 1024 * 1024));
     let error = client.err("http/request", request(&url, json!({}))).await.unwrap();
-    assert_eq!(
-        (error.code, error.message.as_str()),
-        (
-            -32603,
-            "failed to read http/request response body: the body exceeds the 33554432-byte \
-             limit of a buffered response; send the request with `streamResponse: true` to \
-             receive it in frames"
-        )
-    );
+    assert_eq!((error.code, error.message.as_str()), (-32603, BUFFERED_LIMIT_EXCEEDED));
     let serving = serving_pid(server.pid().unwrap());
     let peak_mib = peak_rss_kib(serving).unwrap() / 1024;
     // The limit's 32 MiB and the server's own memory (about 25 MiB), with room to spare; a
