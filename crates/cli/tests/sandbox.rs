@@ -1318,7 +1318,7 @@ fn network_proxy(changes: Value) -> Value {
 /// `transparentTcp` (routing a sandbox's TCP through the managed SOCKS5 proxy) is checked as the
 /// reference checks it, in its order and words: a sandbox first, then a proxy that is on, then
 /// SOCKS5; the config's types and required members before all. A launch that passes them
-/// starts on the reference and is refused by Tether, which launches no managed proxy yet (its
+/// starts on the reference and is refused by Tether, which routes no transparent TCP (its
 /// `networkProxyTransparentTcp` is false).
 async fn transparent_tcp_launches_are_refused_as_the_reference_refuses_them(target: Target) {
     let root = HostDir::new(target, "transparent-tcp");
@@ -1380,7 +1380,7 @@ async fn transparent_tcp_launches_are_refused_as_the_reference_refuses_them(targ
         Target::Tether => {
             let error = client.err("process/start", valid).await.unwrap();
             assert_eq!(error.code, -32602);
-            assert!(error.message.starts_with("managed network policy cannot be enforced"));
+            assert!(error.message.starts_with("transparent TCP is not supported by this executor"));
         }
     }
 }

@@ -13,6 +13,8 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, debug, info_span};
 
 use crate::env_policy::child_env;
+use crate::network::forward::ProxyRoute;
+use crate::network::proxy::{NetworkEvents, PreparedProxy, ProxyConfig};
 use crate::process::{
     self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, OutputBudget, ProcessError, ProcessEvent,
     SpawnRequest, SpillConfig,
@@ -76,12 +78,24 @@ pub struct ProcessTable {
     /// Processes started and not yet closed: what `max_processes` limits.
     unfinished: AtomicUsize,
     events: mpsc::Sender<ProcessEvent>,
+    /// Where the managed proxies of the table's processes report and ask.
+    network: NetworkEvents,
     /// The executor's environment, read once: `envPolicy` filters it for every start.
     parent_env: Vec<(String, String)>,
 }
 
 impl ProcessTable {
     pub fn new(config: ProcessTableConfig, events: mpsc::Sender<ProcessEvent>) -> Arc<Self> {
+        Self::with_network(config, events, None)
+    }
+
+    /// A table whose processes' managed proxies report their decisions to `network`, and ask
+    /// it what their policy leaves open.
+    pub fn with_network(
+        config: ProcessTableConfig,
+        events: mpsc::Sender<ProcessEvent>,
+        network: NetworkEvents,
+    ) -> Arc<Self> {
         let parent_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
@@ -91,6 +105,7 @@ impl ProcessTable {
             closed: Mutex::new(ClosedProcesses::default()),
             unfinished: AtomicUsize::new(0),
             events,
+            network,
             parent_env,
         })
     }
@@ -129,7 +144,20 @@ impl ProcessTable {
     /// Starts a process. Ids are unique within the table for as long as the entry exists, a
     /// closed process included.
     pub fn start(self: &Arc<Self>, params: ExecParams) -> Result<ExecResponse, ProcessError> {
-        let request = validate(&params, &self.parent_env)?;
+        let proxy = match network_config(&params)? {
+            Some(config) => Some(PreparedProxy::new(config).map_err(ProcessError::Spawn)?),
+            None => None,
+        };
+        let mut request =
+            validate(&params, &self.parent_env, proxy.as_ref().map(|proxy| &proxy.route))?;
+        let running_proxy = match proxy {
+            Some(proxy) => {
+                let forwarded = matches!(&request.launch, Launch::Wrapped(w) if w.proxied);
+                let started = proxy.start(forwarded, &mut request.env, self.network.clone());
+                Some(started.map_err(ProcessError::Spawn)?)
+            }
+            None => None,
+        };
         // Spawning happens under the table lock: a fork/exec takes a millisecond, and holding
         // the lock makes "one id, one process" trivially true under concurrent starts.
         let mut processes = self.processes();
@@ -141,6 +169,7 @@ impl ProcessTable {
             return Err(ProcessError::TooManyProcesses(self.config.max_processes));
         }
         let mut spawned = process::spawn(request).map_err(ProcessError::Spawn)?;
+        spawned.proxy = running_proxy;
         let sandboxed = params.sandbox.is_some();
         let inner_info = spawned.sandbox.as_mut().and_then(|hold| hold.info.take());
         let stdin = spawned.stdin.take().map(process::start_stdin_writer);
@@ -202,7 +231,7 @@ impl ProcessTable {
         &self,
         params: &ExecParams,
     ) -> Result<process::Spawned, ProcessError> {
-        let request = validate(params, &self.parent_env)?;
+        let request = validate(params, &self.parent_env, None)?;
         process::spawn(request).map_err(ProcessError::Spawn)
     }
 
@@ -303,10 +332,35 @@ impl Drop for ProcessTable {
     }
 }
 
-/// Checks a start request and puts it in native terms, before anything is spawned.
+/// The managed proxy a start asks for, checked; `None` for a start without one. A start with
+/// `managedNetwork` too is served by the proxy it asks for (the reference accepts both).
+fn network_config(params: &ExecParams) -> Result<Option<ProxyConfig>, ProcessError> {
+    let Some(launch) = &params.network_proxy else { return Ok(None) };
+    if let Some(refusal) = launch.refusal(params.sandbox.is_some()) {
+        return Err(ProcessError::InvalidParams(refusal.to_owned()));
+    }
+    ProxyConfig::new(params.process_id.clone(), launch)
+        .map(Some)
+        .map_err(ProcessError::InvalidParams)
+}
+
+/// A sandboxed start held to a managed network it does not launch (`enforceManagedNetwork` or
+/// `managedNetwork` without `networkProxy`): the reference bridges such a sandbox to a proxy
+/// the caller runs, named by the caller's proxy variables. Tether does not, so the command
+/// never runs: it fails as the reference's helper fails without those variables, saying what
+/// to send instead. (Unsandboxed, both are ignored, as the reference ignores them.)
+fn managed_without_proxy(params: &ExecParams) -> bool {
+    params.sandbox.is_some()
+        && params.network_proxy.is_none()
+        && (params.enforce_managed_network || params.managed_network.is_some())
+}
+
+/// Checks a start request and puts it in native terms, before anything is spawned. A full
+/// sandbox with `proxy` reaches the network only through it.
 fn validate<'a>(
     params: &'a ExecParams,
     parent_env: &[(String, String)],
+    proxy: Option<&ProxyRoute>,
 ) -> Result<SpawnRequest<'a>, ProcessError> {
     if params.argv.is_empty() {
         return Err(ProcessError::InvalidParams("argv must not be empty".into()));
@@ -323,22 +377,14 @@ fn validate<'a>(
             "`shellSnapshot` must be prepared (`ShellSnapshots::prepare`) before the start".into(),
         ));
     }
-    if let Some(refusal) =
-        params.network_proxy.as_ref().and_then(|launch| launch.refusal(params.sandbox.is_some()))
-    {
-        return Err(ProcessError::InvalidParams(refusal.into()));
-    }
-    if params.enforce_managed_network
-        || params.managed_network.is_some()
-        || params.network_proxy.is_some()
-    {
-        return Err(ProcessError::InvalidParams(
-            "managed network policy cannot be enforced on this executor; start the process without `enforceManagedNetwork`, `managedNetwork` and `networkProxy`".into(),
-        ));
-    }
     let env = child_env(&params.env, params.env_policy.as_ref(), parent_env.iter().cloned());
     let launch = match &params.sandbox {
         None => Launch::Direct,
+        Some(_) if managed_without_proxy(params) => launch::refused(
+            "tether sandbox: a managed network without `networkProxy` (a proxy the caller runs, \
+             `managedNetwork`) is not supported by this executor; nothing was run: send \
+             `networkProxy` and the executor starts the process's proxy itself",
+        ),
         Some(intent) => {
             let program = process::program_for(&params.argv[0], &env);
             let start = Start {
@@ -348,6 +394,7 @@ fn validate<'a>(
                 program: &program,
                 args: &params.argv[1..],
                 arg0: params.arg0.as_deref().unwrap_or(&params.argv[0]),
+                proxy,
             };
             launch::prepare(start, Sandboxing::current()).map_err(|error| match error {
                 LaunchError::Policy(error @ PolicyError::InvalidPath(_)) => {

@@ -24,6 +24,7 @@
 //! - [`attached`]: Tether's `binaryBlocks` extension, file blocks as raw bytes beside their
 //!   JSON in binary WebSocket messages.
 //! - [`fragments`]: a WebSocket message too big for one frame, as the frames it goes out in.
+//! - [`time`]: instants as RFC 3339 text.
 
 pub mod attached;
 pub mod bytes;
@@ -45,6 +46,7 @@ pub mod path_uri;
 pub mod process;
 pub mod sandbox;
 pub mod session;
+pub mod time;
 
 pub use bytes::ByteChunk;
 pub use envelope::{

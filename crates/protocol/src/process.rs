@@ -127,9 +127,9 @@ pub struct ExecParams {
     /// The managed network proxy to launch for this process (`networkProxyLaunch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_proxy: Option<crate::network_proxy::NetworkProxyLaunch>,
-    /// Caller bookkeeping (`{threadId, toolCallId}`); carried, never interpreted.
+    /// Caller bookkeeping: which thread and tool call started the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Value>,
+    pub metadata: Option<ExecMetadata>,
     /// Tether extension (`tetherExtensions.ptySize`): the terminal's size for a `tty` process;
     /// 24×80 without it, as the reference's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -583,6 +583,67 @@ pub struct ProcessClosedNotification {
     pub seq: u64,
 }
 
+/// `process/start {metadata}`: who started the process, typed as the reference types it (a
+/// `threadId` that is not a UUID is refused in the uuid crate's words; other members are
+/// ignored).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", expecting = "struct ExecMetadata")]
+pub struct ExecMetadata {
+    #[serde(default, deserialize_with = "thread_id", skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<uuid::Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+/// A `threadId`: a UUID in any form the uuid crate reads (hyphenated, simple, braced,
+/// `urn:uuid:`), refused in the reference's words.
+fn thread_id<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<uuid::Uuid>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(deserializer)? else { return Ok(None) };
+    uuid::Uuid::parse_str(&text)
+        .map(Some)
+        .map_err(|_| serde::de::Error::custom(uuid_refusal(&text)))
+}
+
+/// Why `text` is no UUID, as the reference says it: the first character that cannot be in
+/// one (counted from 1), else the length of an unhyphenated one, else the first group of the
+/// wrong length.
+fn uuid_refusal(text: &str) -> String {
+    let body = text
+        .strip_prefix("urn:uuid:")
+        .or_else(|| text.strip_prefix('{').and_then(|t| t.strip_suffix('}')))
+        .unwrap_or(text);
+    let offset = text.len() - body.len() - usize::from(text.starts_with('{'));
+    if let Some((at, c)) =
+        body.chars().enumerate().find(|(_, c)| !c.is_ascii_hexdigit() && *c != '-')
+    {
+        return format!(
+            "invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-], found `{c}` at {}",
+            offset + at + 1
+        );
+    }
+    if !body.contains('-') {
+        return format!(
+            "invalid length: expected length 32 for simple format, found {}",
+            body.len()
+        );
+    }
+    let groups: Vec<&str> = body.split('-').collect();
+    if groups.len() != 5 {
+        return format!("invalid group count: expected 5, found {}", groups.len());
+    }
+    for (at, (group, expected)) in groups.iter().zip([8, 4, 4, 4, 12]).enumerate() {
+        if group.len() != expected {
+            return format!(
+                "invalid group length in group {at}: expected {expected}, found {}",
+                group.len()
+            );
+        }
+    }
+    format!("invalid UUID `{text}`")
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -829,5 +890,47 @@ mod tests {
             assert_eq!(fixture["response"]["error"]["code"], crate::error::INVALID_PARAMS);
             assert_eq!(fixture["response"]["error"]["message"], error.to_string(), "{method}");
         }
+    }
+
+    /// A `threadId` that is no UUID is refused in the reference's words (measured against
+    /// 0.171 for each case); every form the uuid crate reads is accepted.
+    #[test]
+    fn a_thread_id_is_a_uuid_refused_in_the_references_words() {
+        let refusal = |id: Value| {
+            serde_json::from_value::<ExecMetadata>(serde_json::json!({"threadId": id}))
+                .unwrap_err()
+                .to_string()
+        };
+        let prefix = "invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-], found";
+        for (id, message) in [
+            ("t", format!("{prefix} `t` at 1")),
+            ("00000000-0000-0000-0000-00000000000g", format!("{prefix} `g` at 36")),
+            ("00000000-0000-0000-0000-00000000000\u{e9}", format!("{prefix} `\u{e9}` at 36")),
+            ("", "invalid length: expected length 32 for simple format, found 0".into()),
+            ("0000", "invalid length: expected length 32 for simple format, found 4".into()),
+            (
+                "00000000-0000-0000-0000-0000000000011",
+                "invalid group length in group 4: expected 12, found 13".into(),
+            ),
+            (
+                "0000000-00000-0000-0000-000000000001",
+                "invalid group length in group 0: expected 8, found 7".into(),
+            ),
+        ] {
+            assert_eq!(refusal(Value::from(id)), message, "{id}");
+        }
+        assert_eq!(refusal(Value::from(5)), "invalid type: number, expected a string");
+        for id in [
+            "00000000000000000000000000000000",
+            "{00000000-0000-0000-0000-000000000001}",
+            "urn:uuid:00000000-0000-0000-0000-000000000001",
+            "A0000000-0000-0000-0000-000000000001",
+        ] {
+            let metadata: ExecMetadata =
+                serde_json::from_value(serde_json::json!({"threadId": id, "other": 1})).unwrap();
+            assert!(metadata.thread_id.is_some(), "{id}");
+        }
+        let refused = serde_json::from_value::<ExecMetadata>(Value::from("s")).unwrap_err();
+        assert_eq!(refused.to_string(), "invalid type: string \"s\", expected struct ExecMetadata");
     }
 }

@@ -29,6 +29,7 @@
 // under `cargo doc --document-private-items`.
 #![allow(rustdoc::private_intra_doc_links)]
 
+mod asks;
 pub mod auth;
 pub mod config;
 mod contained;

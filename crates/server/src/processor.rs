@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::asks::Answered;
 use crate::contained::contained;
 use crate::handlers::fs::{FsCall, FsConnection, Reply};
 use crate::handlers::http::HttpConnection;
@@ -172,13 +173,27 @@ impl Processor {
                 Flow::Continue
             }
             Ok(Message::Notification(notification)) => self.handle_notification(notification),
-            // The server never sends requests, so a response from the client is a protocol
-            // violation.
-            Ok(Message::Response(_) | Message::Error(_)) => {
-                warn!("client sent a response to a request the server never made; closing");
-                Flow::Close(Ending::Violation("unexpected response from the client"))
+            // The one request a server sends is a managed proxy's question; a response to
+            // anything else is a protocol violation.
+            Ok(Message::Response(response)) => {
+                self.handle_answer(&response.id, Ok(&response.result))
             }
+            Ok(Message::Error(error)) => self.handle_answer(&error.id, Err(&error.error)),
         }
+    }
+
+    /// A response to one of the session's `network/policyRequest`s.
+    fn handle_answer(
+        &mut self,
+        id: &RequestId,
+        result: Result<&serde_json::Value, &JsonRpcError>,
+    ) -> Flow {
+        let answered = self.session().map(|session| session.answer(id, result));
+        if answered == Some(Answered::Delivered) {
+            return Flow::Continue;
+        }
+        warn!("client sent a response to a request the server never made; closing");
+        Flow::Close(Ending::Violation("unexpected response from the client"))
     }
 
     fn handle_notification(&mut self, notification: Notification) -> Flow {

@@ -214,6 +214,7 @@ impl SessionRegistry {
             let order = self.next_detach.fetch_add(1, Ordering::Relaxed);
             *attachment = Attachment::Detached { connection, expires_at, order };
         }
+        session.forget_asks();
         info!(session = %log_tag(&session.id), connection = connection.0, ttl_s = ttl.as_secs_f64(), "session detached");
         let registry = Arc::downgrade(self);
         let session_id = session.id.clone();

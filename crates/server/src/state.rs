@@ -55,6 +55,8 @@ impl ServerState {
 /// send, so only what is really implemented is advertised.
 fn capabilities() -> Capabilities {
     Capabilities {
+        network_proxy_launch: true,
+        network_proxy_review_domains: true,
         fs_watch_missing: true,
         http_header_env_vars: true,
         file_write_streaming: true,

@@ -185,27 +185,45 @@ fn normalized(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Loopback, private, link-local, shared (carrier-grade NAT) or unspecified: an address on the
-/// executor's own side of the network, which a sandboxed command must not reach by a name.
+/// An address that is not a public destination, as the reference's proxy counts them
+/// (measured literal by literal against 0.171's): loopback, private, link-local, shared
+/// (carrier-grade NAT), unspecified, `0/8`, the IETF protocol block `192.0.0/24`, the
+/// documentation and benchmarking ranges, multicast, reserved `240/4` and broadcast; in IPv6,
+/// loopback, unspecified, unique-local, link-local, multicast, and an IPv4 address mapped or
+/// embedded (`::a.b.c.d`) that is one of those. Such an address is on the executor's own side
+/// of the network (or nowhere), which a sandboxed command must not reach by a name.
 pub fn is_local(address: IpAddr) -> bool {
     match address {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
                 || v4.is_unspecified()
                 || v4.is_broadcast()
+                || v4.is_documentation()
+                || v4.is_multicast()
                 || a == 0
+                || a >= 240
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 198 && (b == 18 || b == 19))
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_local(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let segments = v6.segments();
+            if segments[..6].iter().all(|s| *s == 0) && !v6.is_loopback() && !v6.is_unspecified() {
+                // `::a.b.c.d`, the deprecated IPv4-compatible form.
+                let [.., high, low] = segments;
+                let v4 = std::net::Ipv4Addr::from((u32::from(high) << 16) | u32::from(low));
+                return is_local(IpAddr::V4(v4));
+            }
+            let first = segments[0];
             v6.is_loopback()
                 || v6.is_unspecified()
+                || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
         }
@@ -231,6 +249,55 @@ mod tests {
         .map(|(pattern, decision)| (pattern.to_owned(), decision.to_owned()))
         .collect();
         DomainPolicy::new(Some(&domains), false).unwrap()
+    }
+
+    /// Address literals, each as the reference's proxy refused it as local (`403`) or let it
+    /// through to a connection attempt, with `*` allowed and no local binding.
+    #[test]
+    fn addresses_are_local_as_the_reference_counts_them() {
+        let local = [
+            "192.0.2.1",
+            "198.51.100.1",
+            "203.0.113.1",
+            "198.18.0.1",
+            "198.19.255.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "239.1.1.1",
+            "100.64.0.1",
+            "100.127.0.1",
+            "169.254.1.1",
+            "0.1.2.3",
+            "192.0.0.1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "fc00::1",
+            "fe80::1",
+            "ff02::1",
+            "::",
+            "::127.0.0.1",
+            "::1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "127.8.8.8",
+        ];
+        let public = [
+            "192.88.99.1",
+            "1.1.1.1",
+            "2001:db8::1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::1",
+            "100::1",
+            "2001::1",
+        ];
+        for address in local {
+            assert!(is_local(address.parse().unwrap()), "{address} is local");
+        }
+        for address in public {
+            assert!(!is_local(address.parse().unwrap()), "{address} is public");
+        }
     }
 
     /// Each host of the probe, and what the reference's proxy answered for it (a name it

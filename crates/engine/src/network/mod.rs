@@ -5,7 +5,13 @@
 //!   its reasons and words.
 //! - [`blocked`]: the `403` a refused request gets, headers and body as the reference's.
 //! - [`proxy_env`]: the variables that point a process at its proxies.
+//! - [`proxy`]: the proxy itself, one per launch (HTTP forward and `CONNECT`, SOCKS5), every
+//!   decision reported, open questions asked of the client.
+//! - [`forward`]: how a sandbox with a network namespace of its own hands its connections to
+//!   that proxy (descriptors over a socket pair; the proxy listens nowhere).
 
 pub mod blocked;
 pub mod domains;
+pub mod forward;
+pub mod proxy;
 pub mod proxy_env;

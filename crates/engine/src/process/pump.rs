@@ -106,7 +106,7 @@ pub(crate) async fn run_pump(
     events: mpsc::Sender<ProcessEvent>,
 ) {
     // A sandbox's hold (its mount targets on the host) is let go when the process closes.
-    let Spawned { mut child, primary, secondary, sandbox: hold, pty_eager, .. } = spawned;
+    let Spawned { mut child, primary, secondary, sandbox: hold, pty_eager, proxy, .. } = spawned;
     let first_label = if tty { ExecOutputStream::Pty } else { ExecOutputStream::Stdout };
     let mut streams = vec![Stream::new(first_label, primary)];
     if let Some(stderr) = secondary {
@@ -177,6 +177,9 @@ pub(crate) async fn run_pump(
     // Before `process/closed`: a client that looks at the host once it has that sees none of
     // the empty directories a sandbox made there for missing protected names.
     drop(hold);
+    // Before `process/closed` too: once the client has that, the proxy is gone, and nothing
+    // the process left behind reaches the network through it.
+    drop(proxy);
     pump.close().await;
 }
 

@@ -58,6 +58,9 @@ pub(crate) struct Spawned {
     /// What a full sandbox holds until the process closes, and where its inner stage's pid
     /// comes from.
     pub sandbox: Option<SandboxHold>,
+    /// The process's managed proxy, which ends (every connection through it) when the process
+    /// closes; set by the table after the spawn.
+    pub proxy: Option<crate::network::proxy::RunningProxy>,
 }
 
 /// What a sandboxed process keeps while it runs.
@@ -106,7 +109,7 @@ fn command_line(request: &mut SpawnRequest<'_>, program: PathBuf) -> CommandLine
     match std::mem::replace(&mut request.launch, Launch::Direct) {
         Launch::Direct => direct(None),
         Launch::Filtered(program) => direct(Some(std::sync::Arc::new(program))),
-        Launch::Wrapped(Wrapped { program, args, inherited, synthetic, info }) => CommandLine {
+        Launch::Wrapped(Wrapped { program, args, inherited, synthetic, info, .. }) => CommandLine {
             program,
             args,
             arg0: None,
@@ -258,6 +261,7 @@ fn spawn_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Resul
     let pipes = started.pipes.expect("a pipe start has pipes");
     let child = Child::Spawned(started.child);
     Ok(Spawned {
+        proxy: None,
         pid: child_pid(&child)?,
         child,
         primary: Box::new(pipes.stdout),
@@ -279,6 +283,7 @@ fn spawn_forked_pipes(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io
     let stdin = child.stdin.take().map(|s| Box::new(s) as Writer);
     let child = Child::Forked(child);
     Ok(Spawned {
+        proxy: None,
         pid: child_pid(&child)?,
         child,
         primary: Box::new(stdout),
@@ -318,6 +323,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     };
     let pid = child_pid(&child)?;
     Ok(Spawned {
+        proxy: None,
         child,
         pid,
         primary: Box::new(reader),

@@ -1,19 +1,23 @@
 //! The inner stage: the first process inside the sandbox, run as `<tether> __tether-sandbox exec
-//! [--network restricted|enabled] [--pids inherit] [--arg0 NAME] -- PROGRAM ARGS…`. In a pid
+//! [--network restricted|enabled|proxied] [--proxy FD,HTTP[,SOCKS]] [--pids inherit] [--arg0 NAME]
+//! -- PROGRAM ARGS…`. In a pid
 //! namespace of its own (the default) it is that namespace's PID 1.
 //!
 //! bubblewrap has built the namespaces and mounts by the time this runs; what is left must be
 //! done from inside, by a process the server trusts:
 //! 1. every descriptor but stdio is closed on exec, so nothing the launcher held reaches the
 //!    command;
-//! 2. the command is forked into a process group of its own, with `no_new_privs` and the
+//! 2. with a managed proxy ([`NetworkRule::Proxied`]), the forwarders are bound on the
+//!    sandbox's loopback ([`super::forwarders`]) and this stage made undumpable, so the
+//!    command cannot take the way to the proxy from it;
+//! 3. the command is forked into a process group of its own, with `no_new_privs` and the
 //!    seccomp program installed in the child just before exec, so the filter binds the
 //!    command and all it starts but not this stage; it is executed as the reference's helper
 //!    executes it ([`super::exec`]), so a file with no `#!` line fails rather than running
 //!    with `/bin/sh`;
-//! 3. this stage waits, forwarding the signals the server sends it to the command's group,
+//! 4. this stage waits, forwarding the signals the server sends it to the command's group,
 //!    and reaping whatever else exits here (it is the namespace's init);
-//! 4. when the command exits, so does this stage, with the command's status (128 + n for a
+//! 5. when the command exits, so does this stage, with the command's status (128 + n for a
 //!    signal), and the kernel kills whatever the command left behind in the namespace.
 //!
 //! In the host's pid namespace ([`PidNamespace::Inherit`]) the kernel does none of that for
@@ -31,6 +35,7 @@ use std::process::Command;
 
 use super::PidNamespace;
 use super::exec::PreparedExec;
+use super::forwarders::{Forwarders, Route};
 use super::seccomp::{self, Guarded, NetworkRule};
 use crate::proc_stat;
 
@@ -62,6 +67,8 @@ const PARENT_GONE: i32 = libc::SIGTERM;
 pub struct ExecArgs {
     pub network: NetworkRule,
     pub pids: PidNamespace,
+    /// With [`NetworkRule::Proxied`]: where the forwarders listen, and the way to the proxy.
+    pub proxy: Option<Route>,
     pub arg0: Option<OsString>,
     pub program: OsString,
     pub args: Vec<OsString>,
@@ -74,7 +81,12 @@ impl ExecArgs {
         out.push(match self.network {
             NetworkRule::Restricted => "restricted".into(),
             NetworkRule::Enabled => "enabled".into(),
+            NetworkRule::Proxied => "proxied".into(),
         });
+        if let Some(route) = self.proxy {
+            out.push("--proxy".into());
+            out.push(route.to_arg().into());
+        }
         if self.pids == PidNamespace::Inherit {
             out.push("--pids".into());
             out.push("inherit".into());
@@ -94,6 +106,7 @@ impl ExecArgs {
         let mut network = NetworkRule::Restricted;
         let mut pids = PidNamespace::Isolate;
         let mut arg0 = None;
+        let mut proxy = None;
         loop {
             let Some(flag) = args.next() else { return Err("no command after `--`".into()) };
             match flag.to_str() {
@@ -102,6 +115,7 @@ impl ExecArgs {
                     network = match args.next().as_deref().and_then(OsStr::to_str) {
                         Some("restricted") => NetworkRule::Restricted,
                         Some("enabled") => NetworkRule::Enabled,
+                        Some("proxied") => NetworkRule::Proxied,
                         other => return Err(format!("unknown network rule {other:?}")),
                     }
                 }
@@ -113,11 +127,17 @@ impl ExecArgs {
                     }
                 }
                 Some("--arg0") => arg0 = Some(args.next().ok_or("--arg0 needs a value")?),
+                Some("--proxy") => {
+                    proxy = Some(Route::parse(&args.next().ok_or("--proxy needs a value")?)?);
+                }
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
         let program = args.next().ok_or("no command after `--`")?;
-        Ok(Self { network, pids, arg0, program, args: args.collect() })
+        if (network == NetworkRule::Proxied) != proxy.is_some() {
+            return Err("--network proxied and --proxy go together".into());
+        }
+        Ok(Self { network, pids, proxy, arg0, program, args: args.collect() })
     }
 }
 
@@ -133,6 +153,16 @@ pub fn exec_main(args: ExecArgs) -> ! {
         }
     };
     let name = args.arg0.as_deref().unwrap_or(&args.program);
+    let forwarders = args.proxy.map(|route| {
+        // SAFETY: a plain system call with constant arguments.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        Forwarders::bind(route).unwrap_or_else(|error| {
+            eprintln!(
+                "tether sandbox: cannot listen for the managed proxy inside the sandbox: {error}"
+            );
+            std::process::exit(EXEC_FAILED_STATUS);
+        })
+    });
     let search = std::env::var_os("PATH");
     // The command's environment is this stage's: bubblewrap passed it on.
     let command = PreparedExec::new(&args.program, name, &args.args, None, search.as_deref())
@@ -160,6 +190,9 @@ pub fn exec_main(args: ExecArgs) -> ! {
             std::process::exit(EXEC_FAILED_STATUS);
         }
     };
+    if let Some(forwarders) = forwarders {
+        forwarders.start();
+    }
     let code = wait_forwarding(child, &waited, watch);
     if watch.is_some() {
         end_everything_below();
@@ -306,6 +339,7 @@ mod tests {
         let args = ExecArgs {
             network: NetworkRule::Enabled,
             pids: PidNamespace::Inherit,
+            proxy: None,
             arg0: Some("-sh".into()),
             program: "/bin/sh".into(),
             args: vec!["-c".into(), "--network".into()],
@@ -314,6 +348,18 @@ mod tests {
         assert_eq!(written[0], "exec");
         assert_eq!(ExecArgs::parse(written.into_iter().skip(1)).unwrap(), args);
         assert!(ExecArgs::parse(["--bogus".into()].into_iter()).is_err());
+        let proxied = ExecArgs {
+            network: NetworkRule::Proxied,
+            proxy: Some(Route { fd: 7, http: 40_000, socks: Some(40_001) }),
+            ..args
+        };
+        let written = proxied.to_args();
+        assert_eq!(ExecArgs::parse(written.into_iter().skip(1)).unwrap(), proxied);
+        // The rule and the route go together.
+        for lone in [["--network", "proxied", "--", "x"].as_slice(), &["--proxy", "7,1", "--", "x"]]
+        {
+            assert!(ExecArgs::parse(lone.iter().map(OsString::from)).is_err(), "{lone:?}");
+        }
         assert!(ExecArgs::parse(["--".into()].into_iter()).is_err());
     }
 }

@@ -24,6 +24,7 @@ use super::policy::{self, Confinement, Context, PolicyError};
 use super::seccomp::{self, NetworkRule};
 use super::synthetic::SyntheticTargets;
 use super::{PidNamespace, Sandboxing};
+use crate::network::forward::ProxyRoute;
 
 /// A start, as the sandbox sees it.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +39,9 @@ pub struct Start<'a> {
     pub args: &'a [String],
     /// What the program sees as `argv[0]`.
     pub arg0: &'a str,
+    /// The process's managed proxy, if its launch has one: a full sandbox then gets a network
+    /// namespace of its own whose only way out is that proxy.
+    pub proxy: Option<&'a ProxyRoute>,
 }
 
 /// How a start whose sandbox is refused ([`PlanError::refusal`]: the app-server socket
@@ -63,6 +67,9 @@ pub struct Wrapped {
     pub synthetic: SyntheticTargets,
     /// The read end of bubblewrap's `--info-fd`: the inner stage's pid, which signals go to.
     pub info: Option<OwnedFd>,
+    /// The sandbox reaches its managed proxy through the inner stage's forwarders
+    /// ([`Start::proxy`]); otherwise the proxy must listen on the host.
+    pub proxied: bool,
 }
 
 impl std::fmt::Debug for Launch {
@@ -133,7 +140,30 @@ fn wrapped(
     pids: PidNamespace,
     start: Start<'_>,
 ) -> Result<Wrapped, PlanError> {
+    // A proxied sandbox has no network of its own but loopback: its way out is the proxy.
+    let proxied_policy;
+    let full = match start.proxy {
+        Some(_) => {
+            proxied_policy =
+                policy::FullPolicy { network: NetworkAccess::Restricted, ..full.clone() };
+            &proxied_policy
+        }
+        None => full,
+    };
     let mut plan = mounts::plan(full, helper, start.cwd, mounts::Purpose::Command(pids))?;
+    let route = match start.proxy {
+        Some(proxy) => {
+            let fd = proxy.sandbox_end.try_clone()?;
+            let route = super::forwarders::Route {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+                http: proxy.http,
+                socks: proxy.socks,
+            };
+            plan.fds.push(fd);
+            Some(route)
+        }
+        None => None,
+    };
     let (info_read, info_write) = info_pipe()?;
     plan.args.push("--info-fd".into());
     plan.args.push(std::os::fd::AsRawFd::as_raw_fd(&info_write).to_string().into());
@@ -142,11 +172,13 @@ fn wrapped(
     plan.args.push(helper.into());
     plan.args.extend(plan.helper_args());
     let exec = ExecArgs {
-        network: match full.network {
-            NetworkAccess::Restricted => NetworkRule::Restricted,
-            NetworkAccess::Enabled => NetworkRule::Enabled,
+        network: match (route, full.network) {
+            (Some(_), _) => NetworkRule::Proxied,
+            (None, NetworkAccess::Restricted) => NetworkRule::Restricted,
+            (None, NetworkAccess::Enabled) => NetworkRule::Enabled,
         },
         pids,
+        proxy: route,
         arg0: Some(start.arg0.into()),
         program: start.program.into(),
         args: start.args.iter().map(OsString::from).collect(),
@@ -158,6 +190,7 @@ fn wrapped(
         inherited: plan.fds,
         synthetic: plan.synthetic,
         info: Some(info_read),
+        proxied: route.is_some(),
     })
 }
 
@@ -197,6 +230,12 @@ pub fn failed_exec(name: &std::ffi::OsStr, error: &std::io::Error) -> Launch {
     )
 }
 
+/// A child that says `why` on stderr and exits [`inner::EXEC_FAILED_STATUS`]: a sandboxed
+/// start this executor will not build, answered as a start whose sandbox failed.
+pub fn refused(why: &str) -> Launch {
+    fail_closed(why, inner::EXEC_FAILED_STATUS)
+}
+
 /// A child that says `why` on stderr and exits with `status`.
 fn fail_closed(why: &str, status: i32) -> Launch {
     Launch::Wrapped(Wrapped {
@@ -209,6 +248,7 @@ fn fail_closed(why: &str, status: i32) -> Launch {
         inherited: Vec::new(),
         synthetic: SyntheticTargets::default(),
         info: None,
+        proxied: false,
     })
 }
 

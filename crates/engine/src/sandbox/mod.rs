@@ -23,6 +23,8 @@
 //!   [`inner::HELPER_ARG`]; PID 1 of its pid namespace, or, in the host's, a subreaper that
 //!   ends what the command leaves): filter, fork the command, forward signals, reap, exit with
 //!   the command's status.
+//!   [`forwarders`]: with a managed proxy, its listeners on the sandbox's own loopback, each
+//!   connection handed to the proxy outside.
 //! - [`denied`]: the `sandboxDenied` guess at exit.
 //! - [`launch`]: how a start becomes a command line (bubblewrap, the inner stage, the
 //!   command), or a child that fails with a message when this host cannot sandbox.
@@ -35,6 +37,7 @@
 
 pub mod denied;
 pub mod exec;
+pub mod forwarders;
 pub mod globs;
 pub mod grants;
 pub mod host_view;

@@ -36,6 +36,12 @@ pub enum NetworkRule {
     /// The network is allowed, the filesystem is restricted: only VSOCK (a path to the host
     /// that no namespace isolates) and io_uring are refused.
     Enabled,
+    /// The network only through the process's managed proxy: the sandbox has a network
+    /// namespace of its own with only loopback, where the inner stage's forwarders listen.
+    /// Unix sockets are refused (a socket on the host's filesystem would be a way out that no
+    /// proxy sees), as are VSOCK and io_uring, and taking another process's descriptors or
+    /// memory (the inner stage holds the way to the proxy).
+    Proxied,
 }
 
 /// Calls refused whatever their arguments, with no network.
@@ -60,6 +66,14 @@ const NO_NETWORK_CALLS: [i64; 20] = [
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+];
+
+/// Calls that reach into another process: its memory, its descriptors.
+const PROCESS_REACH_CALLS: [i64; 4] = [
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
 ];
 
 const IO_URING_CALLS: [i64; 3] =
@@ -141,6 +155,16 @@ fn rules(rule: NetworkRule) -> BTreeMap<i64, Vec<SeccompRule>> {
                 rules.insert(call, socket_domain(SeccompCmpOp::Eq, libc::AF_VSOCK));
             }
             for call in IO_URING_CALLS {
+                rules.insert(call, Vec::new());
+            }
+        }
+        NetworkRule::Proxied => {
+            for call in [libc::SYS_socket, libc::SYS_socketpair] {
+                let mut refused = socket_domain(SeccompCmpOp::Eq, libc::AF_VSOCK);
+                refused.extend(socket_domain(SeccompCmpOp::Eq, libc::AF_UNIX));
+                rules.insert(call, refused);
+            }
+            for call in IO_URING_CALLS.into_iter().chain(PROCESS_REACH_CALLS) {
                 rules.insert(call, Vec::new());
             }
         }
@@ -383,5 +407,34 @@ mod tests {
             if libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
         });
         assert_eq!(vsock, libc::EPERM);
+    }
+
+    /// Behind a managed proxy: IP sockets (TCP and UDP) as before, Unix sockets of every type
+    /// refused, and no reaching into another process (the inner stage holds the way out).
+    #[test]
+    fn behind_a_proxy_unix_sockets_and_process_reach_are_refused() {
+        // A probe is a plain `fn`: one per case.
+        let inet = in_filtered_child(NetworkRule::Proxied, || unsafe {
+            if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
+        });
+        let udp6 = in_filtered_child(NetworkRule::Proxied, || unsafe {
+            if libc::socket(libc::AF_INET6, libc::SOCK_DGRAM, 0) < 0 { errno() } else { 0 }
+        });
+        let unix = in_filtered_child(NetworkRule::Proxied, || unsafe {
+            if libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
+        });
+        let pair = in_filtered_child(NetworkRule::Proxied, || unsafe {
+            let mut fds = [0; 2];
+            if libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) < 0 {
+                errno()
+            } else {
+                0
+            }
+        });
+        let getfd = in_filtered_child(NetworkRule::Proxied, || unsafe {
+            if libc::syscall(libc::SYS_pidfd_getfd, 0, 0, 0) < 0 { errno() } else { 0 }
+        });
+        assert_eq!((inet, udp6), (0, 0));
+        assert_eq!((unix, pair, getfd), (libc::EPERM, libc::EPERM, libc::EPERM));
     }
 }

@@ -1,0 +1,615 @@
+//! Managed network (`process/start {networkProxy}`, spec: `managed-network.md`), each scenario
+//! run against Tether and against the reference: the proxy a launch starts for its process,
+//! its domain policy and answers, its reports (`network/policyDecision`), the client's
+//! decisions (`network/policyRequest`), and what a sandboxed command can reach around it.
+//!
+//! Origins are real HTTP servers on `127.0.0.1` (the testkit's [`HttpPeer`]), reached with
+//! `curl` as a command would; every scenario waits on its process's close and its proxy's
+//! reports, never on time.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tether_testkit::client::output_of;
+use tether_testkit::http_peer::HttpPeer;
+use tether_testkit::process_stats::{open_fds, serving_pid};
+use tether_testkit::{RpcClient, Target, against_both};
+
+mod common;
+use common::ExecutorHome;
+
+against_both!(
+    an_allowed_origin_is_reached_and_every_request_reported,
+    refused_destinations_get_the_proxys_403,
+    limited_mode_lets_only_reads_through,
+    the_client_decides_what_the_policy_leaves_open,
+    a_sandboxed_command_reaches_nothing_but_its_proxy,
+    the_childs_environment_names_its_proxies,
+    malformed_launches_are_refused,
+    the_proxy_ends_with_its_process,
+    a_managed_network_without_a_proxy_runs_nothing_sandboxed,
+);
+
+/// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
+/// `proxy`.
+fn launch(domains: Value, changes: Value) -> Value {
+    let mut proxy = json!({"enabled": true, "enableSocks5": true, "enableSocks5Udp": false,
+        "transparentTcp": false, "allowUpstreamProxy": false,
+        "dangerouslyAllowAllUnixSockets": false, "mode": "full", "domains": domains,
+        "unixSockets": null, "allowLocalBinding": false});
+    for (key, value) in changes.as_object().unwrap() {
+        proxy[key] = value.clone();
+    }
+    json!({"proxy": proxy, "environmentId": "remote",
+        "executionId": "00000000-0000-0000-0000-000000000001"})
+}
+
+/// `-s workspace-write` with the network on (`network_access = true`), as Codex sends it
+/// with managed network: read everything, write the workspace.
+fn network_intent(home: &ExecutorHome) -> Value {
+    let special = |kind: &str, access: &str| json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access});
+    json!({
+        "permissions": {"type": "managed", "file_system": {"type": "restricted",
+            "entries": [special("root", "read"), special("project_roots", "write")]},
+            "network": "enabled"},
+        "cwd": home.uri("work"),
+        "workspaceRoots": [home.uri("work")],
+        "windowsSandboxLevel": "disabled",
+        "windowsSandboxProxySettingsMode": "reconcile",
+        "useLegacyLandlock": false,
+    })
+}
+
+/// How a scenario's command runs: unconfined, or in a full sandbox with the network on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Confined {
+    No,
+    Sandboxed,
+}
+
+/// `process/start` params for `/bin/sh -c script` behind a proxy launched as `launch` says.
+fn proxied(
+    id: &str,
+    script: &str,
+    home: &ExecutorHome,
+    confined: Confined,
+    launch: Value,
+) -> Value {
+    std::fs::create_dir_all(home.path("work")).unwrap();
+    json!({
+        "processId": id,
+        "argv": ["/bin/sh", "-c", script],
+        "cwd": home.uri("work"),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "tty": false,
+        "sandbox": match confined {
+            Confined::No => Value::Null,
+            Confined::Sandboxed => network_intent(home),
+        },
+        "enforceManagedNetwork": true,
+        "managedNetwork": null,
+        "networkProxy": launch,
+        "metadata": {"threadId": "0193a7c2-5d1e-7c3a-9f4b-2a6e8d1c0b7f", "toolCallId": "call_0"},
+    })
+}
+
+/// What a proxied process left: its stdout, its exit code, and its proxy's reports in order.
+struct Finished {
+    stdout: String,
+    exit_code: i64,
+    decisions: Vec<Value>,
+}
+
+/// Runs a started process to its close, answering its proxy's questions with `decide` (host →
+/// the client's decision), and keeps the reports.
+async fn finish(
+    client: &mut RpcClient,
+    id: &str,
+    decide: impl Fn(&str) -> Value,
+) -> (Finished, Vec<Value>) {
+    let mut events = Vec::new();
+    let mut decisions = Vec::new();
+    let mut questions = Vec::new();
+    loop {
+        let message = client.notification().await.unwrap();
+        match message["method"].as_str().unwrap() {
+            "network/policyDecision" => decisions.push(message["params"].clone()),
+            "network/policyRequest" => {
+                let host = message["params"]["request"]["host"].as_str().unwrap();
+                let result = json!({"decision": decide(host)});
+                client.send_json(&json!({"id": message["id"], "result": result})).await.unwrap();
+                questions.push(message);
+            }
+            _ if message["params"]["processId"] != id => {}
+            "process/closed" => {
+                events.push(message);
+                break;
+            }
+            _ => events.push(message),
+        }
+    }
+    let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
+    let stdout = String::from_utf8(output_of(&events, "stdout")).unwrap();
+    let exit_code = exited["params"]["exitCode"].as_i64().unwrap();
+    (Finished { stdout, exit_code, decisions }, questions)
+}
+
+async fn run(client: &mut RpcClient, params: Value) -> Finished {
+    let id = params["processId"].as_str().unwrap().to_owned();
+    client.ok("process/start", params).await.unwrap();
+    finish(client, &id, |_| json!({"type": "deny", "reason": "not_allowed"})).await.0
+}
+
+/// A decision without what changes from run to run (its time, the process's port).
+fn decision(report: &Value) -> Value {
+    let mut report = report.clone();
+    let object = report.as_object_mut().unwrap();
+    assert!(object.remove("timestamp").unwrap().as_str().unwrap().ends_with('Z'));
+    assert!(object.remove("client").unwrap().as_str().unwrap().starts_with("127.0.0.1:"));
+    report
+}
+
+fn port_of(peer: &HttpPeer) -> u16 {
+    peer.base_url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A destination the policy allows is reached through the HTTP proxy (GET and POST, headers
+/// and body as sent, no proxy header passed on) and through SOCKS5, confined or not; each
+/// request is one `allow` report, in the reference's words.
+async fn an_allowed_origin_is_reached_and_every_request_reported(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let port = port_of(&peer);
+    for confined in [Confined::No, Confined::Sandboxed] {
+        let home = ExecutorHome::new("network", target, &format!("allowed-{confined:?}"));
+        let (_server, mut client) = home.started(target).await;
+        let script = format!(
+            "curl -sS -x \"$HTTP_PROXY\" -H 'Proxy-Connection: keep-alive' {url}/get?x=1; echo; \
+             curl -sS -x \"$HTTP_PROXY\" --data-binary posted {url}/post; echo; \
+             curl -sS --proxy \"$ALL_PROXY\" {url}/socks; echo",
+            url = peer.base_url
+        );
+        let domains = json!({"127.0.0.1": "allow"});
+        let params = proxied("p", &script, &home, confined, launch(domains, json!({})));
+        let finished = run(&mut client, params).await;
+        assert_eq!(finished.exit_code, 0, "{confined:?}: {}", finished.stdout);
+        let answers: Vec<Value> =
+            finished.stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        assert_eq!(answers.len(), 3, "{}", finished.stdout);
+        assert_eq!(
+            (answers[0]["method"].as_str(), answers[0]["path"].as_str()),
+            (Some("GET"), Some("/get"))
+        );
+        assert_eq!(answers[1]["method"], "POST");
+        assert_eq!(answers[1]["bodyBase64"], tether_testkit::client::b64encode(b"posted"));
+        assert_eq!(answers[2]["path"], "/socks");
+        for answer in &answers {
+            let names: Vec<&str> = answer["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|pair| pair[0].as_str().unwrap())
+                .collect();
+            assert!(!names.iter().any(|name| name.starts_with("proxy-")), "{names:?}");
+        }
+        let reported: Vec<Value> = finished.decisions.iter().map(decision).collect();
+        let allowed = |protocol: &str, method: Option<&str>| {
+            let mut report = json!({"processId": "p", "scope": "domain", "decision": "allow",
+                "source": "baseline_policy", "reason": "allow", "protocol": protocol,
+                "host": "127.0.0.1", "port": port, "policyOverride": false});
+            if let Some(method) = method {
+                report["method"] = json!(method);
+            }
+            report
+        };
+        assert_eq!(
+            reported,
+            [
+                allowed("http", Some("GET")),
+                allowed("http", Some("POST")),
+                allowed("socks5_tcp", None)
+            ],
+            "{confined:?}"
+        );
+    }
+}
+
+/// What the policy refuses gets a `403` saying which rule refused it and why, and one `deny`
+/// report: a denied name (a deny pattern wins over an allow), a name no pattern allows, a
+/// loopback address and `localhost` (local unless allowed exactly), over plain HTTP and
+/// `CONNECT`; SOCKS5 refuses with its own reply. The origin sees none of them.
+async fn refused_destinations_get_the_proxys_403(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let home = ExecutorHome::new("network", target, "refused");
+    let (_server, mut client) = home.started(target).await;
+    let port = port_of(&peer);
+    let script = format!(
+        "for url in http://blocked.example.test/ http://other.example.test:81/ \
+         http://[::1]:{port}/ http://localhost:{port}/; do \
+           curl -sS -x \"$HTTP_PROXY\" -D - \"$url\" | tr -d '\\r' | grep -iv '^date:'; echo; done; \
+         curl -sS -p -x \"$HTTP_PROXY\" https://other.example.test/ 2>&1 | head -c 0; \
+         curl -sS --proxy \"$ALL_PROXY\" http://other.example.test/; echo \"socks: $?\""
+    );
+    let domains = json!({"**.example.test": "allow", "blocked.example.test": "deny"});
+    let params = proxied("p", &script, &home, Confined::No, launch(domains, json!({})));
+    let finished = run(&mut client, params).await;
+    let body = |host: &str, reason: &str, port: u16, message: &str| {
+        format!(
+            "{{\"status\":\"blocked\",\"host\":\"{host}\",\"reason\":\"{reason}\",\"decision\":\"deny\",\
+             \"source\":\"baseline_policy\",\"protocol\":\"http\",\"port\":{port},\"message\":\"{message}\"}}"
+        )
+    };
+    let local = "Sandbox policy blocks local/private network addresses.";
+    let refused = |error: &str, body: String| {
+        format!(
+            "HTTP/1.1 403 Forbidden\ncontent-type: application/json\nx-proxy-error: {error}\n\
+             content-length: {}\n\n{body}\n\n",
+            body.len()
+        )
+    };
+    let expected = [
+        refused(
+            "blocked-by-denylist",
+            body("blocked.example.test", "denied", 80, "Domain denied by the sandbox policy."),
+        ),
+        refused("blocked-by-allowlist", body("other.example.test", "not_allowed_local", 81, local)),
+        refused("blocked-by-allowlist", body("::1", "not_allowed_local", port, local)),
+        refused("blocked-by-allowlist", body("localhost", "not_allowed_local", port, local)),
+    ]
+    .concat();
+    assert_eq!(finished.stdout, format!("{expected}socks: 97\n"));
+    let reasons: Vec<(String, String, String)> = finished
+        .decisions
+        .iter()
+        .map(|d| {
+            let text = |key: &str| d[key].as_str().unwrap().to_owned();
+            (text("host"), text("protocol"), text("reason"))
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = [
+        ("blocked.example.test", "http", "denied"),
+        ("other.example.test", "http", "not_allowed_local"),
+        ("::1", "http", "not_allowed_local"),
+        ("localhost", "http", "not_allowed_local"),
+        ("other.example.test", "https_connect", "not_allowed_local"),
+        ("other.example.test", "socks5_tcp", "not_allowed_local"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(reasons, expected);
+    assert!(finished.decisions.iter().all(|d| d["decision"] == "deny"));
+    assert_eq!(peer.connections(), 0, "no refused request reached the origin");
+}
+
+/// `limited` mode lets GET through and refuses a POST with the method policy's `403`: the
+/// destination is allowed first (one report), then the method refused (a second,
+/// `non_domain` report).
+async fn limited_mode_lets_only_reads_through(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let home = ExecutorHome::new("network", target, "limited");
+    let (_server, mut client) = home.started(target).await;
+    let script = format!(
+        "curl -sS -o /dev/null -w '%{{http_code}}\\n' -x \"$HTTP_PROXY\" {url}/read; \
+         curl -sS -D - -o /dev/null -x \"$HTTP_PROXY\" --data x {url}/write | tr -d '\\r' | grep -i '^x-proxy-error'",
+        url = peer.base_url
+    );
+    let params = proxied(
+        "p",
+        &script,
+        &home,
+        Confined::No,
+        launch(json!({"127.0.0.1": "allow"}), json!({"mode": "limited"})),
+    );
+    let finished = run(&mut client, params).await;
+    assert_eq!(finished.stdout, "200\nx-proxy-error: blocked-by-method-policy\n");
+    let steps: Vec<(&str, &str, &str, &str)> = finished
+        .decisions
+        .iter()
+        .map(|d| {
+            let text = |key: &str| d[key].as_str().unwrap();
+            (text("scope"), text("decision"), text("source"), text("reason"))
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("domain", "allow", "baseline_policy", "allow"),
+            ("domain", "allow", "baseline_policy", "allow"),
+            ("non_domain", "deny", "mode_guard", "method_not_allowed"),
+        ]
+    );
+}
+
+/// With `policyDecisionTimeoutMs`, every destination the allow list misses is asked of the
+/// client (`network/policyRequest`, ids from 1): its denial is the `403` and a `decider`
+/// report; its approval lets the request on to the policy's other checks (here: the name
+/// resolves to nothing, which is refused as local).
+async fn the_client_decides_what_the_policy_leaves_open(target: Target) {
+    let home = ExecutorHome::new("network", target, "decider");
+    let (_server, mut client) = home.started(target).await;
+    let script = "curl -sS -x \"$HTTP_PROXY\" http://approved.test:9/; echo; \
+                  curl -sS -x \"$HTTP_PROXY\" http://refused.test:9/; echo";
+    let mut launch = launch(json!({"listed.test": "allow"}), json!({}));
+    launch["policyDecisionTimeoutMs"] = json!(60_000);
+    client.ok("process/start", proxied("p", script, &home, Confined::No, launch)).await.unwrap();
+    let (finished, questions) = finish(&mut client, "p", |host| match host {
+        "approved.test" => json!({"type": "allow"}),
+        _ => json!({"type": "deny", "reason": "not_allowed"}),
+    })
+    .await;
+    let asked: Vec<Value> = questions.iter().map(|q| json!([q["id"], q["params"]])).collect();
+    assert_eq!(
+        asked,
+        [
+            json!([1, {"processId": "p", "request": {"protocol": "http", "host": "approved.test", "port": 9}}]),
+            json!([2, {"processId": "p", "request": {"protocol": "http", "host": "refused.test", "port": 9}}]),
+        ]
+    );
+    let steps: Vec<(&str, &str, &str, bool)> = finished
+        .decisions
+        .iter()
+        .map(|d| {
+            let text = |key: &str| d[key].as_str().unwrap();
+            (text("host"), text("source"), text("reason"), d["policyOverride"].as_bool().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("approved.test", "baseline_policy", "not_allowed_local", false),
+            ("refused.test", "decider", "not_allowed", false),
+        ]
+    );
+    let lines: Vec<Value> =
+        finished.stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(
+        (lines[0]["reason"].as_str(), lines[0]["source"].as_str()),
+        (Some("not_allowed_local"), Some("baseline_policy"))
+    );
+    assert_eq!(
+        (lines[1]["reason"].as_str(), lines[1]["source"].as_str()),
+        (Some("not_allowed"), Some("decider"))
+    );
+}
+
+/// A sandboxed command behind its proxy has no other way out: a direct connection to the
+/// origin (`--noproxy '*'`) fails, and so does a Unix socket; the origin sees only what came
+/// through the proxy.
+async fn a_sandboxed_command_reaches_nothing_but_its_proxy(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let home = ExecutorHome::new("network", target, "confined");
+    let (_server, mut client) = home.started(target).await;
+    let script = format!(
+        "curl -s -m 5 --noproxy '*' {url}/direct; echo \"direct: $?\"; \
+         python3 -c 'import socket; socket.socket(socket.AF_UNIX)' 2>&1 | tail -n 1; \
+         curl -sS -o /dev/null -w 'proxied: %{{http_code}}\\n' -x \"$HTTP_PROXY\" {url}/proxied",
+        url = peer.base_url
+    );
+    let launch = launch(json!({"127.0.0.1": "allow"}), json!({}));
+    let finished =
+        run(&mut client, proxied("p", &script, &home, Confined::Sandboxed, launch)).await;
+    assert_eq!(
+        finished.stdout,
+        "direct: 7\nPermissionError: [Errno 1] Operation not permitted\nproxied: 200\n"
+    );
+    assert_eq!(peer.connections(), 1, "only the proxied request reached the origin");
+}
+
+/// The child's proxy variables, as the reference sets them: every tool's HTTP variable names
+/// the HTTP proxy on the process's loopback, the catch-all ones the SOCKS5 proxy, nothing is
+/// exempt, and the markers are set; with local binding allowed, the local ranges are exempt.
+async fn the_childs_environment_names_its_proxies(target: Target) {
+    let home = ExecutorHome::new("network", target, "environment");
+    let (_server, mut client) = home.started(target).await;
+    for (n, allow_local) in [false, true].into_iter().enumerate() {
+        for confined in [Confined::No, Confined::Sandboxed] {
+            let id = format!("p{n}-{confined:?}");
+            let changes = json!({"allowLocalBinding": allow_local});
+            let params = proxied(&id, "env | sort", &home, confined, launch(json!({}), changes));
+            let finished = run(&mut client, params).await;
+            let env: std::collections::BTreeMap<&str, &str> =
+                finished.stdout.lines().filter_map(|line| line.split_once('=')).collect();
+            let http = env["HTTP_PROXY"];
+            assert!(http.starts_with("http://127.0.0.1:"), "{http}");
+            assert!(env["ALL_PROXY"].starts_with("socks5h://127.0.0.1:"));
+            for name in
+                ["HTTPS_PROXY", "https_proxy", "WSS_PROXY", "NPM_CONFIG_HTTPS_PROXY", "PIP_PROXY"]
+            {
+                assert_eq!(env[name], http, "{name}");
+            }
+            let exempt = match allow_local {
+                false => "",
+                true => "localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16",
+            };
+            assert_eq!(env["NO_PROXY"], exempt);
+            assert_eq!(env["CODEX_NETWORK_PROXY_ACTIVE"], "1");
+            assert_eq!(
+                env["CODEX_NETWORK_ALLOW_LOCAL_BINDING"],
+                if allow_local { "1" } else { "0" }
+            );
+        }
+    }
+}
+
+/// Launches the reference refuses, refused in its words; each as `-32602`.
+async fn malformed_launches_are_refused(target: Target) {
+    let home = ExecutorHome::new("network", target, "malformed");
+    let (_server, mut client) = home.started(target).await;
+    let mut thread = proxied("p4", "true", &home, Confined::No, launch(json!({}), json!({})));
+    thread["metadata"] = json!({"threadId": "t"});
+    let mut metadata = proxied("p5", "true", &home, Confined::No, launch(json!({}), json!({})));
+    metadata["metadata"] = json!("s");
+    let off =
+        proxied("p2", "true", &home, Confined::No, launch(json!({}), json!({"enabled": false})));
+    let bad_decision =
+        proxied("p3", "true", &home, Confined::No, launch(json!({"a.test": "maybe"}), json!({})));
+    for (params, message) in [
+        (
+            off,
+            "invalid network proxy config: executor-local network proxy launch requires an enabled proxy",
+        ),
+        (bad_decision, "unknown variant `maybe`, expected one of `none`, `allow`, `deny`"),
+        (
+            thread,
+            "invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-], found `t` at 1",
+        ),
+        (metadata, "invalid type: string \"s\", expected struct ExecMetadata"),
+    ] {
+        let error = client.err("process/start", params).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (-32602, message));
+    }
+}
+
+/// Once its process has closed, a proxy takes no connection: its address is refused.
+async fn the_proxy_ends_with_its_process(target: Target) {
+    let home = ExecutorHome::new("network", target, "lifetime");
+    let (_server, mut client) = home.started(target).await;
+    let params =
+        proxied("p", "echo \"$HTTP_PROXY\"", &home, Confined::No, launch(json!({}), json!({})));
+    let finished = run(&mut client, params).await;
+    let address = finished.stdout.trim().strip_prefix("http://").unwrap().to_owned();
+    // The proxy's task ends as the runtime gets to it, right after the close goes out.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::net::TcpStream::connect(&address).await {
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            _ if tokio::time::Instant::now() > deadline => panic!("{address} still accepts"),
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// A sandboxed start held to a managed network it does not launch a proxy for
+/// (`enforceManagedNetwork`, or `managedNetwork` alone) runs nothing and exits 101, saying it
+/// needs a proxy; unsandboxed, both are ignored.
+async fn a_managed_network_without_a_proxy_runs_nothing_sandboxed(target: Target) {
+    let home = ExecutorHome::new("network", target, "no-proxy");
+    let (_server, mut client) = home.started(target).await;
+    for (n, managed) in [Value::Null, json!({"loopbackPorts": [9], "allowLocalBinding": false})]
+        .into_iter()
+        .enumerate()
+    {
+        for confined in [Confined::No, Confined::Sandboxed] {
+            let id = format!("p{n}-{confined:?}");
+            let mut params =
+                proxied(&id, "echo ran; echo $HTTP_PROXY", &home, confined, Value::Null);
+            params["managedNetwork"] = managed.clone();
+            client.ok("process/start", params).await.unwrap();
+            let events = client.process_events(&id).await.unwrap();
+            let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
+            let stdout = String::from_utf8(output_of(&events, "stdout")).unwrap();
+            let stderr = String::from_utf8(output_of(&events, "stderr")).unwrap();
+            match confined {
+                Confined::No => assert_eq!(
+                    (exited["params"]["exitCode"].as_i64(), stdout.as_str()),
+                    (Some(0), "ran\n\n")
+                ),
+                Confined::Sandboxed => {
+                    assert_eq!(
+                        (exited["params"]["exitCode"].as_i64(), stdout.as_str()),
+                        (Some(101), "")
+                    );
+                    assert!(stderr.contains("proxy"), "{stderr}");
+                }
+            }
+        }
+    }
+}
+
+/// The sockets `pid` listens on (TCP, either family), by local address.
+fn listening(pid: u32) -> Vec<String> {
+    let inodes: std::collections::BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_str()?.to_owned();
+            Some(target.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let mut found = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap().lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // State 0A is LISTEN; field 9 is the inode.
+            if fields[3] == "0A" && inodes.contains(fields[9]) {
+                found.push(fields[1].to_owned());
+            }
+        }
+    }
+    found
+}
+
+/// A sandboxed command's proxy listens nowhere on the host: its connections come from the
+/// sandbox's own loopback, handed over by the inner stage. An unconfined command's proxy
+/// listens on the host's loopback (the command could reach anything there anyway): two more
+/// listeners, which is how this test would see the sandboxed one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_commands_proxy_listens_nowhere_on_the_host() {
+    let home = ExecutorHome::new("network", Target::Tether, "listens");
+    let (server, mut client) = home.started(Target::Tether).await;
+    let pid = serving_pid(server.pid().unwrap());
+    let before = listening(pid);
+    for (confined, more) in [(Confined::Sandboxed, 0), (Confined::No, 2)] {
+        let id = format!("{confined:?}");
+        let mut params =
+            proxied(&id, "echo ready; read line", &home, confined, launch(json!({}), json!({})));
+        params["pipeStdin"] = json!(true);
+        client.ok("process/start", params).await.unwrap();
+        let ready = client.notification().await.unwrap();
+        assert_eq!(ready["method"], "process/output", "{ready}");
+        assert_eq!(listening(pid).len(), before.len() + more, "{confined:?}");
+        client.ok("process/terminate", json!({"processId": id})).await.unwrap();
+        client.process_events_after(&id, 1).await.unwrap();
+    }
+}
+
+/// A command that floods its proxy with idle connections holds at most the proxy's bound of
+/// the server's descriptors, and another process's proxy serves meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_through_one_proxy_is_bounded_and_leaves_the_others_served() {
+    const FLOOD: usize = 1000;
+    let peer = HttpPeer::start().await.unwrap();
+    let home = ExecutorHome::new("network", Target::Tether, "flood");
+    let (server, mut client) = home.started(Target::Tether).await;
+    let pid = serving_pid(server.pid().unwrap());
+    let baseline = open_fds(pid).unwrap();
+    // Connections opened without waiting for them: past what the kernel queues, they wait.
+    let flood = format!(
+        "import os, socket, sys\n\
+         host, port = os.environ['HTTP_PROXY'].rsplit('/', 1)[1].split(':')\n\
+         held = []\n\
+         for _ in range({FLOOD}):\n\
+         \x20   s = socket.socket(); s.setblocking(False); s.connect_ex((host, int(port))); held.append(s)\n\
+         print('held', flush=True)\n\
+         sys.stdin.read()\n"
+    );
+    let domains = json!({"127.0.0.1": "allow"});
+    let mut params =
+        proxied("flood", "", &home, Confined::Sandboxed, launch(domains.clone(), json!({})));
+    params["argv"] = json!(["python3", "-c", flood]);
+    params["pipeStdin"] = json!(true);
+    client.ok("process/start", params).await.unwrap();
+    let held = client.notification().await.unwrap();
+    assert_eq!(tether_testkit::client::b64decode(&held["params"]["chunk"]), b"held\n", "{held}");
+    // The proxy takes connections up to its bound as they come: wait until it holds them all.
+    let most = tether_engine::network::proxy::MAX_CONNECTIONS;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while open_fds(pid).unwrap() < baseline + most {
+        assert!(tokio::time::Instant::now() < deadline, "the proxy never took {most} connections");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fds = open_fds(pid).unwrap();
+    assert!(
+        fds <= baseline + most + 32,
+        "{fds} descriptors with {FLOOD} connections opened (from {baseline})"
+    );
+    let script =
+        format!("curl -sS -o /dev/null -w '%{{http_code}}' -x \"$HTTP_PROXY\" {}/", peer.base_url);
+    let served = run(
+        &mut client,
+        proxied("other", &script, &home, Confined::Sandboxed, launch(domains, json!({}))),
+    )
+    .await;
+    assert_eq!(served.stdout, "200");
+    client.ok("process/terminate", json!({"processId": "flood"})).await.unwrap();
+}

@@ -1,0 +1,317 @@
+//! The proxy a `networkProxy` launch starts for its process: HTTP (forward requests and
+//! `CONNECT`) and, when asked, SOCKS5, each connection held to the launch's domain policy,
+//! every decision reported, destinations nobody decided asked of the client.
+//!
+//! - [`ProxyConfig`]: what a launch asks for, checked (`-32602` for what this proxy refuses).
+//! - [`Proxy`]: one process's proxy. Its connections come from host listeners on
+//!   `127.0.0.1:0` (an unconfined process, which can reach the host anyway) or, for a
+//!   sandboxed one, handed over by the sandbox's inner stage ([`super::forward`]), so the
+//!   proxy never listens where anyone else can reach it. Either way it ends with its process
+//!   ([`RunningProxy`] is held by the process's pump and aborts every connection when dropped).
+//! - [`gate`]: the decision for one destination; [`http`] and [`socks`] the two protocols.
+//!
+//! Bounded: at most [`MAX_CONNECTIONS`] connections at once per proxy (more wait in the
+//! kernel's queues, not in memory here), deadlines on every handshake, resolution and
+//! connect, and the reports go through the session's bounded queue, slowing a flood down
+//! rather than piling up.
+
+mod gate;
+mod http;
+mod socks;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_protocol::ProcessId;
+use tether_protocol::network::{ClientDecision, PolicyDecisionNotification, PolicyRequestParams};
+use tether_protocol::network_proxy::{NetworkMode, NetworkProxyLaunch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::{Instrument, debug, info_span};
+
+use super::domains::DomainPolicy;
+use super::forward::{Entry, ProxyRoute, Receiver};
+
+/// Connections one proxy serves at once. Far above what a build opens in parallel (package
+/// managers use 16 to 64), low enough that a command flooding its proxy holds a bounded share
+/// of the server's descriptors; the rest wait unaccepted.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to say where it wants to go (request headers, SOCKS5
+/// greeting and command): a peer that says nothing does not hold a slot for ever.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a name may take to resolve, and a connection to its destination to open.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Added to the client's `policyDecisionTimeoutMs` for the round trip of the question and its
+/// answer (the timeout is the client's decider's own).
+pub const DECISION_SLACK: Duration = Duration::from_secs(2);
+
+/// What a proxy tells its session, and asks of its client.
+#[derive(Debug)]
+pub enum NetworkEvent {
+    /// `network/policyDecision`.
+    Decided(PolicyDecisionNotification),
+    /// `network/policyRequest`: the client's decision is sent on `answer`; a dropped `answer`
+    /// (no client, too many questions waiting, the connection gone) is a denial.
+    Ask { request: PolicyRequestParams, answer: oneshot::Sender<ClientDecision> },
+}
+
+/// Where a table's proxies send their [`NetworkEvent`]s: the session, which turns them into
+/// traffic to its client. `None`: reports go nowhere and questions are denied.
+pub type NetworkEvents = Option<mpsc::Sender<NetworkEvent>>;
+
+/// A launch's proxy, checked.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub process_id: ProcessId,
+    pub policy: DomainPolicy,
+    pub mode: NetworkMode,
+    pub socks5: bool,
+    pub allow_local_binding: bool,
+    /// How long the client's decider has for a destination the policy leaves open; `None`:
+    /// no decider, such a destination is refused.
+    pub ask_timeout: Option<Duration>,
+}
+
+impl ProxyConfig {
+    /// The proxy `launch` asks for, or why this executor refuses it (a `-32602` message).
+    pub fn new(process_id: ProcessId, launch: &NetworkProxyLaunch) -> Result<Self, String> {
+        let proxy = &launch.proxy;
+        if proxy.transparent_tcp {
+            return Err("transparent TCP is not supported by this executor (it advertises `networkProxyTransparentTcp: false`); start the process without `transparentTcp`".into());
+        }
+        if proxy.credential_masking == Some(true) {
+            return Err("credential masking is not supported by this executor (it advertises `credentialMasking: false`); start the process without `credentialMasking`".into());
+        }
+        let domains: Option<BTreeMap<String, String>> = match &proxy.domains {
+            None | Some(serde_json::Value::Null) => None,
+            Some(value) => Some(serde_json::from_value(value.clone()).map_err(|error| {
+                format!("invalid network proxy config: `domains` maps host patterns to `allow`, `deny` or `none`: {error}")
+            })?),
+        };
+        let policy = DomainPolicy::new(domains.as_ref(), proxy.allow_local_binding)
+            .map_err(|error| error.to_string())?;
+        Ok(Self {
+            process_id,
+            policy,
+            mode: proxy.mode,
+            socks5: proxy.enable_socks5,
+            allow_local_binding: proxy.allow_local_binding,
+            ask_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
+        })
+    }
+}
+
+/// One process's proxy.
+pub struct Proxy {
+    config: ProxyConfig,
+    events: NetworkEvents,
+    connections: Arc<Semaphore>,
+}
+
+/// A proxy serving: dropped (the process closed), it stops and every connection through it
+/// ends.
+pub struct RunningProxy {
+    _task: AbortOnDropHandle<()>,
+}
+
+/// Host listeners for an unconfined process: the addresses its variables name.
+pub struct HostListeners {
+    pub http: TcpListener,
+    pub socks: Option<TcpListener>,
+}
+
+impl HostListeners {
+    /// Binds `127.0.0.1:0` for HTTP, and for SOCKS5 when `socks5` (within a Tokio runtime).
+    pub fn bind(socks5: bool) -> std::io::Result<Self> {
+        let bind = || -> std::io::Result<TcpListener> {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.set_nonblocking(true)?;
+            TcpListener::from_std(listener)
+        };
+        Ok(Self { http: bind()?, socks: if socks5 { Some(bind()?) } else { None } })
+    }
+
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+
+    pub fn socks_addr(&self) -> std::io::Result<Option<SocketAddr>> {
+        self.socks.as_ref().map(TcpListener::local_addr).transpose()
+    }
+}
+
+impl Proxy {
+    pub fn new(config: ProxyConfig, events: NetworkEvents) -> Arc<Self> {
+        Arc::new(Self { config, events, connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)) })
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// Serves the connections `listeners` accept.
+    pub fn serve_listeners(self: &Arc<Self>, listeners: HostListeners) -> RunningProxy {
+        let proxy = self.clone();
+        let serving = async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok(permit) = proxy.connections.clone().acquire_owned().await else { return };
+                let accepted = tokio::select! {
+                    accepted = listeners.http.accept() => accepted.map(|(s, _)| (Entry::Http, s)),
+                    Some(accepted) = accept_optional(listeners.socks.as_ref()) => {
+                        accepted.map(|(s, _)| (Entry::Socks, s))
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                };
+                match accepted {
+                    Ok((entry, stream)) => {
+                        connections.spawn(proxy.clone().serve(entry, stream, permit));
+                    }
+                    // A failed accept (descriptors running out) is the listener's, not the
+                    // proxy's: the next one may succeed.
+                    Err(error) => debug!(%error, "proxy accept failed"),
+                }
+            }
+        };
+        self.spawn(serving)
+    }
+
+    /// Serves the connections a sandbox's inner stage hands over on `socket`, until it closes.
+    pub fn serve_forwarded(self: &Arc<Self>, socket: OwnedFd) -> std::io::Result<RunningProxy> {
+        let receiver = Receiver::new(socket)?;
+        let proxy = self.clone();
+        let serving = async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok(permit) = proxy.connections.clone().acquire_owned().await else { return };
+                let handed = tokio::select! {
+                    handed = receiver.next() => handed,
+                    Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                };
+                let (entry, fd) = match handed {
+                    Ok(Some(handed)) => handed,
+                    // The sandbox is gone; what it had open ends with it.
+                    Ok(None) => break,
+                    Err(error) => {
+                        debug!(%error, "proxy hand-over failed");
+                        break;
+                    }
+                };
+                match stream_of(fd) {
+                    Ok(stream) => {
+                        connections.spawn(proxy.clone().serve(entry, stream, permit));
+                    }
+                    Err(error) => debug!(%error, "handed-over descriptor is not a TCP connection"),
+                }
+            }
+            while connections.join_next().await.is_some() {}
+        };
+        Ok(self.spawn(serving))
+    }
+
+    fn spawn(&self, serving: impl Future<Output = ()> + Send + 'static) -> RunningProxy {
+        let span = info_span!("proxy", process_id = %self.config.process_id);
+        RunningProxy { _task: AbortOnDropHandle::new(tokio::spawn(serving.instrument(span))) }
+    }
+
+    async fn serve(
+        self: Arc<Self>,
+        entry: Entry,
+        stream: TcpStream,
+        _permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let Ok(client) = stream.peer_addr() else { return };
+        let _ = stream.set_nodelay(true);
+        match entry {
+            Entry::Http => http::serve(self, stream, client).await,
+            Entry::Socks => socks::serve(self, stream, client).await,
+        }
+    }
+}
+
+async fn accept_optional(
+    listener: Option<&TcpListener>,
+) -> Option<std::io::Result<(TcpStream, SocketAddr)>> {
+    match listener {
+        Some(listener) => Some(listener.accept().await),
+        None => std::future::pending().await,
+    }
+}
+
+/// A handed-over descriptor as a Tokio stream, if it is a connected TCP socket.
+fn stream_of(fd: OwnedFd) -> std::io::Result<TcpStream> {
+    let stream = std::net::TcpStream::from(fd);
+    stream.peer_addr()?;
+    stream.set_nonblocking(true)?;
+    TcpStream::from_std(stream)
+}
+
+/// Copies both ways until either side ends, then ends the other.
+async fn splice<A, B>(mut a: A, mut b: B)
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+}
+
+/// A launch's proxy between its checks and its process's start: the pair a sandbox would
+/// reach it through, made, and the ports the sandbox's forwarders would listen on.
+pub struct PreparedProxy {
+    config: ProxyConfig,
+    proxy_end: OwnedFd,
+    /// For the sandbox, if the start builds one; dropped once the process has started, so
+    /// that the sandbox holds the only copy and its end is the proxy's end of input.
+    pub route: ProxyRoute,
+}
+
+/// Where a sandbox's forwarders listen: a private namespace's loopback, so any port is free;
+/// one taken at random from this range for each start, as a host's would be.
+const FORWARDER_PORTS: std::ops::Range<u16> = 20_000..60_000;
+
+impl PreparedProxy {
+    pub fn new(config: ProxyConfig) -> std::io::Result<Self> {
+        let (proxy_end, sandbox_end) = super::forward::pair()?;
+        let random = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            config.process_id.as_str(),
+        );
+        let span = u64::from(FORWARDER_PORTS.end - FORWARDER_PORTS.start);
+        let http = FORWARDER_PORTS.start + (random % span) as u16;
+        let socks = config.socks5.then(|| FORWARDER_PORTS.start + ((random >> 32) % span) as u16);
+        // Two ports drawn alike would collide in the sandbox: the second moves on by one.
+        let socks = socks.map(|port| if port == http { port + 1 } else { port });
+        Ok(Self { config, proxy_end, route: ProxyRoute { sandbox_end, http, socks } })
+    }
+
+    /// Starts the proxy for a process about to be spawned with `env`, setting its proxy
+    /// variables: reached through the sandbox's forwarders when `forwarded` (the launch took
+    /// [`Self::route`]), else on host listeners.
+    pub fn start(
+        self,
+        forwarded: bool,
+        env: &mut BTreeMap<String, String>,
+        events: NetworkEvents,
+    ) -> std::io::Result<RunningProxy> {
+        let allow_local = self.config.allow_local_binding;
+        let proxy = Proxy::new(self.config, events);
+        if forwarded {
+            let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+            let (http, socks) = (local(self.route.http), self.route.socks.map(local));
+            super::proxy_env::apply(env, http, socks, allow_local);
+            return proxy.serve_forwarded(self.proxy_end);
+        }
+        let listeners = HostListeners::bind(proxy.config.socks5)?;
+        super::proxy_env::apply(env, listeners.http_addr()?, listeners.socks_addr()?, allow_local);
+        Ok(proxy.serve_listeners(listeners))
+    }
+}

@@ -1,0 +1,61 @@
+//! The SOCKS5 side of a process's proxy (RFC 1928, no authentication, `CONNECT` only): the
+//! handshake is fast-socks5's, the destination decided by [`super::gate`] like any other, and
+//! the reply sent once the destination has been reached. UDP (`UDP ASSOCIATE`) and `BIND` are
+//! answered "command not supported".
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use fast_socks5::server::Socks5ServerProtocol;
+use fast_socks5::util::target_addr::TargetAddr;
+use fast_socks5::{ReplyError, Socks5Command};
+use tether_protocol::network::ProxyProtocol;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use super::gate::{self, Admission, Target};
+use super::{HANDSHAKE_TIMEOUT, Proxy, splice};
+
+/// Serves one SOCKS5 connection from the process.
+pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAddr) {
+    let handshake = async {
+        let protocol = Socks5ServerProtocol::accept_no_auth(stream).await?;
+        protocol.read_command().await
+    };
+    let (protocol, command, target) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await
+    {
+        Ok(Ok(read)) => read,
+        Ok(Err(error)) => return debug!(%error, "SOCKS5 handshake failed"),
+        Err(_) => return debug!("SOCKS5 handshake timed out"),
+    };
+    if command != Socks5Command::TCPConnect {
+        let _ = protocol.reply_error(&ReplyError::CommandNotSupported).await;
+        return;
+    }
+    let (host, port) = match &target {
+        TargetAddr::Ip(address) => (address.ip().to_string(), address.port()),
+        TargetAddr::Domain(name, port) => (gate::normalized(name), *port),
+    };
+    let target =
+        Target { protocol: ProxyProtocol::Socks5Tcp, host: &host, port, method: None, client };
+    let addresses = match proxy.admit(target).await {
+        Admission::Go(addresses) => addresses,
+        Admission::Refused(..) => {
+            let _ = protocol.reply_error(&ReplyError::ConnectionNotAllowed).await;
+            return;
+        }
+    };
+    let upstream = match gate::connect(&addresses).await {
+        Ok(upstream) => upstream,
+        Err(error) => {
+            debug!(%error, "SOCKS5 destination unreachable");
+            let _ = protocol.reply_error(&ReplyError::HostUnreachable).await;
+            return;
+        }
+    };
+    let bound = upstream.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    match protocol.reply_success(bound).await {
+        Ok(stream) => splice(stream, upstream).await,
+        Err(error) => debug!(%error, "SOCKS5 reply failed"),
+    }
+}
