@@ -23,6 +23,7 @@ against_both!(
     codex_tells_the_model_about_a_skill_installed_on_the_executor,
     codex_commands_have_the_executor_users_bashrc,
     codex_copies_a_40_mb_file_to_and_from_the_executor,
+    codex_managed_network_reaches_allowed_origins_only,
 );
 
 async fn codex_exec_runs_a_command_on_the_executor(target: Target) {
@@ -310,3 +311,38 @@ const SMALL_PNG: &[u8] = &[
     0x47, 0x0c, 0xc4, 0x71, 0x00, 0xae, 0x93, 0x0f, 0xf1, 0xd0, 0x5f, 0x23, 0x9e, 0x00, 0x00, 0x00,
     0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
 ];
+
+/// Managed network (`[features.network_proxy]` with `network_access` in `-s workspace-write`):
+/// Codex (0.171, then 0.169) launches each command behind a proxy of the executor's; an
+/// allowed origin answers, a name the policy denies gets the proxy's `403`, and a connection
+/// around the proxy (`--noproxy '*'`) reaches nothing.
+async fn codex_managed_network_reaches_allowed_origins_only(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    for workspace in [
+        Workspace::new(target, "managed-network"),
+        Workspace::previous_codex(target, "managed-network-0169"),
+    ] {
+        managed_network_run(&server, &workspace).await;
+    }
+}
+
+async fn managed_network_run(server: &ServerProcess, workspace: &Workspace) {
+    let peer = tether_testkit::http_peer::HttpPeer::start().await.unwrap();
+    let cmd = format!(
+        "curl -sS -o /dev/null -w 'allowed %{{http_code}}\n' {url}/allowed; \
+         curl -sS -o /dev/null -w 'denied %{{http_code}}\n' http://denied.example.test/; \
+         curl -sS -m 5 -o /dev/null --noproxy '*' {url}/around; echo \"around exit $?\"",
+        url = peer.base_url
+    );
+    let config = "[sandbox_workspace_write]\nnetwork_access = true\n\n\
+                  [features.network_proxy]\nenabled = true\n\n\
+                  [features.network_proxy.domains]\n\"127.0.0.1\" = \"allow\"\n\
+                  \"denied.example.test\" = \"deny\"\n";
+    let outputs =
+        workspace.run(server, "workspace-write", vec![ToolCall::Exec { cmd }], config).await;
+    let reported = &outputs[0];
+    assert!(reported.contains("allowed 200"), "{reported}");
+    assert!(reported.contains("denied 403"), "{reported}");
+    assert!(reported.contains("around exit 7"), "{reported}");
+    assert_eq!(peer.connections(), 1, "only the proxied request reached the origin: {reported}");
+}
