@@ -13,6 +13,7 @@ mod config_workloads;
 mod copy_workloads;
 mod discovery_workloads;
 mod io_workloads;
+mod network_workloads;
 mod report;
 mod request_workloads;
 mod sandbox_workloads;
@@ -48,6 +49,14 @@ const BUFFERED_HTTP_BYTES: u64 = 32_000_000;
 /// wire), long enough that decoding, not the request, is what the CPU time counts.
 const GZIP_HTTP_BYTES: u64 = 100_000_000;
 
+/// Bytes of the managed proxy's download row: 200 MB, long enough for a steady rate and for
+/// CPU time counted in clock ticks (10 ms) to be a small error.
+const PROXIED_DOWNLOAD_BYTES: u64 = 200_000_000;
+
+/// The managed proxy's CPU per byte: at least 1.5 times less than the reference's proxy
+/// path, and no slower (the download row's target, 1×).
+const PROXY_CPU_TARGET: f64 = 1.5;
+
 /// Sessions streaming output while the loaded latency rows are timed: more than the cores, as
 /// an agent host running several builds at once.
 const LOADED_STREAMS: usize = 8;
@@ -65,14 +74,14 @@ struct Args {
     #[arg(long, default_value_t = 200_000_000)]
     bytes: u64,
     /// Workloads to run (comma-separated): latency, pipe, pty, cpu, many, sessions, memory,
-    /// stalled, recovery, files, small, bigfile, http, loaded, sandbox, sandboxfs, config,
-    /// discovery, cp (`tether cp` against `scp` to a local sshd, in a table of their own), wss
+    /// stalled, recovery, files, small, bigfile, http, loaded, sandbox, sandboxfs, network,
+    /// config, discovery, cp (`tether cp` against `scp` to a local sshd, in a table of their own), wss
     /// (Tether over `wss://` against `ssh` to the same sshd, in another).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "latency,pipe,pty,cpu,many,sessions,memory,stalled,recovery,files,small,\
-                         bigfile,http,loaded,sandbox,sandboxfs,config,discovery,cp,wss"
+                         bigfile,http,loaded,sandbox,sandboxfs,network,config,discovery,cp,wss"
     )]
     only: Vec<String>,
     /// Skip the reference, scp and ssh (for profiling Tether alone).
@@ -395,6 +404,44 @@ async fn bench() -> anyhow::Result<()> {
             .await?;
             table.push(row);
         }
+    }
+    if wants("network") {
+        let peer = tether_testkit::HttpPeer::start().await?;
+        let bytes = PROXIED_DOWNLOAD_BYTES;
+        let url: &'static str =
+            Box::leak(peer.url(&format!("/large?bytes={bytes}")).into_boxed_str());
+        let megabytes = bytes / 1_000_000;
+        let mut rows = [
+            Row::new(
+                &format!("sandboxed download through the managed proxy's tunnel, {megabytes} MB (MB/s)"),
+                report::Better::Higher,
+            ),
+            Row::new(
+                &format!("server CPU per MB through the managed proxy, {megabytes} MB (ms)"),
+                report::Better::Lower,
+            ),
+        ];
+        rows[0].target = Some(Target::TimesBetter(1.0));
+        rows[1].target = Some(Target::TimesBetter(PROXY_CPU_TARGET));
+        for_each_round_rows(Scratch::VarTmp, &args, &kinds, &mut rows, |server| async move {
+            network_workloads::download(server, url, bytes).await
+        })
+        .await?;
+        for row in rows {
+            table.push(row);
+        }
+        let small: &'static str = Box::leak(peer.url("/status/200").into_boxed_str());
+        let mut row = Row::new(
+            "sandboxed start → first byte through the managed proxy (median ms)",
+            report::Better::Lower,
+        );
+        row.target = Some(Target::AtMost { of_reference: 1.0, at_most: None });
+        for_each_round_in(Scratch::VarTmp, &args, &kinds, &mut row, |server| async move {
+            network_workloads::first_byte(server, small, network_workloads::FIRST_BYTE_RUNS).await
+        })
+        .await?;
+        table.push(row);
+        drop(peer);
     }
     if wants("sandboxfs") {
         let mut row = Row::new(

@@ -114,14 +114,14 @@ impl Intent {
 /// A fresh project root under `/var/tmp`, beside a directory no intent grants; both removed
 /// with everything in them when dropped. Refused under the temp dir (`TMPDIR=/var/tmp`): the
 /// workspace-write intent grants `$TMPDIR` on `fs/*`, so nothing there is outside the grants.
-struct ProjectRoot {
+pub(crate) struct ProjectRoot {
     dir: PathBuf,
     root: PathBuf,
     outside: PathBuf,
 }
 
 impl ProjectRoot {
-    fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         let unique = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -155,7 +155,7 @@ fn uri_of(path: &Path) -> anyhow::Result<String> {
 
 /// `process/start` params for `argv` in the project root under `intent`, with what Codex sends
 /// beside a sandbox.
-fn sandboxed(
+pub(crate) fn sandboxed(
     id: &str,
     argv: &[&str],
     root: &ProjectRoot,
@@ -171,13 +171,13 @@ fn sandboxed(
     Ok(params)
 }
 
-async fn connect(url: &str) -> anyhow::Result<ExecServerClient> {
+pub(crate) async fn connect(url: &str) -> anyhow::Result<ExecServerClient> {
     Ok(ExecServerClient::connect(url, ClientOptions::default()).await?)
 }
 
 /// Follows a process to its close; returns (output, exit code). The output is kept: a sandbox
 /// that fails says why there (`bwrap: execvp codex-linux-sandbox: …`).
-async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(String, i32)> {
+pub(crate) async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(String, i32)> {
     let (mut output, mut code) = (Vec::new(), None);
     loop {
         match process.next_update().await.context("stream ended without close")? {
