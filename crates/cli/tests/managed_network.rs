@@ -28,6 +28,7 @@ against_both!(
     malformed_launches_are_refused,
     the_proxy_ends_with_its_process,
     a_managed_network_without_a_proxy_runs_nothing_sandboxed,
+    allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -612,4 +613,95 @@ async fn a_flood_through_one_proxy_is_bounded_and_leaves_the_others_served() {
     .await;
     assert_eq!(served.stdout, "200");
     client.ok("process/terminate", json!({"processId": "flood"})).await.unwrap();
+}
+
+/// A forward proxy of the test's own standing in for the executor's (`HTTP_PROXY`,
+/// `HTTPS_PROXY`): it takes forward requests and `CONNECT`s for any name, sends each to
+/// `origin`, and writes down each request line it got.
+struct UpstreamProxy {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl UpstreamProxy {
+    async fn start(origin: u16) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else { return };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let Ok(byte) = client.read_u8().await else { return };
+                        head.push(byte);
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let line = text.lines().next().unwrap_or_default().to_owned();
+                    log.lock().unwrap().push(line.clone());
+                    let mut origin = tokio::net::TcpStream::connect(("127.0.0.1", origin)).await.unwrap();
+                    if line.starts_with("CONNECT ") {
+                        client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
+                    } else {
+                        origin.write_all(&head).await.unwrap();
+                    }
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
+                });
+            }
+        });
+        Self { port, seen, task }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for UpstreamProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// With `allowUpstreamProxy`, a launch's proxy goes through the executor's own proxies: a
+/// forward request to `HTTP_PROXY` in absolute form, a tunnel with a `CONNECT` of its own to
+/// `HTTPS_PROXY`, a `NO_PROXY` destination directly; SOCKS5 always directly. The names
+/// resolve nowhere here, so the launch allows local binding (an unresolvable name is local).
+async fn allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let upstream = UpstreamProxy::start(port_of(&peer)).await;
+    let home = ExecutorHome::new("network", target, "upstream");
+    let url = format!("http://127.0.0.1:{}", upstream.port);
+    let (home_dir, codex_home) =
+        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
+    let env = [
+        ("HOME", home_dir.as_str()),
+        ("CODEX_HOME", codex_home.as_str()),
+        ("HTTP_PROXY", url.as_str()),
+        ("HTTPS_PROXY", url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+    ];
+    let server = tether_testkit::ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let script = format!(
+        "curl -sS -o /dev/null -w 'forward %{{http_code}}\\n' -x \"$HTTP_PROXY\" http://origin.test/plain; \
+         curl -sS -o /dev/null -w 'tunnel %{{http_code}}\\n' -p -x \"$HTTP_PROXY\" http://origin.test:8443/tunnel; \
+         curl -sS -o /dev/null -w 'socks %{{http_code}}\\n' --proxy \"$ALL_PROXY\" http://origin.test:81/socks 2>/dev/null; \
+         curl -sS -o /dev/null -w 'exempt %{{http_code}}\\n' -x \"$HTTP_PROXY\" {}/exempt",
+        peer.base_url
+    );
+    let domains = json!({"origin.test": "allow", "127.0.0.1": "allow"});
+    let changes = json!({"allowUpstreamProxy": true, "allowLocalBinding": true});
+    let params = proxied("p", &script, &home, Confined::No, launch(domains, changes));
+    let finished = run(&mut client, params).await;
+    assert_eq!(finished.stdout, "forward 200\ntunnel 200\nsocks 000\nexempt 200\n");
+    assert_eq!(
+        upstream.seen(),
+        ["GET http://origin.test/plain HTTP/1.1", "CONNECT origin.test:8443 HTTP/1.1"]
+    );
 }

@@ -144,7 +144,7 @@ impl ProcessTable {
     /// Starts a process. Ids are unique within the table for as long as the entry exists, a
     /// closed process included.
     pub fn start(self: &Arc<Self>, params: ExecParams) -> Result<ExecResponse, ProcessError> {
-        let proxy = match network_config(&params)? {
+        let proxy = match network_config(&params, &self.parent_env)? {
             Some(config) => Some(PreparedProxy::new(config).map_err(ProcessError::Spawn)?),
             None => None,
         };
@@ -334,12 +334,15 @@ impl Drop for ProcessTable {
 
 /// The managed proxy a start asks for, checked; `None` for a start without one. A start with
 /// `managedNetwork` too is served by the proxy it asks for (the reference accepts both).
-fn network_config(params: &ExecParams) -> Result<Option<ProxyConfig>, ProcessError> {
+fn network_config(
+    params: &ExecParams,
+    executor_env: &[(String, String)],
+) -> Result<Option<ProxyConfig>, ProcessError> {
     let Some(launch) = &params.network_proxy else { return Ok(None) };
     if let Some(refusal) = launch.refusal(params.sandbox.is_some()) {
         return Err(ProcessError::InvalidParams(refusal.to_owned()));
     }
-    ProxyConfig::new(params.process_id.clone(), launch)
+    ProxyConfig::new(params.process_id.clone(), launch, executor_env)
         .map(Some)
         .map_err(ProcessError::InvalidParams)
 }

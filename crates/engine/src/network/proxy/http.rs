@@ -24,6 +24,7 @@ use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::gate::{self, Admission, Target};
+use super::upstream;
 use super::{HANDSHAKE_TIMEOUT, Proxy, splice};
 use crate::network::blocked::Blocked;
 
@@ -81,7 +82,12 @@ async fn tunnel(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) -
             return refusal(&blocked);
         }
     };
-    let upstream = match gate::connect(&addresses).await {
+    let through = proxy.config.upstreams.as_ref().and_then(|u| u.for_tunnel(&host));
+    let reached = match through {
+        Some(through) => upstream::tunnel(through, &host, port).await,
+        None => gate::connect(&addresses).await,
+    };
+    let upstream = match reached {
         Ok(upstream) => upstream,
         Err(error) => return unreachable(&host, port, &error),
     };
@@ -118,13 +124,28 @@ async fn forward(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) 
             return refusal(&blocked);
         }
     };
-    let upstream = match gate::connect(&addresses).await {
+    let through = proxy.config.upstreams.as_ref().and_then(|u| u.for_request(&host));
+    let reached = match through {
+        Some(through) => upstream::connect(through).await,
+        None => gate::connect(&addresses).await,
+    };
+    let upstream = match reached {
         Ok(upstream) => upstream,
         Err(error) => return unreachable(&host, port, &error),
     };
     let (mut parts, body) = request.into_parts();
-    parts.uri = origin_form(&uri);
     drop_hop_by_hop(&mut parts.headers);
+    match through {
+        // An upstream proxy takes the request in absolute form, with its own credentials.
+        Some(through) => {
+            if let Some(value) =
+                through.authorization.as_deref().and_then(|a| HeaderValue::from_str(a).ok())
+            {
+                parts.headers.insert(header::PROXY_AUTHORIZATION, value);
+            }
+        }
+        None => parts.uri = origin_form(&uri),
+    }
     if !parts.headers.contains_key(header::HOST)
         && let Ok(value) = HeaderValue::from_str(authority.as_str())
     {

@@ -18,6 +18,7 @@
 mod gate;
 mod http;
 mod socks;
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -79,11 +80,18 @@ pub struct ProxyConfig {
     /// How long the client's decider has for a destination the policy leaves open; `None`:
     /// no decider, such a destination is refused.
     pub ask_timeout: Option<Duration>,
+    /// The executor's own proxies, when the launch allows going through them.
+    pub upstreams: Option<upstream::Upstreams>,
 }
 
 impl ProxyConfig {
     /// The proxy `launch` asks for, or why this executor refuses it (a `-32602` message).
-    pub fn new(process_id: ProcessId, launch: &NetworkProxyLaunch) -> Result<Self, String> {
+    /// `executor_env` is the server's environment, where its own upstream proxies are named.
+    pub fn new(
+        process_id: ProcessId,
+        launch: &NetworkProxyLaunch,
+        executor_env: &[(String, String)],
+    ) -> Result<Self, String> {
         let proxy = &launch.proxy;
         if proxy.transparent_tcp {
             return Err("transparent TCP is not supported by this executor (it advertises `networkProxyTransparentTcp: false`); start the process without `transparentTcp`".into());
@@ -106,6 +114,9 @@ impl ProxyConfig {
             socks5: proxy.enable_socks5,
             allow_local_binding: proxy.allow_local_binding,
             ask_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
+            upstreams: proxy
+                .allow_upstream_proxy
+                .then(|| upstream::Upstreams::from_env(executor_env)),
         })
     }
 }
