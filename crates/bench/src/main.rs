@@ -413,7 +413,9 @@ async fn bench() -> anyhow::Result<()> {
         let megabytes = bytes / 1_000_000;
         let mut rows = [
             Row::new(
-                &format!("sandboxed download through the managed proxy's tunnel, {megabytes} MB (MB/s)"),
+                &format!(
+                    "sandboxed download through the managed proxy's tunnel, {megabytes} MB (MB/s)"
+                ),
                 report::Better::Higher,
             ),
             Row::new(

@@ -32,7 +32,11 @@ fn launch() -> serde_json::Value {
         "environmentId": "remote", "executionId": "00000000-0000-0000-0000-000000000001"})
 }
 
-fn proxied(id: &str, script: &str, root: &ProjectRoot) -> anyhow::Result<tether_protocol::process::ExecParams> {
+fn proxied(
+    id: &str,
+    script: &str,
+    root: &ProjectRoot,
+) -> anyhow::Result<tether_protocol::process::ExecParams> {
     let mut params = sandboxed(id, &["/bin/sh", "-c", script], root, Intent::WorkspaceWrite)?;
     params.env.remove("CODEX_SANDBOX_NETWORK_DISABLED");
     if let Some(sandbox) = &mut params.sandbox {

@@ -29,6 +29,7 @@ against_both!(
     the_proxy_ends_with_its_process,
     a_managed_network_without_a_proxy_runs_nothing_sandboxed,
     allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
+    a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -644,9 +645,13 @@ impl UpstreamProxy {
                     let text = String::from_utf8_lossy(&head).into_owned();
                     let line = text.lines().next().unwrap_or_default().to_owned();
                     log.lock().unwrap().push(line.clone());
-                    let mut origin = tokio::net::TcpStream::connect(("127.0.0.1", origin)).await.unwrap();
+                    let mut origin =
+                        tokio::net::TcpStream::connect(("127.0.0.1", origin)).await.unwrap();
                     if line.starts_with("CONNECT ") {
-                        client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
+                        client
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await
+                            .unwrap();
                     } else {
                         origin.write_all(&head).await.unwrap();
                     }
@@ -704,4 +709,125 @@ async fn allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks(target: T
         upstream.seen(),
         ["GET http://origin.test/plain HTTP/1.1", "CONNECT origin.test:8443 HTTP/1.1"]
     );
+}
+
+/// An HTTPS origin standing in for `api.github.com`, its certificate signed by a CA of the
+/// test's own (written to `ca.pem` in `dir`): it answers each request with the request's
+/// `authorization` header.
+struct TlsOrigin {
+    port: u16,
+    ca: std::path::PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsOrigin {
+    async fn start(dir: &std::path::Path, host: &str) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test origin CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec![host.to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, ca_cert.pem()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(stream).await else { return };
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let Ok(byte) = tls.read_u8().await else { return };
+                        head.push(byte);
+                    }
+                    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    let seen = text
+                        .lines()
+                        .find_map(|line| line.strip_prefix("authorization: "))
+                        .unwrap_or("none")
+                        .to_owned();
+                    // The header's value as sent (the lower-casing above was for the name).
+                    let original = String::from_utf8_lossy(&head);
+                    let at = text.find(&seen).unwrap_or(0);
+                    let seen = &original[at..at + seen.len()];
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{seen}",
+                        seen.len()
+                    );
+                    let _ = tls.write_all(answer.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        Self { port, ca, task }
+    }
+}
+
+impl Drop for TlsOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Credential masking: the executor's `GITHUB_TOKEN` reaches the command as a placeholder of
+/// its shape (`ghp_masked…`, its length), and the real token reaches `api.github.com` — an
+/// origin of the test's own behind an upstream proxy, trusted through the executor's
+/// `SSL_CERT_FILE` — in the header the command sent with the placeholder. The command trusts
+/// the proxy's CA through the bundle its variables name. (The reference masks only under
+/// `bash`: the command runs there.)
+async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(target: Target) {
+    let home = ExecutorHome::new("network", target, "masking");
+    let origin = TlsOrigin::start(&home.path(""), "api.github.com").await;
+    let upstream = UpstreamProxy::start(origin.port).await;
+    let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let url = format!("http://127.0.0.1:{}", upstream.port);
+    let (home_dir, codex_home) =
+        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
+    let ca = origin.ca.display().to_string();
+    let env = [
+        ("HOME", home_dir.as_str()),
+        ("CODEX_HOME", codex_home.as_str()),
+        ("HTTPS_PROXY", url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+        ("SSL_CERT_FILE", ca.as_str()),
+        ("GITHUB_TOKEN", token),
+    ];
+    let server = tether_testkit::ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let script = "echo \"child: $GITHUB_TOKEN\"; \
+                  curl -sS -H \"Authorization: Bearer $GITHUB_TOKEN\" https://api.github.com/user; echo";
+    let domains = json!({"api.github.com": "allow"});
+    let changes =
+        json!({"allowUpstreamProxy": true, "allowLocalBinding": true, "credentialMasking": true});
+    let mut params = proxied("p", script, &home, Confined::Sandboxed, launch(domains, changes));
+    params["argv"] = json!(["/bin/bash", "-c", script]);
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+        "set": {}, "includeOnly": []});
+    let finished = run(&mut client, params).await;
+    let mut lines = finished.stdout.lines();
+    let child = lines.next().unwrap().strip_prefix("child: ").unwrap().to_owned();
+    assert!(child.starts_with("ghp_masked") && child.len() == token.len(), "{}", finished.stdout);
+    assert_eq!(lines.next(), Some(format!("Bearer {token}").as_str()), "{}", finished.stdout);
+    assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"]);
 }

@@ -7,11 +7,15 @@
 //! - [`proxy_env`]: the variables that point a process at its proxies.
 //! - [`proxy`]: the proxy itself, one per launch (HTTP forward and `CONNECT`, SOCKS5), every
 //!   decision reported, open questions asked of the client.
+//! - [`masking`]: credential masking — placeholders in the child, the real secret put back
+//!   only in what goes to the hosts it is bound to, over TLS the proxy terminates with a CA
+//!   of its own.
 //! - [`forward`]: how a sandbox with a network namespace of its own hands its connections to
 //!   that proxy (descriptors over a socket pair; the proxy listens nowhere).
 
 pub mod blocked;
 pub mod domains;
 pub mod forward;
+pub mod masking;
 pub mod proxy;
 pub mod proxy_env;

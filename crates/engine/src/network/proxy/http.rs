@@ -27,6 +27,7 @@ use super::gate::{self, Admission, Target};
 use super::upstream;
 use super::{HANDSHAKE_TIMEOUT, Proxy, splice};
 use crate::network::blocked::Blocked;
+use crate::network::masking;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -82,12 +83,34 @@ async fn tunnel(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) -
             return refusal(&blocked);
         }
     };
-    let through = proxy.config.upstreams.as_ref().and_then(|u| u.for_tunnel(&host));
-    let reached = match through {
-        Some(through) => upstream::tunnel(through, &host, port).await,
-        None => gate::connect(&addresses).await,
+    let through = proxy.config.upstreams.as_ref().and_then(|u| u.for_tunnel(&host)).cloned();
+    let reach = move |host: String| {
+        let (through, addresses) = (through.clone(), addresses.clone());
+        async move {
+            match through {
+                Some(through) => upstream::tunnel(&through, &host, port).await,
+                None => gate::connect(&addresses).await,
+            }
+        }
     };
-    let upstream = match reached {
+    // A host a masked secret is bound to: the tunnel is opened here, and the secret put back
+    // in what goes to the host ([`crate::network::masking`]).
+    if let Some(masked) = proxy.masked.as_ref().filter(|m| m.masking.binds(&host)).cloned() {
+        tokio::spawn(async move {
+            match hyper::upgrade::on(request).await {
+                Ok(upgraded) => {
+                    let named = host.clone();
+                    let connect = move || reach(named.clone());
+                    let client = TokioIo::new(upgraded);
+                    masking::tls::serve(client, host, masked.authority, masked.masking, connect)
+                        .await;
+                }
+                Err(error) => debug!(%error, "CONNECT upgrade failed"),
+            }
+        });
+        return Response::new(empty());
+    }
+    let upstream = match reach(host.clone()).await {
         Ok(upstream) => upstream,
         Err(error) => return unreachable(&host, port, &error),
     };

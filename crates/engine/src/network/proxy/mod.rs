@@ -37,6 +37,7 @@ use tracing::{Instrument, debug, info_span};
 
 use super::domains::DomainPolicy;
 use super::forward::{Entry, ProxyRoute, Receiver};
+use super::masking;
 
 /// Connections one proxy serves at once. Far above what a build opens in parallel (package
 /// managers use 16 to 64), low enough that a command flooding its proxy holds a bounded share
@@ -82,6 +83,8 @@ pub struct ProxyConfig {
     pub ask_timeout: Option<Duration>,
     /// The executor's own proxies, when the launch allows going through them.
     pub upstreams: Option<upstream::Upstreams>,
+    /// `credentialMasking`: where the CA bundle goes (`$CODEX_HOME/proxy`), when asked.
+    pub masking_home: Option<std::path::PathBuf>,
 }
 
 impl ProxyConfig {
@@ -96,8 +99,9 @@ impl ProxyConfig {
         if proxy.transparent_tcp {
             return Err("transparent TCP is not supported by this executor (it advertises `networkProxyTransparentTcp: false`); start the process without `transparentTcp`".into());
         }
-        if proxy.credential_masking == Some(true) {
-            return Err("credential masking is not supported by this executor (it advertises `credentialMasking: false`); start the process without `credentialMasking`".into());
+        let providers = proxy.credential_providers.as_ref();
+        if providers.is_some_and(|p| p.as_object().is_some_and(|p| !p.is_empty())) {
+            return Err("custom credential providers are not supported by this executor (it advertises `credentialMaskingCustomProviders: false`); start the process without `credentialProviders`".into());
         }
         let domains: Option<BTreeMap<String, String>> = match &proxy.domains {
             None | Some(serde_json::Value::Null) => None,
@@ -117,8 +121,29 @@ impl ProxyConfig {
             upstreams: proxy
                 .allow_upstream_proxy
                 .then(|| upstream::Upstreams::from_env(executor_env)),
+            masking_home: (proxy.credential_masking == Some(true))
+                .then(|| codex_home(executor_env)),
         })
     }
+}
+
+/// `$CODEX_HOME`, or `~/.codex`, of the executor.
+fn codex_home(executor_env: &[(String, String)]) -> std::path::PathBuf {
+    let get = |name: &str| {
+        executor_env.iter().find(|(key, value)| key == name && !value.is_empty()).map(|(_, v)| v)
+    };
+    match (get("CODEX_HOME"), get("HOME")) {
+        (Some(home), _) => home.into(),
+        (None, Some(home)) => std::path::Path::new(home).join(".codex"),
+        (None, None) => std::path::PathBuf::from("/root/.codex"),
+    }
+}
+
+/// A launch's masked secrets and the authority its tunnels to their hosts are opened with.
+#[derive(Debug, Clone)]
+pub struct MaskedSecrets {
+    pub authority: Arc<masking::ca::Authority>,
+    pub masking: Arc<masking::Masking>,
 }
 
 /// One process's proxy.
@@ -126,6 +151,7 @@ pub struct Proxy {
     config: ProxyConfig,
     events: NetworkEvents,
     connections: Arc<Semaphore>,
+    masked: Option<MaskedSecrets>,
 }
 
 /// A proxy serving: dropped (the process closed), it stops and every connection through it
@@ -161,8 +187,13 @@ impl HostListeners {
 }
 
 impl Proxy {
-    pub fn new(config: ProxyConfig, events: NetworkEvents) -> Arc<Self> {
-        Arc::new(Self { config, events, connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)) })
+    pub fn new(
+        config: ProxyConfig,
+        events: NetworkEvents,
+        masked: Option<MaskedSecrets>,
+    ) -> Arc<Self> {
+        let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        Arc::new(Self { config, events, connections, masked })
     }
 
     pub fn config(&self) -> &ProxyConfig {
@@ -321,7 +352,16 @@ impl PreparedProxy {
         events: NetworkEvents,
     ) -> std::io::Result<RunningProxy> {
         let allow_local = self.config.allow_local_binding;
-        let proxy = Proxy::new(self.config, events);
+        let masked = match &self.config.masking_home {
+            Some(home) => {
+                let authority = masking::ca::authority().map_err(std::io::Error::other)?;
+                let bundle = authority.bundle(home)?;
+                let masking = masking::Masking::apply(env, &bundle.to_string_lossy());
+                Some(MaskedSecrets { authority, masking: Arc::new(masking) })
+            }
+            None => None,
+        };
+        let proxy = Proxy::new(self.config, events, masked);
         if forwarded {
             let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
             let (http, socks) = (local(self.route.http), self.route.socks.map(local));

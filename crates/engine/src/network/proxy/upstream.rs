@@ -45,7 +45,9 @@ impl Upstreams {
     pub fn from_env(env: &[(String, String)]) -> Self {
         let get = |names: [&str; 2]| {
             names.iter().find_map(|name| {
-                env.iter().find(|(key, value)| key == name && !value.is_empty()).map(|(_, v)| v.as_str())
+                env.iter()
+                    .find(|(key, value)| key == name && !value.is_empty())
+                    .map(|(_, v)| v.as_str())
             })
         };
         let exempt = get(["no_proxy", "NO_PROXY"])
@@ -96,7 +98,8 @@ fn parse(value: &str) -> Option<Upstream> {
     let authorization = (!url.username().is_empty()).then(|| {
         let user = percent_decoded(url.username());
         let password = percent_decoded(url.password().unwrap_or_default());
-        let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let credentials =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         format!("Basic {credentials}")
     });
     Some(Upstream { host, port: url.port().unwrap_or(80), authorization })
@@ -112,9 +115,10 @@ fn percent_decoded(text: &str) -> String {
 /// A connection to `upstream` itself.
 pub async fn connect(upstream: &Upstream) -> std::io::Result<TcpStream> {
     let address = (upstream.host.as_str(), upstream.port);
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream connect timed out"))??;
+    let stream =
+        tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await.map_err(
+            |_| std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream connect timed out"),
+        )??;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
@@ -135,9 +139,9 @@ pub async fn tunnel(upstream: &Upstream, host: &str, port: u16) -> std::io::Resu
         stream.write_all(request.as_bytes()).await?;
         read_connect_answer(&mut stream).await
     };
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, answered)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream CONNECT timed out"))??;
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, answered).await.map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream CONNECT timed out")
+    })??;
     Ok(stream)
 }
 
@@ -175,7 +179,10 @@ mod tests {
             ("NO_PROXY", "internal.test, .corp.test,10.0.0.1"),
         ]));
         let http = upstreams.for_request("example.test").unwrap();
-        assert_eq!((http.host.as_str(), http.port, http.authorization.as_deref()), ("proxy.test", 3128, None));
+        assert_eq!(
+            (http.host.as_str(), http.port, http.authorization.as_deref()),
+            ("proxy.test", 3128, None)
+        );
         let https = upstreams.for_tunnel("example.test").unwrap();
         assert_eq!((https.host.as_str(), https.port), ("secure.test", 80));
         assert_eq!(https.authorization.as_deref(), Some("Basic dXNlcjpwQHNz"));
@@ -185,8 +192,22 @@ mod tests {
         for through in ["notinternal.test", "10.0.0.10", "example.test"] {
             assert!(upstreams.for_tunnel(through).is_some(), "{through}");
         }
-        assert!(Upstreams::from_env(&env(&[("HTTPS_PROXY", "https://tls.test:443")])).for_tunnel("a").is_none());
-        assert!(Upstreams::from_env(&env(&[("NO_PROXY", "*"), ("HTTP_PROXY", "p:1")])).for_request("a").is_none());
-        assert_eq!(Upstreams::from_env(&env(&[("HTTP_PROXY", "p.test:8080")])).for_request("a").unwrap().port, 8080);
+        assert!(
+            Upstreams::from_env(&env(&[("HTTPS_PROXY", "https://tls.test:443")]))
+                .for_tunnel("a")
+                .is_none()
+        );
+        assert!(
+            Upstreams::from_env(&env(&[("NO_PROXY", "*"), ("HTTP_PROXY", "p:1")]))
+                .for_request("a")
+                .is_none()
+        );
+        assert_eq!(
+            Upstreams::from_env(&env(&[("HTTP_PROXY", "p.test:8080")]))
+                .for_request("a")
+                .unwrap()
+                .port,
+            8080
+        );
     }
 }
