@@ -24,6 +24,7 @@ against_both!(
     codex_commands_have_the_executor_users_bashrc,
     codex_copies_a_40_mb_file_to_and_from_the_executor,
     codex_managed_network_reaches_allowed_origins_only,
+    codex_credential_masking_keeps_the_token_from_the_command,
 );
 
 async fn codex_exec_runs_a_command_on_the_executor(target: Target) {
@@ -345,4 +346,43 @@ async fn managed_network_run(server: &ServerProcess, workspace: &Workspace) {
     assert!(reported.contains("denied 403"), "{reported}");
     assert!(reported.contains("around exit 7"), "{reported}");
     assert_eq!(peer.connections(), 1, "only the proxied request reached the origin: {reported}");
+}
+
+/// Credential masking (`[features] credential_masking`, with the network proxy, a sandbox and
+/// no login shell): the executor's `GITHUB_TOKEN` is a placeholder in the command, and the
+/// real token reaches `api.github.com` (an HTTPS origin of the test's own, behind an upstream
+/// proxy, trusted through the executor's `SSL_CERT_FILE`).
+async fn codex_credential_masking_keeps_the_token_from_the_command(target: Target) {
+    use common::origins::{TlsOrigin, UpstreamProxy};
+    let mut workspace = Workspace::new(target, "masking");
+    let origin = TlsOrigin::start(&workspace.root, "api.github.com").await;
+    let upstream = UpstreamProxy::start(origin.port).await;
+    let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let executor_home = Outside::new(target, "masking-home");
+    let (url, ca) =
+        (format!("http://127.0.0.1:{}", upstream.port), origin.ca.display().to_string());
+    let home = executor_home.0.display().to_string();
+    let env = [
+        ("CODEX_HOME", home.as_str()),
+        ("HTTPS_PROXY", url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+        ("SSL_CERT_FILE", ca.as_str()),
+        ("GITHUB_TOKEN", token),
+    ];
+    let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    workspace.top_level = "allow_login_shell = false\n".into();
+    let cmd = "echo \"child: $GITHUB_TOKEN\"; \
+               curl -sS -H \"Authorization: Bearer $GITHUB_TOKEN\" https://api.github.com/user; echo"
+        .to_string();
+    let config = "[sandbox_workspace_write]\nnetwork_access = true\n\n\
+                  [features]\ncredential_masking = true\n\n\
+                  [features.network_proxy]\nenabled = true\nallow_local_binding = true\n\n\
+                  [features.network_proxy.domains]\n\"api.github.com\" = \"allow\"\n";
+    let outputs =
+        workspace.run(&server, "workspace-write", vec![ToolCall::Exec { cmd }], config).await;
+    let reported = &outputs[0];
+    assert!(reported.contains("child: ghp_masked"), "{reported}");
+    assert!(!reported.contains(&format!("child: {token}")), "{reported}");
+    assert!(reported.contains(&format!("Bearer {token}")), "the origin got the token: {reported}");
+    assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"], "{reported}");
 }

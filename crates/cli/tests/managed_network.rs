@@ -17,6 +17,7 @@ use tether_testkit::{RpcClient, Target, against_both};
 
 mod common;
 use common::ExecutorHome;
+use common::origins::{TlsOrigin, UpstreamProxy};
 
 against_both!(
     an_allowed_origin_is_reached_and_every_request_reported,
@@ -616,63 +617,6 @@ async fn a_flood_through_one_proxy_is_bounded_and_leaves_the_others_served() {
     client.ok("process/terminate", json!({"processId": "flood"})).await.unwrap();
 }
 
-/// A forward proxy of the test's own standing in for the executor's (`HTTP_PROXY`,
-/// `HTTPS_PROXY`): it takes forward requests and `CONNECT`s for any name, sends each to
-/// `origin`, and writes down each request line it got.
-struct UpstreamProxy {
-    port: u16,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl UpstreamProxy {
-    async fn start(origin: u16) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
-                let log = log.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    while !head.ends_with(b"\r\n\r\n") {
-                        let Ok(byte) = client.read_u8().await else { return };
-                        head.push(byte);
-                    }
-                    let text = String::from_utf8_lossy(&head).into_owned();
-                    let line = text.lines().next().unwrap_or_default().to_owned();
-                    log.lock().unwrap().push(line.clone());
-                    let mut origin =
-                        tokio::net::TcpStream::connect(("127.0.0.1", origin)).await.unwrap();
-                    if line.starts_with("CONNECT ") {
-                        client
-                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                            .await
-                            .unwrap();
-                    } else {
-                        origin.write_all(&head).await.unwrap();
-                    }
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
-                });
-            }
-        });
-        Self { port, seen, task }
-    }
-
-    fn seen(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for UpstreamProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// With `allowUpstreamProxy`, a launch's proxy goes through the executor's own proxies: a
 /// forward request to `HTTP_PROXY` in absolute form, a tunnel with a `CONNECT` of its own to
 /// `HTTPS_PROXY`, a `NO_PROXY` destination directly; SOCKS5 always directly. The names
@@ -709,85 +653,6 @@ async fn allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks(target: T
         upstream.seen(),
         ["GET http://origin.test/plain HTTP/1.1", "CONNECT origin.test:8443 HTTP/1.1"]
     );
-}
-
-/// An HTTPS origin standing in for `api.github.com`, its certificate signed by a CA of the
-/// test's own (written to `ca.pem` in `dir`): it answers each request with the request's
-/// `authorization` header.
-struct TlsOrigin {
-    port: u16,
-    ca: std::path::PathBuf,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl TlsOrigin {
-    async fn start(dir: &std::path::Path, host: &str) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test origin CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let leaf = rcgen::CertificateParams::new(vec![host.to_owned()])
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, ca_cert.pem()).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(stream).await else { return };
-                    let mut head = Vec::new();
-                    while !head.ends_with(b"\r\n\r\n") {
-                        let Ok(byte) = tls.read_u8().await else { return };
-                        head.push(byte);
-                    }
-                    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                    let seen = text
-                        .lines()
-                        .find_map(|line| line.strip_prefix("authorization: "))
-                        .unwrap_or("none")
-                        .to_owned();
-                    // The header's value as sent (the lower-casing above was for the name).
-                    let original = String::from_utf8_lossy(&head);
-                    let at = text.find(&seen).unwrap_or(0);
-                    let seen = &original[at..at + seen.len()];
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{seen}",
-                        seen.len()
-                    );
-                    let _ = tls.write_all(answer.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                });
-            }
-        });
-        Self { port, ca, task }
-    }
-}
-
-impl Drop for TlsOrigin {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// Credential masking: the executor's `GITHUB_TOKEN` reaches the command as a placeholder of
@@ -830,4 +695,43 @@ async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(targe
     assert!(child.starts_with("ghp_masked") && child.len() == token.len(), "{}", finished.stdout);
     assert_eq!(lines.next(), Some(format!("Bearer {token}").as_str()), "{}", finished.stdout);
     assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"]);
+}
+
+/// Tether masks whatever runs the command (the reference masks only under `bash`: under
+/// `/bin/sh` its command reads the real token), and the proxy's CA key is never written: what
+/// it wrote under `$CODEX_HOME/proxy` is certificates only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masking_holds_under_any_shell_and_the_ca_key_is_never_written() {
+    let home = ExecutorHome::new("network", Target::Tether, "masking-sh");
+    let token = "sk-proj-0123456789abcdefghij";
+    let (home_dir, codex_home) =
+        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
+    let env = [
+        ("HOME", home_dir.as_str()),
+        ("CODEX_HOME", codex_home.as_str()),
+        ("OPENAI_API_KEY", token),
+    ];
+    let server =
+        tether_testkit::ServerProcess::start_with_env(Target::Tether, &[], &env).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let changes = json!({"credentialMasking": true});
+    let mut params = proxied("p", "env", &home, Confined::Sandboxed, launch(json!({}), changes));
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+        "set": {}, "includeOnly": []});
+    let finished = run(&mut client, params).await;
+    assert!(!finished.stdout.contains(token), "{}", finished.stdout);
+    assert!(finished.stdout.contains("OPENAI_API_KEY=sk-proj-masked"), "{}", finished.stdout);
+    let written: Vec<std::path::PathBuf> = std::fs::read_dir(home.path("home/.codex/proxy"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(written.len(), 2, "{written:?}");
+    for path in written {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("BEGIN CERTIFICATE") && !text.contains("PRIVATE KEY"),
+            "{}",
+            path.display()
+        );
+    }
 }

@@ -29,6 +29,9 @@ pub struct Workspace {
     pub root: PathBuf,
     /// The Codex CLI that runs: the reference's (0.171.0) unless told otherwise.
     pub codex: PathBuf,
+    /// Top-level settings written before the model's tables in `config.toml` (`extra` can
+    /// only add tables after them).
+    pub top_level: String,
 }
 
 impl Workspace {
@@ -38,7 +41,7 @@ impl Workspace {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("home")).unwrap();
         std::fs::create_dir_all(root.join("work")).unwrap();
-        Self { root, codex: reference_binary().unwrap() }
+        Self { root, codex: reference_binary().unwrap(), top_level: String::new() }
     }
 
     /// As [`Self::new`], run by Codex CLI 0.169.0.
@@ -139,7 +142,8 @@ impl Workspace {
         model: &MockModel,
         extra: &str,
     ) -> tokio::process::Command {
-        std::fs::write(self.root.join("home/config.toml"), model.codex_config_with(extra)).unwrap();
+        let config = format!("{}{}", self.top_level, model.codex_config_with(extra));
+        std::fs::write(self.root.join("home/config.toml"), config).unwrap();
         let mut command = tokio::process::Command::new(&self.codex);
         command
             .args(["exec", "--skip-git-repo-check", "--sandbox", sandbox, "go"])

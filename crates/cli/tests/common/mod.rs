@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod codex;
+pub mod origins;
 
 use serde_json::{Value, json};
 use tether_testkit::client::b64decode;

@@ -1,0 +1,138 @@
+//! Peers for managed-network tests: an upstream forward proxy standing in for the
+//! executor's own, and an HTTPS origin standing in for a real API host.
+
+/// A forward proxy of the test's own standing in for the executor's (`HTTP_PROXY`,
+/// `HTTPS_PROXY`): it takes forward requests and `CONNECT`s for any name, sends each to
+/// `origin`, and writes down each request line it got.
+pub struct UpstreamProxy {
+    pub port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl UpstreamProxy {
+    pub async fn start(origin: u16) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else { return };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let Ok(byte) = client.read_u8().await else { return };
+                        head.push(byte);
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let line = text.lines().next().unwrap_or_default().to_owned();
+                    log.lock().unwrap().push(line.clone());
+                    let mut origin =
+                        tokio::net::TcpStream::connect(("127.0.0.1", origin)).await.unwrap();
+                    if line.starts_with("CONNECT ") {
+                        client
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await
+                            .unwrap();
+                    } else {
+                        origin.write_all(&head).await.unwrap();
+                    }
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
+                });
+            }
+        });
+        Self { port, seen, task }
+    }
+
+    pub fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for UpstreamProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An HTTPS origin standing in for `api.github.com`, its certificate signed by a CA of the
+/// test's own (written to `ca.pem` in `dir`): it answers each request with the request's
+/// `authorization` header.
+pub struct TlsOrigin {
+    pub port: u16,
+    pub ca: std::path::PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsOrigin {
+    pub async fn start(dir: &std::path::Path, host: &str) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test origin CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec![host.to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, ca_cert.pem()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(stream).await else { return };
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let Ok(byte) = tls.read_u8().await else { return };
+                        head.push(byte);
+                    }
+                    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    let seen = text
+                        .lines()
+                        .find_map(|line| line.strip_prefix("authorization: "))
+                        .unwrap_or("none")
+                        .to_owned();
+                    // The header's value as sent (the lower-casing above was for the name).
+                    let original = String::from_utf8_lossy(&head);
+                    let at = text.find(&seen).unwrap_or(0);
+                    let seen = &original[at..at + seen.len()];
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{seen}",
+                        seen.len()
+                    );
+                    let _ = tls.write_all(answer.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        Self { port, ca, task }
+    }
+}
+
+impl Drop for TlsOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
