@@ -735,3 +735,65 @@ async fn masking_holds_under_any_shell_and_the_ca_key_is_never_written() {
         );
     }
 }
+
+/// A sandboxed command behind its proxy reaches nothing else on the host, whatever it tries:
+/// a TCP connection or a UDP datagram to the host's own address (the sandbox has only its own
+/// loopback), a name resolved itself (no resolver is reachable), a Unix socket of either
+/// kind (refused by its filter), or another process's proxy (listening on the host's loopback,
+/// which is not the sandbox's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_command_reaches_no_other_way_out() {
+    let peer = HttpPeer::start().await.unwrap();
+    let home = ExecutorHome::new("network", Target::Tether, "no-way-out");
+    let (_server, mut client) = home.started(Target::Tether).await;
+    // Another process's proxy, on the host's loopback, held open while the probe runs.
+    let mut other = proxied(
+        "other",
+        "echo \"$HTTP_PROXY\"; read line",
+        &home,
+        Confined::No,
+        launch(json!({"127.0.0.1": "allow"}), json!({})),
+    );
+    other["pipeStdin"] = json!(true);
+    client.ok("process/start", other).await.unwrap();
+    let announced = client.notification().await.unwrap();
+    let other_proxy =
+        String::from_utf8(tether_testkit::client::b64decode(&announced["params"]["chunk"]))
+            .unwrap();
+    let other_port = other_proxy.trim().rsplit(':').next().unwrap().to_owned();
+    let host_address = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|socket| socket.connect("192.0.2.1:9").map(|()| socket))
+        .and_then(|socket| socket.local_addr())
+        .map(|address| address.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into());
+    let port = port_of(&peer);
+    let probe = format!(
+        "import socket\n\
+         def attempt(name, f):\n\
+         \x20   try:\n\
+         \x20       f(); print(name, 'reached')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, 'refused')\n\
+         attempt('tcp-host', lambda: socket.create_connection(('{host_address}', {port}), timeout=5))\n\
+         attempt('udp-host', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('{host_address}', {port})))\n\
+         attempt('dns', lambda: socket.getaddrinfo('example.com', 80))\n\
+         attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))\n\
+         attempt('abstract', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))\n\
+         attempt('other-proxy', lambda: socket.create_connection(('127.0.0.1', {other_port}), timeout=5))\n"
+    );
+    let mut params = proxied(
+        "probe",
+        "",
+        &home,
+        Confined::Sandboxed,
+        launch(json!({"127.0.0.1": "allow"}), json!({})),
+    );
+    params["argv"] = json!(["python3", "-c", probe]);
+    let finished = run(&mut client, params).await;
+    assert_eq!(
+        finished.stdout,
+        "tcp-host refused\nudp-host refused\ndns refused\nunix refused\nabstract refused\nother-proxy refused\n"
+    );
+    assert_eq!(peer.connections(), 0);
+    client.ok("process/terminate", json!({"processId": "other"})).await.unwrap();
+}
