@@ -178,11 +178,19 @@ impl Masking {
     }
 }
 
-/// The placeholder of `secret`, the same for the same secret for the server's life.
+/// Secrets whose placeholders are remembered. A server sees a handful (its own environment's);
+/// a client that sends a new value with every start must not grow this without end: past it,
+/// the placeholders are made afresh.
+const MAX_REMEMBERED_SECRETS: usize = 1024;
+
+/// The placeholder of `secret`, the same for the same secret while the server remembers it.
 fn placeholder_for(secret: &str) -> String {
     static MADE: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
     let made = MADE.get_or_init(Default::default);
     let mut made = made.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if made.len() >= MAX_REMEMBERED_SECRETS && !made.contains_key(secret) {
+        made.clear();
+    }
     made.entry(secret.to_owned()).or_insert_with(|| new_placeholder(secret)).clone()
 }
 
