@@ -2013,6 +2013,13 @@ async fn fs_without_root_read_sees_the_roots_and_the_platform_only(target: Targe
     assert_eq!(hostname["dataBase64"], b64encode(&std::fs::read("/etc/hostname").unwrap()));
     let error = call("fs/readFile", json!({"path": outside.uri("o")})).await.unwrap_err();
     assert_error(error, -32004, ENOENT);
+    // A stream (`sandboxedFileStreaming`): the file is opened inside the sandbox.
+    let open = json!({"handleId": "in", "path": root.uri("public")});
+    assert_eq!(call("fs/open", open).await.unwrap(), json!({"handleId": "in"}));
+    let block = call("fs/readBlock", json!({"handleId": "in", "offset": 0, "len": 64})).await;
+    assert_eq!(block.unwrap(), json!({"chunk": b64encode(b"hello\n"), "eof": true}));
+    let open = json!({"handleId": "out", "path": outside.uri("o")});
+    assert_error(call("fs/open", open).await.unwrap_err(), -32004, ENOENT);
 
     let write = json!({"path": root.uri("written"), "dataBase64": b64encode(b"in")});
     assert_eq!(call("fs/writeFile", write).await.unwrap(), json!({}));

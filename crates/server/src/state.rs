@@ -58,6 +58,7 @@ fn capabilities() -> Capabilities {
         network_proxy_launch: true,
         network_proxy_review_domains: true,
         credential_masking: true,
+        sandboxed_file_streaming: true,
         fs_watch_missing: true,
         http_header_env_vars: true,
         file_write_streaming: true,
