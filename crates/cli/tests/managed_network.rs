@@ -797,3 +797,46 @@ async fn a_sandboxed_command_reaches_no_other_way_out() {
     assert_eq!(peer.connections(), 0);
     client.ok("process/terminate", json!({"processId": "other"})).await.unwrap();
 }
+
+/// A question asked on a connection that is lost is denied at once, not left to its timeout
+/// (here ten minutes): the command gets the `403` while its session waits for a resume, and
+/// the resumed client reads it; an answer to that question sent later, on the new connection,
+/// is ignored and the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_on_a_lost_connection_is_denied_and_the_session_resumes() {
+    let home = ExecutorHome::new("network", Target::Tether, "ask-resume");
+    let (server, mut client) = home.started(Target::Tether).await;
+    drop(client);
+    let mut first = RpcClient::connect(&server.url).await.unwrap();
+    let session = first.initialize_detachable(60).await.unwrap();
+    let script = "curl -sS -x \"$HTTP_PROXY\" http://asked.test:9/; echo";
+    let mut launch = launch(json!({}), json!({}));
+    launch["policyDecisionTimeoutMs"] = json!(600_000);
+    first.ok("process/start", proxied("p", script, &home, Confined::No, launch)).await.unwrap();
+    let question = first.notification().await.unwrap();
+    assert_eq!(question["method"], "network/policyRequest", "{question}");
+    first.close().await;
+
+    client = RpcClient::connect(&server.url).await.unwrap();
+    client.initialize(Some(&session)).await.unwrap().unwrap();
+    // The late answer, on the new connection: ignored.
+    let late = json!({"id": question["id"], "result": {"decision": {"type": "allow"}}});
+    client.send_json(&late).await.unwrap();
+    let mut after = 0;
+    loop {
+        let read = client
+            .ok("process/read", json!({"processId": "p", "afterSeq": after, "waitMs": 10_000}))
+            .await
+            .unwrap();
+        after = read["nextSeq"].as_u64().unwrap() - 1;
+        if read["closed"] == true {
+            break;
+        }
+    }
+    let events = client.ok("process/read", json!({"processId": "p", "afterSeq": 0})).await.unwrap();
+    let refused: Value = serde_json::from_str(common::text(&events["chunks"]).trim()).unwrap();
+    assert_eq!(
+        (refused["reason"].as_str(), refused["source"].as_str()),
+        (Some("not_allowed"), Some("decider"))
+    );
+}
