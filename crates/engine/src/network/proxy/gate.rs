@@ -204,16 +204,36 @@ pub(super) fn normalized(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// Names resolved at once, server-wide. Each resolution holds a thread of the blocking pool
+/// (the system resolver blocks) for up to [`RESOLVE_TIMEOUT`]; commands naming hosts that
+/// never answer must not take the threads every file operation of every session needs.
+const MAX_CONCURRENT_RESOLUTIONS: usize = 64;
+
 /// The addresses `host` reaches at `port`: an address literal as it is, a name as the
-/// executor's resolver answers within [`RESOLVE_TIMEOUT`] (nothing, if it does not).
+/// executor's resolver answers within [`RESOLVE_TIMEOUT`], waiting for a turn included
+/// (nothing, if it does not).
 async fn resolve(host: &str, port: u16) -> Vec<SocketAddr> {
+    static RESOLVING: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
+        std::sync::OnceLock::new();
     if let Ok(ip) = host.parse::<IpAddr>() {
         return vec![SocketAddr::new(ip, port)];
     }
-    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
-        Ok(Ok(addresses)) => addresses.collect(),
-        _ => Vec::new(),
-    }
+    let turns = RESOLVING
+        .get_or_init(|| std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_RESOLUTIONS)))
+        .clone();
+    let host = host.to_owned();
+    let resolved = async move {
+        let turn = turns.acquire_owned().await.ok()?;
+        // The turn is held by the thread until the resolver returns, even past the timeout:
+        // what is bounded is threads, not waiting callers.
+        let lookup = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+                .map(|found| found.collect::<Vec<_>>())
+        });
+        lookup.await.ok()?.ok()
+    };
+    tokio::time::timeout(RESOLVE_TIMEOUT, resolved).await.ok().flatten().unwrap_or_default()
 }
 
 /// A connection to the first of `addresses` that answers within [`CONNECT_TIMEOUT`].
