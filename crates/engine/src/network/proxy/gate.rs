@@ -219,7 +219,9 @@ async fn resolve(host: &str, port: u16) -> Vec<SocketAddr> {
         return vec![SocketAddr::new(ip, port)];
     }
     let turns = RESOLVING
-        .get_or_init(|| std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_RESOLUTIONS)))
+        .get_or_init(|| {
+            std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_RESOLUTIONS))
+        })
         .clone();
     let host = host.to_owned();
     let resolved = async move {

@@ -48,6 +48,11 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// greeting and command): a peer that says nothing does not hold a slot for ever.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a proxy waits after a failed `accept` (the process or the server out of
+/// descriptors) before it accepts again: a failing accept returns at once, and retried at once
+/// it would spin a CPU until something is closed.
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
+
 /// How long a name may take to resolve, and a connection to its destination to open.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -196,10 +201,6 @@ impl Proxy {
         Arc::new(Self { config, events, connections, masked })
     }
 
-    pub fn config(&self) -> &ProxyConfig {
-        &self.config
-    }
-
     /// Serves the connections `listeners` accept.
     pub fn serve_listeners(self: &Arc<Self>, listeners: HostListeners) -> RunningProxy {
         let proxy = self.clone();
@@ -219,8 +220,11 @@ impl Proxy {
                         connections.spawn(proxy.clone().serve(entry, stream, permit));
                     }
                     // A failed accept (descriptors running out) is the listener's, not the
-                    // proxy's: the next one may succeed.
-                    Err(error) => debug!(%error, "proxy accept failed"),
+                    // proxy's: the next one may succeed, once something has been closed.
+                    Err(error) => {
+                        debug!(%error, "proxy accept failed");
+                        tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+                    }
                 }
             }
         };
