@@ -376,8 +376,9 @@ async fn the_client_decides_what_the_policy_leaves_open(target: Target) {
 }
 
 /// A sandboxed command behind its proxy has no other way out: a direct connection to the
-/// origin (`--noproxy '*'`) fails, and so does a Unix socket; the origin sees only what came
-/// through the proxy.
+/// origin (`--noproxy '*'`) fails, and so do a Unix socket and a netlink one; a Unix
+/// socketpair, the command's own IPC (libuv's child stdio), is made; the origin sees only what
+/// came through the proxy.
 async fn a_sandboxed_command_reaches_nothing_but_its_proxy(target: Target) {
     let peer = HttpPeer::start().await.unwrap();
     let home = ExecutorHome::new("network", target, "confined");
@@ -385,6 +386,8 @@ async fn a_sandboxed_command_reaches_nothing_but_its_proxy(target: Target) {
     let script = format!(
         "curl -s -m 5 --noproxy '*' {url}/direct; echo \"direct: $?\"; \
          python3 -c 'import socket; socket.socket(socket.AF_UNIX)' 2>&1 | tail -n 1; \
+         python3 -c 'import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)' 2>&1 | tail -n 1; \
+         python3 -c 'import socket; socket.socketpair(); print(\"socketpair ok\")'; \
          curl -sS -o /dev/null -w 'proxied: %{{http_code}}\\n' -x \"$HTTP_PROXY\" {url}/proxied",
         url = peer.base_url
     );
@@ -393,7 +396,8 @@ async fn a_sandboxed_command_reaches_nothing_but_its_proxy(target: Target) {
         run(&mut client, proxied("p", &script, &home, Confined::Sandboxed, launch)).await;
     assert_eq!(
         finished.stdout,
-        "direct: 7\nPermissionError: [Errno 1] Operation not permitted\nproxied: 200\n"
+        "direct: 7\nPermissionError: [Errno 1] Operation not permitted\n\
+         PermissionError: [Errno 1] Operation not permitted\nsocketpair ok\nproxied: 200\n"
     );
     assert_eq!(peer.connections(), 1, "only the proxied request reached the origin");
 }

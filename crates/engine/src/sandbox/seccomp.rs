@@ -38,9 +38,10 @@ pub enum NetworkRule {
     Enabled,
     /// The network only through the process's managed proxy: the sandbox has a network
     /// namespace of its own with only loopback, where the inner stage's forwarders listen.
-    /// Unix sockets are refused (a socket on the host's filesystem would be a way out that no
-    /// proxy sees), as are VSOCK and io_uring, and taking another process's descriptors or
-    /// memory (the inner stage holds the way to the proxy).
+    /// `socket` makes IP sockets only, as the reference's filter does: a Unix socket (one on
+    /// the host's filesystem would be a way out no proxy sees), netlink, VSOCK and the rest are
+    /// refused; a Unix `socketpair` is not. io_uring is refused, and so is taking another
+    /// process's descriptors or memory (the inner stage holds the way to the proxy).
     Proxied,
 }
 
@@ -159,11 +160,19 @@ fn rules(rule: NetworkRule) -> BTreeMap<i64, Vec<SeccompRule>> {
             }
         }
         NetworkRule::Proxied => {
-            for call in [libc::SYS_socket, libc::SYS_socketpair] {
-                let mut refused = socket_domain(SeccompCmpOp::Eq, libc::AF_VSOCK);
-                refused.extend(socket_domain(SeccompCmpOp::Eq, libc::AF_UNIX));
-                rules.insert(call, refused);
-            }
+            // `socket`: IP only (a Unix socket names something on the host's filesystem or
+            // in its abstract namespace; netlink and the rest are no way to the network
+            // either). `socketpair`: Unix only, which is all it makes — IPC between the
+            // command's own processes, which tools rely on (libuv's child stdio).
+            let only_ip = [libc::AF_INET, libc::AF_INET6].map(|domain| {
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, domain as u64)
+                    .expect("argument 0 exists")
+            });
+            rules.insert(
+                libc::SYS_socket,
+                vec![SeccompRule::new(only_ip.to_vec()).expect("two conditions")],
+            );
+            rules.insert(libc::SYS_socketpair, socket_domain(SeccompCmpOp::Ne, libc::AF_UNIX));
             for call in IO_URING_CALLS.into_iter().chain(PROCESS_REACH_CALLS) {
                 rules.insert(call, Vec::new());
             }
@@ -409,10 +418,11 @@ mod tests {
         assert_eq!(vsock, libc::EPERM);
     }
 
-    /// Behind a managed proxy: IP sockets (TCP and UDP) as before, Unix sockets of every type
-    /// refused, and no reaching into another process (the inner stage holds the way out).
+    /// Behind a managed proxy: IP sockets (TCP and UDP), a Unix socketpair, and nothing else:
+    /// no Unix or netlink socket, no reaching into another process (the inner stage holds the
+    /// way out).
     #[test]
-    fn behind_a_proxy_unix_sockets_and_process_reach_are_refused() {
+    fn behind_a_proxy_only_ip_sockets_and_unix_socketpairs_are_made() {
         // A probe is a plain `fn`: one per case.
         let inet = in_filtered_child(NetworkRule::Proxied, || unsafe {
             if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0 { errno() } else { 0 }
@@ -431,10 +441,14 @@ mod tests {
                 0
             }
         });
+        let netlink = in_filtered_child(NetworkRule::Proxied, || unsafe {
+            if libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0) < 0 { errno() } else { 0 }
+        });
         let getfd = in_filtered_child(NetworkRule::Proxied, || unsafe {
             if libc::syscall(libc::SYS_pidfd_getfd, 0, 0, 0) < 0 { errno() } else { 0 }
         });
         assert_eq!((inet, udp6), (0, 0));
-        assert_eq!((unix, pair, getfd), (libc::EPERM, libc::EPERM, libc::EPERM));
+        assert_eq!(pair, 0, "a Unix socketpair is the command's own IPC");
+        assert_eq!((unix, netlink, getfd), (libc::EPERM, libc::EPERM, libc::EPERM));
     }
 }
