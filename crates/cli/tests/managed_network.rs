@@ -844,3 +844,46 @@ async fn a_question_on_a_lost_connection_is_denied_and_the_session_resumes() {
         (Some("not_allowed"), Some("decider"))
     );
 }
+
+/// In the host's pid namespace (`--linux-sandbox-pid-namespace inherit`) a masked command sees
+/// every process, the server's among them, and still reads the secret nowhere: the server's
+/// `/proc/<pid>/environ` is refused to it (its user namespace), and its own holds the
+/// placeholder. Unconfined, the same probe finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masking_holds_in_the_hosts_pid_namespace() {
+    let home = ExecutorHome::new("network", Target::Tether, "masking-inherit");
+    let token = "ghp_inheritinheritinheritinheritinherit0";
+    let (home_dir, codex_home) =
+        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
+    let env =
+        [("HOME", home_dir.as_str()), ("CODEX_HOME", codex_home.as_str()), ("GITHUB_TOKEN", token)];
+    let args = ["--linux-sandbox-pid-namespace", "inherit"];
+    let server =
+        tether_testkit::ServerProcess::start_with_env(Target::Tether, &args, &env).await.unwrap();
+    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let script = format!(
+        "echo \"server visible: $(test -e /proc/{pid} && echo yes)\"; \
+         echo \"holding the token: $(grep -l -a {token} /proc/[0-9]*/environ 2>/dev/null | wc -l)\"; \
+         echo \"own: $GITHUB_TOKEN\"",
+        pid = server.pid().unwrap()
+    );
+    let changes = json!({"credentialMasking": true});
+    let mut params =
+        proxied("p", &script, &home, Confined::Sandboxed, launch(json!({}), changes.clone()));
+    params["argv"] = json!(["/bin/bash", "-c", script]);
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+        "set": {}, "includeOnly": []});
+    let finished = run(&mut client, params).await;
+    let mut lines = finished.stdout.lines();
+    assert_eq!(lines.next(), Some("server visible: yes"), "{}", finished.stdout);
+    assert_eq!(lines.next(), Some("holding the token: 0"), "{}", finished.stdout);
+    let own = lines.next().unwrap().strip_prefix("own: ").unwrap();
+    assert!(own.starts_with("ghp_masked") && own.len() == token.len(), "{}", finished.stdout);
+    // The same probe unconfined finds the server's (what masking cannot keep from a command
+    // that runs outside any sandbox, as the README says).
+    let mut params = proxied("q", &script, &home, Confined::No, launch(json!({}), changes));
+    params["argv"] = json!(["/bin/bash", "-c", script]);
+    let unconfined = run(&mut client, params).await;
+    let holding = unconfined.stdout.lines().nth(1).unwrap();
+    assert_ne!(holding, "holding the token: 0", "{}", unconfined.stdout);
+}
