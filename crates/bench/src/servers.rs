@@ -94,26 +94,24 @@ impl Server {
     /// CPU time the server has used so far (user + system; for Tether, its guardian's too),
     /// in seconds.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        use tether_testkit::process_stats::{cpu_ticks, serving_pid};
-        let serving = serving_pid(self.pid);
-        let mut ticks = cpu_ticks(self.pid).context("no stat")?;
-        if serving != self.pid {
-            ticks += cpu_ticks(serving).context("no stat")?;
-        }
-        Ok(ticks as f64 / clock_ticks_per_second())
+        self.seconds_of(tether_testkit::process_stats::cpu_ticks)
     }
 
     /// CPU time the server and every descendant it has reaped have used so far (user + system,
     /// with the children's), in seconds: what a workload whose work is split among helper
     /// processes (a sandbox's inner stage, a proxy bridge) costs in all, once they have ended.
     pub fn tree_cpu_seconds(&self) -> anyhow::Result<f64> {
-        use tether_testkit::process_stats::serving_pid;
-        let serving = serving_pid(self.pid);
-        let mut ticks = tree_cpu_ticks(self.pid).context("no stat")?;
+        self.seconds_of(tether_testkit::process_stats::tree_cpu_ticks)
+    }
+
+    /// `ticks` of the server (and of its guardian, for Tether), in seconds.
+    fn seconds_of(&self, ticks: fn(u32) -> Option<u64>) -> anyhow::Result<f64> {
+        let serving = tether_testkit::process_stats::serving_pid(self.pid);
+        let mut total = ticks(self.pid).context("no stat")?;
         if serving != self.pid {
-            ticks += tree_cpu_ticks(serving).context("no stat")?;
+            total += ticks(serving).context("no stat")?;
         }
-        Ok(ticks as f64 / clock_ticks_per_second())
+        Ok(total as f64 / clock_ticks_per_second())
     }
 
     /// Stops the server ([`terminate`]) and removes its scratch directory.
@@ -121,14 +119,6 @@ impl Server {
         terminate(&mut self.child.lock().unwrap());
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
-}
-
-/// `utime + stime + cutime + cstime` of `pid`: its own CPU and that of the children it reaped
-/// (each of which counts its own reaped children).
-fn tree_cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    (11..15).map(|at| fields.get(at)?.parse::<u64>().ok()).sum()
 }
 
 /// A fresh `tether serve` over `wss://` with a self-signed certificate, as `tether cp` reaches

@@ -630,17 +630,9 @@ async fn allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks(target: T
     let upstream = UpstreamProxy::start(port_of(&peer)).await;
     let home = ExecutorHome::new("network", target, "upstream");
     let url = format!("http://127.0.0.1:{}", upstream.port);
-    let (home_dir, codex_home) =
-        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
-    let env = [
-        ("HOME", home_dir.as_str()),
-        ("CODEX_HOME", codex_home.as_str()),
-        ("HTTP_PROXY", url.as_str()),
-        ("HTTPS_PROXY", url.as_str()),
-        ("NO_PROXY", "127.0.0.1"),
-    ];
-    let server = tether_testkit::ServerProcess::start_with_env(target, &[], &env).await.unwrap();
-    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let env =
+        [("HTTP_PROXY", url.as_str()), ("HTTPS_PROXY", url.as_str()), ("NO_PROXY", "127.0.0.1")];
+    let (_server, mut client) = home.started_with(target, &[], &env).await;
     let script = format!(
         "curl -sS -o /dev/null -w 'forward %{{http_code}}\\n' -x \"$HTTP_PROXY\" http://origin.test/plain; \
          curl -sS -o /dev/null -w 'tunnel %{{http_code}}\\n' -p -x \"$HTTP_PROXY\" http://origin.test:8443/tunnel; \
@@ -671,19 +663,14 @@ async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(targe
     let upstream = UpstreamProxy::start(origin.port).await;
     let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
     let url = format!("http://127.0.0.1:{}", upstream.port);
-    let (home_dir, codex_home) =
-        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
     let ca = origin.ca.display().to_string();
     let env = [
-        ("HOME", home_dir.as_str()),
-        ("CODEX_HOME", codex_home.as_str()),
         ("HTTPS_PROXY", url.as_str()),
         ("NO_PROXY", "127.0.0.1"),
         ("SSL_CERT_FILE", ca.as_str()),
         ("GITHUB_TOKEN", token),
     ];
-    let server = tether_testkit::ServerProcess::start_with_env(target, &[], &env).await.unwrap();
-    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let (_server, mut client) = home.started_with(target, &[], &env).await;
     let script = "echo \"child: $GITHUB_TOKEN\"; \
                   curl -sS -H \"Authorization: Bearer $GITHUB_TOKEN\" https://api.github.com/user; echo";
     let domains = json!({"api.github.com": "allow"});
@@ -708,16 +695,8 @@ async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(targe
 async fn masking_holds_under_any_shell_and_the_ca_key_is_never_written() {
     let home = ExecutorHome::new("network", Target::Tether, "masking-sh");
     let token = "sk-proj-0123456789abcdefghij";
-    let (home_dir, codex_home) =
-        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
-    let env = [
-        ("HOME", home_dir.as_str()),
-        ("CODEX_HOME", codex_home.as_str()),
-        ("OPENAI_API_KEY", token),
-    ];
-    let server =
-        tether_testkit::ServerProcess::start_with_env(Target::Tether, &[], &env).await.unwrap();
-    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let (_server, mut client) =
+        home.started_with(Target::Tether, &[], &[("OPENAI_API_KEY", token)]).await;
     let changes = json!({"credentialMasking": true});
     let mut params = proxied("p", "env", &home, Confined::Sandboxed, launch(json!({}), changes));
     params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
@@ -853,14 +832,9 @@ async fn a_question_on_a_lost_connection_is_denied_and_the_session_resumes() {
 async fn masking_holds_in_the_hosts_pid_namespace() {
     let home = ExecutorHome::new("network", Target::Tether, "masking-inherit");
     let token = "ghp_inheritinheritinheritinheritinherit0";
-    let (home_dir, codex_home) =
-        (home.path("home").display().to_string(), home.path("home/.codex").display().to_string());
-    let env =
-        [("HOME", home_dir.as_str()), ("CODEX_HOME", codex_home.as_str()), ("GITHUB_TOKEN", token)];
     let args = ["--linux-sandbox-pid-namespace", "inherit"];
-    let server =
-        tether_testkit::ServerProcess::start_with_env(Target::Tether, &args, &env).await.unwrap();
-    let (mut client, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let (server, mut client) =
+        home.started_with(Target::Tether, &args, &[("GITHUB_TOKEN", token)]).await;
     let script = format!(
         "echo \"server visible: $(test -e /proc/{pid} && echo yes)\"; \
          echo \"holding the token: $(grep -l -a {token} /proc/[0-9]*/environ 2>/dev/null | wc -l)\"; \

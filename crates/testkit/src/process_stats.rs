@@ -55,10 +55,21 @@ pub fn private_kib(pid: u32) -> Option<u64> {
 
 /// User plus system CPU ticks process `pid` has used (`/proc/<pid>/stat`).
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    stat_ticks(pid, 11..13)
+}
+
+/// [`cpu_ticks`] with those of the children `pid` has reaped (`cutime`, `cstime`), each of
+/// which counts its own reaped children: what a tree of helper processes cost, once ended.
+pub fn tree_cpu_ticks(pid: u32) -> Option<u64> {
+    stat_ticks(pid, 11..15)
+}
+
+/// The sum of `/proc/PID/stat`'s fields `at` (counted after the command name).
+fn stat_ticks(pid: u32, at: std::ops::Range<usize>) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may contain spaces) start after the last ')'.
     let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    at.map(|at| fields.get(at)?.parse::<u64>().ok()).sum()
 }
 
 /// The most resident memory process `pid` has had, in KiB (`VmHWM`); `None` if it is gone.

@@ -82,11 +82,23 @@ impl ExecutorHome {
         &self,
         target: tether_testkit::Target,
     ) -> (tether_testkit::ServerProcess, tether_testkit::RpcClient) {
+        self.started_with(target, &[], &[]).await
+    }
+
+    /// [`Self::started`], with `args` on the server's command line and `env` beside `HOME` and
+    /// `CODEX_HOME` in its environment.
+    pub async fn started_with(
+        &self,
+        target: tether_testkit::Target,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (tether_testkit::ServerProcess, tether_testkit::RpcClient) {
         let home = self.path("home").display().to_string();
         let codex_home = self.path("home/.codex").display().to_string();
-        let env = [("HOME", home.as_str()), ("CODEX_HOME", codex_home.as_str())];
+        let mut all = vec![("HOME", home.as_str()), ("CODEX_HOME", codex_home.as_str())];
+        all.extend_from_slice(env);
         let server =
-            tether_testkit::ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+            tether_testkit::ServerProcess::start_with_env(target, args, &all).await.unwrap();
         let (client, _) =
             tether_testkit::RpcClient::connect_initialized(&server.url).await.unwrap();
         (server, client)

@@ -145,6 +145,11 @@ impl DomainPolicy {
         Ok(policy)
     }
 
+    /// Whether local destinations are allowed (`allowLocalBinding`).
+    pub fn allows_local(&self) -> bool {
+        self.allow_local
+    }
+
     /// The verdict on `host` (a name or an address literal) before anything is resolved.
     pub fn decide(&self, host: &str) -> Verdict {
         let host = normalized(host);

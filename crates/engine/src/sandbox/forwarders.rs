@@ -9,7 +9,7 @@
 
 use std::ffi::OsStr;
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use crate::network::forward::{self, Entry};
 
@@ -105,7 +105,7 @@ impl Forwarders {
                 }
                 polled[at].revents = 0;
                 let Ok((connection, _)) = listener.accept() else { continue };
-                match hand_over(self.proxy.as_fd(), *entry, connection.as_fd()) {
+                match forward::send(self.proxy.as_fd(), *entry, connection.as_fd()) {
                     Ok(()) => {}
                     // The proxy is gone (its process closed): nothing will serve again.
                     Err(error) if proxy_gone(&error) => return,
@@ -124,14 +124,6 @@ fn proxy_gone(error: &std::io::Error) -> bool {
         error.raw_os_error(),
         Some(libc::EPIPE | libc::ECONNRESET | libc::ECONNREFUSED | libc::ENOTCONN)
     )
-}
-
-fn hand_over(
-    proxy: BorrowedFd<'_>,
-    entry: Entry,
-    connection: BorrowedFd<'_>,
-) -> std::io::Result<()> {
-    forward::send(proxy, entry, connection)
 }
 
 #[cfg(test)]

@@ -117,11 +117,18 @@ fn write_named(dir: &Path, stem: &str, contents: &[u8]) -> std::io::Result<PathB
     Ok(path)
 }
 
-/// The system's roots (and the executor's `SSL_CERT_FILE`, which rustls-native-certs reads)
-/// as PEM.
+/// The system's roots, and the executor's `SSL_CERT_FILE`, which rustls-native-certs reads:
+/// loaded once (a few hundred KiB to parse), for the bundle a masked child trusts and for the
+/// proxy's own connections to masked hosts alike.
+pub(super) fn native_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
+    ROOTS.get_or_init(|| rustls_native_certs::load_native_certs().certs)
+}
+
+/// [`native_roots`] as PEM.
 fn system_roots_pem() -> String {
     let mut pem = String::new();
-    for certificate in rustls_native_certs::load_native_certs().certs {
+    for certificate in native_roots() {
         let text = base64::engine::general_purpose::STANDARD.encode(certificate.as_ref());
         pem.push_str("-----BEGIN CERTIFICATE-----\n");
         for line in text.as_bytes().chunks(64) {

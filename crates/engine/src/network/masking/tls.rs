@@ -122,7 +122,7 @@ fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
     CONFIG
         .get_or_init(|| {
             let mut roots = rustls::RootCertStore::empty();
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            roots.add_parsable_certificates(super::ca::native_roots().iter().cloned());
             let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
             let mut config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()

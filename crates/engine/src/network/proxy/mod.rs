@@ -82,7 +82,6 @@ pub struct ProxyConfig {
     pub policy: DomainPolicy,
     pub mode: NetworkMode,
     pub socks5: bool,
-    pub allow_local_binding: bool,
     /// How long the client's decider has for a destination the policy leaves open; `None`:
     /// no decider, such a destination is refused.
     pub ask_timeout: Option<Duration>,
@@ -121,7 +120,6 @@ impl ProxyConfig {
             policy,
             mode: proxy.mode,
             socks5: proxy.enable_socks5,
-            allow_local_binding: proxy.allow_local_binding,
             ask_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
             upstreams: proxy
                 .allow_upstream_proxy
@@ -203,65 +201,29 @@ impl Proxy {
 
     /// Serves the connections `listeners` accept.
     pub fn serve_listeners(self: &Arc<Self>, listeners: HostListeners) -> RunningProxy {
-        let proxy = self.clone();
-        let serving = async move {
-            let mut connections = JoinSet::new();
-            loop {
-                let Ok(permit) = proxy.connections.clone().acquire_owned().await else { return };
-                let accepted = tokio::select! {
-                    accepted = listeners.http.accept() => accepted.map(|(s, _)| (Entry::Http, s)),
-                    Some(accepted) = accept_optional(listeners.socks.as_ref()) => {
-                        accepted.map(|(s, _)| (Entry::Socks, s))
-                    }
-                    Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-                };
-                match accepted {
-                    Ok((entry, stream)) => {
-                        connections.spawn(proxy.clone().serve(entry, stream, permit));
-                    }
-                    // A failed accept (descriptors running out) is the listener's, not the
-                    // proxy's: the next one may succeed, once something has been closed.
-                    Err(error) => {
-                        debug!(%error, "proxy accept failed");
-                        tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
-                    }
-                }
-            }
-        };
-        self.spawn(serving)
+        self.spawn(self.clone().serve_all(Source::Listeners(listeners)))
     }
 
     /// Serves the connections a sandbox's inner stage hands over on `socket`, until it closes.
     pub fn serve_forwarded(self: &Arc<Self>, socket: OwnedFd) -> std::io::Result<RunningProxy> {
         let receiver = Receiver::new(socket)?;
-        let proxy = self.clone();
-        let serving = async move {
-            let mut connections = JoinSet::new();
-            loop {
-                let Ok(permit) = proxy.connections.clone().acquire_owned().await else { return };
-                let handed = tokio::select! {
-                    handed = receiver.next() => handed,
-                    Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-                };
-                let (entry, fd) = match handed {
-                    Ok(Some(handed)) => handed,
-                    // The sandbox is gone; what it had open ends with it.
-                    Ok(None) => break,
-                    Err(error) => {
-                        debug!(%error, "proxy hand-over failed");
-                        break;
-                    }
-                };
-                match stream_of(fd) {
-                    Ok(stream) => {
-                        connections.spawn(proxy.clone().serve(entry, stream, permit));
-                    }
-                    Err(error) => debug!(%error, "handed-over descriptor is not a TCP connection"),
-                }
-            }
-            while connections.join_next().await.is_some() {}
-        };
-        Ok(self.spawn(serving))
+        Ok(self.spawn(self.clone().serve_all(Source::Forwarded(receiver))))
+    }
+
+    /// Serves every connection `source` yields, at most [`MAX_CONNECTIONS`] at once, until
+    /// it yields no more; then lets those open finish.
+    async fn serve_all(self: Arc<Self>, source: Source) {
+        let mut connections = JoinSet::new();
+        loop {
+            let Ok(permit) = self.connections.clone().acquire_owned().await else { return };
+            let next = tokio::select! {
+                next = source.next() => next,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            let Some((entry, stream)) = next else { break };
+            connections.spawn(self.clone().serve(entry, stream, permit));
+        }
+        while connections.join_next().await.is_some() {}
     }
 
     fn spawn(&self, serving: impl Future<Output = ()> + Send + 'static) -> RunningProxy {
@@ -280,6 +242,54 @@ impl Proxy {
         match entry {
             Entry::Http => http::serve(self, stream, client).await,
             Entry::Socks => socks::serve(self, stream, client).await,
+        }
+    }
+}
+
+/// Where a proxy's connections come from.
+enum Source {
+    /// Accepted on the host, for an unconfined process.
+    Listeners(HostListeners),
+    /// Handed over by a sandbox's inner stage.
+    Forwarded(Receiver),
+}
+
+impl Source {
+    /// The next connection; `None` once there will be no more (the sandbox is gone).
+    async fn next(&self) -> Option<(Entry, TcpStream)> {
+        match self {
+            Source::Listeners(listeners) => loop {
+                let accepted = tokio::select! {
+                    accepted = listeners.http.accept() => accepted.map(|(s, _)| (Entry::Http, s)),
+                    Some(accepted) = accept_optional(listeners.socks.as_ref()) => {
+                        accepted.map(|(s, _)| (Entry::Socks, s))
+                    }
+                };
+                match accepted {
+                    Ok(accepted) => return Some(accepted),
+                    // A failed accept (descriptors running out) is the listener's, not the
+                    // proxy's: the next one may succeed, once something has been closed.
+                    Err(error) => {
+                        debug!(%error, "proxy accept failed");
+                        tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+                    }
+                }
+            },
+            Source::Forwarded(receiver) => loop {
+                let (entry, fd) = match receiver.next().await {
+                    Ok(Some(handed)) => handed,
+                    // The sandbox is gone; what it had open ends with it.
+                    Ok(None) => return None,
+                    Err(error) => {
+                        debug!(%error, "proxy hand-over failed");
+                        return None;
+                    }
+                };
+                match stream_of(fd) {
+                    Ok(stream) => return Some((entry, stream)),
+                    Err(error) => debug!(%error, "handed-over descriptor is not a TCP connection"),
+                }
+            },
         }
     }
 }
@@ -355,7 +365,7 @@ impl PreparedProxy {
         env: &mut BTreeMap<String, String>,
         events: NetworkEvents,
     ) -> std::io::Result<RunningProxy> {
-        let allow_local = self.config.allow_local_binding;
+        let allow_local = self.config.policy.allows_local();
         let masked = match &self.config.masking_home {
             Some(home) => {
                 let authority = masking::ca::authority().map_err(std::io::Error::other)?;
