@@ -177,9 +177,11 @@ pub(crate) async fn run_pump(
     // Before `process/closed`: a client that looks at the host once it has that sees none of
     // the empty directories a sandbox made there for missing protected names.
     drop(hold);
-    // Before `process/closed` too: once the client has that, the proxy is gone, and nothing
-    // the process left behind reaches the network through it.
-    drop(proxy);
+    // Before `process/closed` too: once the client has that, the proxy is gone (its
+    // listeners closed), and nothing the process left behind reaches the network through it.
+    if let Some(proxy) = proxy {
+        proxy.stop().await;
+    }
     pump.close().await;
 }
 

@@ -160,7 +160,16 @@ pub struct Proxy {
 /// A proxy serving: dropped (the process closed), it stops and every connection through it
 /// ends.
 pub struct RunningProxy {
-    _task: AbortOnDropHandle<()>,
+    task: AbortOnDropHandle<()>,
+}
+
+impl RunningProxy {
+    /// Stops the proxy and returns once it is gone: its listeners closed, every connection
+    /// through it ended. (Dropped instead, it goes as the runtime gets to it.)
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
 }
 
 /// Host listeners for an unconfined process: the addresses its variables name.
@@ -228,7 +237,7 @@ impl Proxy {
 
     fn spawn(&self, serving: impl Future<Output = ()> + Send + 'static) -> RunningProxy {
         let span = info_span!("proxy", process_id = %self.config.process_id);
-        RunningProxy { _task: AbortOnDropHandle::new(tokio::spawn(serving.instrument(span))) }
+        RunningProxy { task: AbortOnDropHandle::new(tokio::spawn(serving.instrument(span))) }
     }
 
     async fn serve(
