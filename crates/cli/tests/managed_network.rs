@@ -7,8 +7,6 @@
 //! `curl` as a command would; every scenario waits on its process's close and its proxy's
 //! reports, never on time.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use tether_testkit::client::output_of;
 use tether_testkit::http_peer::HttpPeer;
@@ -565,48 +563,96 @@ async fn a_sandboxed_commands_proxy_listens_nowhere_on_the_host() {
     }
 }
 
-/// A command that floods its proxy with idle connections holds at most the proxy's bound of
-/// the server's descriptors, and another process's proxy serves meanwhile.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_through_one_proxy_is_bounded_and_leaves_the_others_served() {
-    const FLOOD: usize = 1000;
-    let peer = HttpPeer::start().await.unwrap();
-    let home = ExecutorHome::new("network", Target::Tether, "flood");
-    let (server, mut client) = home.started(Target::Tether).await;
-    let pid = serving_pid(server.pid().unwrap());
-    let baseline = open_fds(pid).unwrap();
-    // Connections opened without waiting for them: past what the kernel queues, they wait.
+/// A destination that accepts connections and holds them, open and silent, until dropped.
+struct Holder {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Holder {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        Self { port, task }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts sandboxed process `id`, which opens `count` connections to its HTTP proxy and asks
+/// each for a tunnel to `holder` (allowed), then waits on its standard input.
+async fn start_flood(
+    client: &mut RpcClient,
+    home: &ExecutorHome,
+    id: &str,
+    count: usize,
+    holder: u16,
+) {
     let flood = format!(
         "import os, socket, sys\n\
          host, port = os.environ['HTTP_PROXY'].rsplit('/', 1)[1].split(':')\n\
          held = []\n\
-         for _ in range({FLOOD}):\n\
-         \x20   s = socket.socket(); s.setblocking(False); s.connect_ex((host, int(port))); held.append(s)\n\
-         print('held', flush=True)\n\
+         for _ in range({count}):\n\
+         \x20   s = socket.create_connection((host, int(port)))\n\
+         \x20   s.sendall(b'CONNECT 127.0.0.1:{holder} HTTP/1.1\\r\\nHost: 127.0.0.1:{holder}\\r\\n\\r\\n')\n\
+         \x20   held.append(s)\n\
          sys.stdin.read()\n"
     );
-    let domains = json!({"127.0.0.1": "allow"});
-    let mut params =
-        proxied("flood", "", &home, Confined::Sandboxed, launch(domains.clone(), json!({})));
+    let launch = launch(json!({"127.0.0.1": "allow"}), json!({}));
+    let mut params = proxied(id, "", home, Confined::Sandboxed, launch);
     params["argv"] = json!(["python3", "-c", flood]);
     params["pipeStdin"] = json!(true);
     client.ok("process/start", params).await.unwrap();
-    let held = client.notification().await.unwrap();
-    assert_eq!(tether_testkit::client::b64decode(&held["params"]["chunk"]), b"held\n", "{held}");
-    // The proxy takes connections up to its bound as they come: wait until it holds them all.
-    let most = tether_engine::network::proxy::MAX_CONNECTIONS;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while open_fds(pid).unwrap() < baseline + most {
-        assert!(tokio::time::Instant::now() < deadline, "the proxy never took {most} connections");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// Waits for `count` `allow` reports from the processes whose ids start with `prefix`: each
+/// is a connection a proxy has taken.
+async fn taken(client: &mut RpcClient, prefix: &str, count: usize) {
+    let mut seen = 0;
+    while seen < count {
+        let message = client.notification().await.unwrap();
+        let from = message["params"]["processId"].as_str().unwrap_or_default();
+        if message["method"] == "network/policyDecision" && from.starts_with(prefix) {
+            assert_eq!(message["params"]["decision"], "allow", "{message}");
+            seen += 1;
+        }
     }
+}
+
+/// A command that floods its proxy holds at most the proxy's bound of the server's
+/// descriptors (two per tunnel: its end and the destination's), and another process's proxy
+/// serves meanwhile. Synchronised on the proxy's reports: once it has taken its bound, the
+/// rest wait unaccepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_through_one_proxy_is_bounded_and_leaves_the_others_served() {
+    const FLOOD: usize = 100;
+    let peer = HttpPeer::start().await.unwrap();
+    let holder = Holder::start().await;
+    let home = ExecutorHome::new("network", Target::Tether, "flood");
+    let (server, mut client) = home.started(Target::Tether).await;
+    let pid = serving_pid(server.pid().unwrap());
+    let baseline = open_fds(pid).unwrap();
+    start_flood(&mut client, &home, "flood", FLOOD, holder.port).await;
+    let most = tether_engine::network::proxy::MAX_CONNECTIONS;
+    taken(&mut client, "flood", most).await;
     let fds = open_fds(pid).unwrap();
     assert!(
-        fds <= baseline + most + 32,
+        fds <= baseline + 2 * most + 32,
         "{fds} descriptors with {FLOOD} connections opened (from {baseline})"
     );
     let script =
         format!("curl -sS -o /dev/null -w '%{{http_code}}' -x \"$HTTP_PROXY\" {}/", peer.base_url);
+    let domains = json!({"127.0.0.1": "allow"});
     let served = run(
         &mut client,
         proxied("other", &script, &home, Confined::Sandboxed, launch(domains, json!({}))),
@@ -614,6 +660,31 @@ async fn a_flood_through_one_proxy_is_bounded_and_leaves_the_others_served() {
     .await;
     assert_eq!(served.stdout, "200");
     client.ok("process/terminate", json!({"processId": "flood"})).await.unwrap();
+}
+
+/// Floods through many proxies at once hold at most the server-wide bound of its descriptors:
+/// five commands' proxies could take 64 connections each, the server serves 256 in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_through_many_proxies_are_bounded_server_wide() {
+    use tether_engine::network::proxy::{MAX_CONNECTIONS, MAX_CONNECTIONS_SERVER_WIDE};
+    let floods = MAX_CONNECTIONS_SERVER_WIDE / MAX_CONNECTIONS + 1;
+    let holder = Holder::start().await;
+    let home = ExecutorHome::new("network", Target::Tether, "floods");
+    let (server, mut client) = home.started(Target::Tether).await;
+    let pid = serving_pid(server.pid().unwrap());
+    let baseline = open_fds(pid).unwrap();
+    for n in 0..floods {
+        start_flood(&mut client, &home, &format!("flood-{n}"), MAX_CONNECTIONS + 16, holder.port)
+            .await;
+    }
+    taken(&mut client, "flood-", MAX_CONNECTIONS_SERVER_WIDE).await;
+    let fds = open_fds(pid).unwrap();
+    // Each flooding process holds a handful of the server's descriptors of its own too.
+    let bound = baseline + 2 * MAX_CONNECTIONS_SERVER_WIDE + 8 * floods + 32;
+    assert!(fds <= bound, "{fds} descriptors with {floods} floods (from {baseline})");
+    for n in 0..floods {
+        client.ok("process/terminate", json!({"processId": format!("flood-{n}")})).await.unwrap();
+    }
 }
 
 /// With `allowUpstreamProxy`, a launch's proxy goes through the executor's own proxies: a

@@ -35,9 +35,17 @@ type Body = BoxBody<Bytes, hyper::Error>;
 const HOP_BY_HOP: [&str; 5] =
     ["proxy-connection", "proxy-authorization", "proxy-authenticate", "keep-alive", "connection"];
 
-/// Serves one connection from the process until it closes.
+/// What a connection becomes once its `CONNECT` is answered: a tunnel, run by the same task
+/// as the connection (so it holds the connection's place in the proxy's bounds, and ends with
+/// the proxy), after hyper has handed the connection over.
+type Tunnel = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+type TunnelSlot = Arc<std::sync::Mutex<Option<Tunnel>>>;
+
+/// Serves one connection from the process until it closes, its tunnel included.
 pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAddr) {
-    let service = service_fn(move |request| handle(proxy.clone(), client, request));
+    let slot = TunnelSlot::default();
+    let tunnel = slot.clone();
+    let service = service_fn(move |request| handle(proxy.clone(), client, request, tunnel.clone()));
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HANDSHAKE_TIMEOUT)
@@ -49,21 +57,31 @@ pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAd
     if let Err(error) = served {
         debug!(%error, "proxy connection ended");
     }
+    let tunnel = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+    if let Some(tunnel) = tunnel {
+        tunnel.await;
+    }
 }
 
 async fn handle(
     proxy: Arc<Proxy>,
     client: SocketAddr,
     request: Request<Incoming>,
+    slot: TunnelSlot,
 ) -> Result<Response<Body>, Infallible> {
     Ok(match request.method() == Method::CONNECT {
-        true => tunnel(&proxy, client, request).await,
+        true => tunnel(&proxy, client, request, &slot).await,
         false => forward(&proxy, client, request).await,
     })
 }
 
-/// `CONNECT host:port`.
-async fn tunnel(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) -> Response<Body> {
+/// `CONNECT host:port`: answered here; the tunnel is left in `slot` for the connection's task.
+async fn tunnel(
+    proxy: &Proxy,
+    client: SocketAddr,
+    request: Request<Incoming>,
+    slot: &TunnelSlot,
+) -> Response<Body> {
     let Some((host, port)) =
         request.uri().authority().and_then(|a| Some((unbracketed(a.host()), a.port_u16()?)))
     else {
@@ -95,8 +113,11 @@ async fn tunnel(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) -
     };
     // A host a masked secret is bound to: the tunnel is opened here, and the secret put back
     // in what goes to the host ([`crate::network::masking`]).
+    let run = |tunnel: Tunnel| {
+        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(tunnel);
+    };
     if let Some(masked) = proxy.masked.as_ref().filter(|m| m.masking.binds(&host)).cloned() {
-        tokio::spawn(async move {
+        run(Box::pin(async move {
             match hyper::upgrade::on(request).await {
                 Ok(upgraded) => {
                     let named = host.clone();
@@ -107,19 +128,19 @@ async fn tunnel(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) -
                 }
                 Err(error) => debug!(%error, "CONNECT upgrade failed"),
             }
-        });
+        }));
         return Response::new(empty());
     }
     let upstream = match reach(host.clone()).await {
         Ok(upstream) => upstream,
         Err(error) => return unreachable(&host, port, &error),
     };
-    tokio::spawn(async move {
+    run(Box::pin(async move {
         match hyper::upgrade::on(request).await {
             Ok(upgraded) => splice(TokioIo::new(upgraded), upstream).await,
             Err(error) => debug!(%error, "CONNECT upgrade failed"),
         }
-    });
+    }));
     Response::new(empty())
 }
 

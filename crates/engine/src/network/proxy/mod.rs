@@ -10,8 +10,9 @@
 //!   ([`RunningProxy`] is held by the process's pump and aborts every connection when dropped).
 //! - [`gate`]: the decision for one destination; [`http`] and [`socks`] the two protocols.
 //!
-//! Bounded: at most [`MAX_CONNECTIONS`] connections at once per proxy (more wait in the
-//! kernel's queues, not in memory here), deadlines on every handshake, resolution and
+//! Bounded: at most [`MAX_CONNECTIONS`] connections at once per proxy and
+//! [`MAX_CONNECTIONS_SERVER_WIDE`] across the server (more wait in the kernel's queues, not in
+//! memory here), deadlines on every handshake, resolution and
 //! connect, and the reports go through the session's bounded queue, slowing a flood down
 //! rather than piling up.
 
@@ -39,10 +40,23 @@ use super::domains::DomainPolicy;
 use super::forward::{Entry, ProxyRoute, Receiver};
 use super::masking;
 
-/// Connections one proxy serves at once. Far above what a build opens in parallel (package
-/// managers use 16 to 64), low enough that a command flooding its proxy holds a bounded share
-/// of the server's descriptors; the rest wait unaccepted.
-pub const MAX_CONNECTIONS: usize = 256;
+/// Connections one proxy serves at once. Above what a build opens in parallel (package
+/// managers keep 15 or so per registry), low enough that one command flooding its proxy takes
+/// a quarter of [`MAX_CONNECTIONS_SERVER_WIDE`] and leaves the rest to the others; past it,
+/// connections wait unaccepted in the kernel's queues, not in memory here.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Connections all of a server's managed proxies serve at once. Each holds two descriptors
+/// (the command's end and the destination), taken from the headroom the server keeps for its
+/// sessions' own work (`DESCRIPTOR_HEADROOM`, 1,024): 256 take half of it, so commands' pipes
+/// and files keep the other half however many proxies are flooded.
+pub const MAX_CONNECTIONS_SERVER_WIDE: usize = 256;
+
+/// The server-wide share of [`MAX_CONNECTIONS_SERVER_WIDE`].
+fn server_wide() -> Arc<Semaphore> {
+    static SHARED: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| Arc::new(Semaphore::new(MAX_CONNECTIONS_SERVER_WIDE))).clone()
+}
 
 /// How long a connection may take to say where it wants to go (request headers, SOCKS5
 /// greeting and command): a peer that says nothing does not hold a slot for ever.
@@ -219,12 +233,14 @@ impl Proxy {
         Ok(self.spawn(self.clone().serve_all(Source::Forwarded(receiver))))
     }
 
-    /// Serves every connection `source` yields, at most [`MAX_CONNECTIONS`] at once, until
-    /// it yields no more; then lets those open finish.
+    /// Serves every connection `source` yields, at most [`MAX_CONNECTIONS`] at once (and
+    /// within the server-wide share), until it yields no more; then lets those open finish.
     async fn serve_all(self: Arc<Self>, source: Source) {
         let mut connections = JoinSet::new();
         loop {
-            let Ok(permit) = self.connections.clone().acquire_owned().await else { return };
+            let Ok(own) = self.connections.clone().acquire_owned().await else { return };
+            let Ok(shared) = server_wide().acquire_owned().await else { return };
+            let permit = (own, shared);
             let next = tokio::select! {
                 next = source.next() => next,
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
@@ -244,7 +260,7 @@ impl Proxy {
         self: Arc<Self>,
         entry: Entry,
         stream: TcpStream,
-        _permit: tokio::sync::OwnedSemaphorePermit,
+        _permits: (tokio::sync::OwnedSemaphorePermit, tokio::sync::OwnedSemaphorePermit),
     ) {
         let Ok(client) = stream.peer_addr() else { return };
         let _ = stream.set_nodelay(true);
