@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 use tether_testkit::client::output_of;
-use tether_testkit::http_peer::HttpPeer;
+use tether_testkit::http_peer::{HttpPeer, host_address};
 use tether_testkit::process_stats::{open_fds, serving_pid};
 use tether_testkit::{RpcClient, Target, against_both};
 
@@ -28,6 +28,7 @@ against_both!(
     a_managed_network_without_a_proxy_runs_nothing_sandboxed,
     allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
     a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
+    transparent_tcp_carries_what_ignores_the_proxy_variables,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -926,4 +927,121 @@ async fn masking_holds_in_the_hosts_pid_namespace() {
     let unconfined = run(&mut client, params).await;
     let holding = unconfined.stdout.lines().nth(1).unwrap();
     assert_ne!(holding, "holding the token: 0", "{}", unconfined.stdout);
+}
+
+/// Transparent TCP (`transparentTcp`): a program that ignores the proxy variables still goes
+/// through the proxy and its policy. By address; and by name, the sandbox's own name server
+/// (the one its `/etc/resolv.conf` names) giving each name an address of its own that stands
+/// for it at the proxy, so the policy decides on the name. A refusal is a reset of a
+/// connection the command had. The origin, on one of the host's own addresses (the sandbox's
+/// loopback is its own), sees the request as sent.
+async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target) {
+    let host = host_address().unwrap();
+    let peer = HttpPeer::start_at(host).await.unwrap();
+    let port = port_of(&peer);
+    let home = ExecutorHome::new("network", target, "transparent");
+    let (_server, mut client) = home.started(target).await;
+    let script = format!(
+        "curl -sS --noproxy '*' {url}/direct; echo; \
+         curl -sS --noproxy '*' http://blocked.example/ 2>/dev/null; echo \"refused $?\"; \
+         getent ahostsv4 named.example | head -n 1 | cut -d ' ' -f 1; \
+         cat /etc/resolv.conf",
+        url = peer.base_url
+    );
+    let domains = json!({host.to_string(): "allow", "blocked.example": "deny"});
+    let changes = json!({"transparentTcp": true, "allowLocalBinding": true});
+    let params = proxied("p", &script, &home, Confined::Sandboxed, launch(domains, changes));
+    let finished = run(&mut client, params).await;
+    let lines: Vec<&str> = finished.stdout.lines().collect();
+    let answer: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(
+        (answer["method"].as_str(), answer["path"].as_str()),
+        (Some("GET"), Some("/direct"))
+    );
+    assert_eq!(lines[1..], ["refused 56", "198.18.0.2", "nameserver 127.0.0.53"]);
+    let reported: Vec<Value> = finished.decisions.iter().map(decision).collect();
+    let report = |decision: &str, reason: &str, host: &str, port: u16| {
+        json!({"processId": "p", "scope": "domain", "decision": decision,
+            "source": "baseline_policy", "reason": reason, "protocol": "socks5_tcp",
+            "host": host, "port": port, "policyOverride": false})
+    };
+    assert_eq!(
+        reported,
+        [
+            report("allow", "allow", &host.to_string(), port),
+            report("deny", "denied", "blocked.example", 80)
+        ]
+    );
+    assert_eq!(peer.requests(), ["GET /direct"]);
+}
+
+/// What transparent TCP is built from leaves the command nothing to take: no capability in
+/// any set, no TUN device of its own and no way onto the sandbox's, no datagram out. At most
+/// 64 connections are carried at once: the next is refused, and once they have ended the
+/// command is served again.
+#[tokio::test]
+async fn transparent_tcp_leaves_the_command_nothing_to_take() {
+    let target = Target::Tether;
+    let host = host_address().unwrap();
+    let peer = HttpPeer::start_at(host).await.unwrap();
+    let port = port_of(&peer);
+    let datagrams = std::net::UdpSocket::bind((host, 0)).unwrap();
+    datagrams.set_nonblocking(true).unwrap();
+    let udp_port = datagrams.local_addr().unwrap().port();
+    let home = ExecutorHome::new("network", target, "transparent-hostile");
+    let (_server, mut client) = home.started(target).await;
+    let probe = format!(
+        r#"
+import errno, fcntl, os, socket, struct
+print("caps", " ".join(l.split()[1] for l in open("/proc/self/status") if l.startswith("Cap")))
+def tun(name):
+    fd = os.open("/dev/net/tun", os.O_RDWR)
+    try:
+        fcntl.ioctl(fd, 0x400454ca, struct.pack("16sH", name, 0x1001))
+        return "made"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("new", tun(b"evil0"))
+print("attach", tun(b"tethertun"))
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("{host}", {udp_port}))
+held, refused = [], 0
+for _ in range(80):
+    s = socket.socket()
+    s.settimeout(30)
+    try:
+        s.connect(("{host}", {port}))
+        held.append(s)
+    except ConnectionRefusedError:
+        refused += 1
+print("held", len(held), "refused", refused)
+# Each ended both ways (the origin's end seen) before the next connection is made.
+for s in held:
+    s.shutdown(socket.SHUT_WR)
+print("ended", sum(s.recv(1) == b"" for s in held))
+for s in held:
+    s.close()
+"#
+    );
+    std::fs::write(home.path("probe.py"), probe).unwrap();
+    let script = format!(
+        "python3 {probe}; curl -sS --noproxy '*' -o /dev/null -w '%{{http_code}}\\n' {url}/after",
+        probe = home.path("probe.py").display(),
+        url = peer.base_url
+    );
+    let domains = json!({host.to_string(): "allow"});
+    let changes = json!({"transparentTcp": true, "allowLocalBinding": true});
+    let params = proxied("p", &script, &home, Confined::Sandboxed, launch(domains, changes));
+    let finished = run(&mut client, params).await;
+    let zero = "0000000000000000";
+    let lines: Vec<&str> = finished.stdout.lines().collect();
+    assert_eq!(lines[0], format!("caps {zero} {zero} {zero} {zero} {zero}"));
+    assert_eq!(lines[1], "new EPERM");
+    assert!(["attach EPERM", "attach EBUSY"].contains(&lines[2]), "{}", lines[2]);
+    assert_eq!(lines[3..], ["held 64 refused 16", "ended 64", "200"]);
+    assert_eq!(
+        datagrams.recv(&mut [0; 16]).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "no datagram left the sandbox"
+    );
+    assert_eq!(peer.requests().last().map(String::as_str), Some("GET /after"));
 }

@@ -6,7 +6,6 @@
 //! before any runtime or logging starts.
 
 use crate::sandbox::inner::{self, ExecArgs, HELPER_ARG};
-use crate::sandbox::launch::BUILD_REFUSED_STATUS;
 use crate::sandbox::mounted;
 
 /// Runs the helper mode the arguments ask for, and exits; returns at once when they ask for
@@ -23,7 +22,7 @@ pub fn run_if_helper() {
             Ok(()) => mode,
             Err(refusal) => {
                 eprintln!("{refusal}");
-                std::process::exit(BUILD_REFUSED_STATUS)
+                std::process::exit(refusal.status())
             }
         },
         Err(error) => fail(&format!("bad helper arguments: {error}")),

@@ -57,6 +57,7 @@ fn capabilities() -> Capabilities {
     Capabilities {
         network_proxy_launch: true,
         network_proxy_review_domains: true,
+        network_proxy_transparent_tcp: true,
         credential_masking: true,
         sandboxed_file_streaming: true,
         fs_watch_missing: true,

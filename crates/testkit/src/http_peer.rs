@@ -41,9 +41,26 @@ use serde_json::json;
 
 use crate::client::b64encode;
 
+/// The host's IPv4 address on its default route: an address that is the host's own, reached
+/// from a network namespace only by way out of it (its `127.0.0.1` is its own). `Err` on a
+/// host with no route off loopback.
+pub fn host_address() -> anyhow::Result<std::net::Ipv4Addr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    // Connecting a datagram socket sends nothing: it only picks the route and its source.
+    socket.connect("203.0.113.1:9").map_err(|error| {
+        anyhow::anyhow!("this host has no IPv4 route off loopback ({error}); the test needs one")
+    })?;
+    match socket.local_addr()?.ip() {
+        std::net::IpAddr::V4(address) if !address.is_loopback() => Ok(address),
+        other => {
+            anyhow::bail!("the default route's source is {other}, not an address off loopback")
+        }
+    }
+}
+
 /// A running peer; stops when dropped.
 pub struct HttpPeer {
-    /// `http://127.0.0.1:PORT`, no trailing slash.
+    /// `http://ADDRESS:PORT` (`127.0.0.1` unless started elsewhere), no trailing slash.
     pub base_url: String,
     connections: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<String>>>,
@@ -52,6 +69,12 @@ pub struct HttpPeer {
 
 impl HttpPeer {
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST).await
+    }
+
+    /// A peer listening on `address` (port chosen by the kernel): one of the host's own
+    /// addresses other than loopback, for a client in a network namespace of its own.
+    pub async fn start_at(address: std::net::Ipv4Addr) -> anyhow::Result<Self> {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let app = Router::new()
@@ -68,7 +91,7 @@ impl HttpPeer {
             .fallback(echo)
             .layer(middleware::from_fn_with_state(requests.clone(), record));
         let counter = connections.clone();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind((address, 0)).await?;
         let base_url = format!("http://{}", listener.local_addr()?);
         let listener = listener.tap_io(move |_| {
             counter.fetch_add(1, Ordering::SeqCst);

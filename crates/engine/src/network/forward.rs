@@ -57,6 +57,9 @@ pub struct ProxyRoute {
     pub sandbox_end: OwnedFd,
     pub http: u16,
     pub socks: Option<u16>,
+    /// Whether every outbound TCP connection of the sandbox is carried to the SOCKS5 proxy
+    /// ([`crate::sandbox::transparent`]), not only those the proxy variables send there.
+    pub transparent: bool,
 }
 
 /// A close-on-exec `SOCK_SEQPACKET` pair: the proxy's end, then the sandbox's.

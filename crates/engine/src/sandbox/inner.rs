@@ -37,6 +37,7 @@ use super::PidNamespace;
 use super::exec::PreparedExec;
 use super::forwarders::{Forwarders, Route};
 use super::seccomp::{self, Guarded, NetworkRule};
+use super::transparent;
 use crate::proc_stat;
 
 /// The first argument that makes the `tether` binary this stage instead of its CLI.
@@ -69,6 +70,9 @@ pub struct ExecArgs {
     pub pids: PidNamespace,
     /// With [`NetworkRule::Proxied`]: where the forwarders listen, and the way to the proxy.
     pub proxy: Option<Route>,
+    /// With a route that has a SOCKS5 port: every outbound TCP connection is carried there
+    /// ([`super::transparent`]).
+    pub transparent: bool,
     pub arg0: Option<OsString>,
     pub program: OsString,
     pub args: Vec<OsString>,
@@ -86,6 +90,9 @@ impl ExecArgs {
         if let Some(route) = self.proxy {
             out.push("--proxy".into());
             out.push(route.to_arg().into());
+        }
+        if self.transparent {
+            out.push("--transparent-tcp".into());
         }
         if self.pids == PidNamespace::Inherit {
             out.push("--pids".into());
@@ -107,6 +114,7 @@ impl ExecArgs {
         let mut pids = PidNamespace::Isolate;
         let mut arg0 = None;
         let mut proxy = None;
+        let mut transparent = false;
         loop {
             let Some(flag) = args.next() else { return Err("no command after `--`".into()) };
             match flag.to_str() {
@@ -130,6 +138,7 @@ impl ExecArgs {
                 Some("--proxy") => {
                     proxy = Some(Route::parse(&args.next().ok_or("--proxy needs a value")?)?);
                 }
+                Some("--transparent-tcp") => transparent = true,
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }
@@ -137,7 +146,10 @@ impl ExecArgs {
         if (network == NetworkRule::Proxied) != proxy.is_some() {
             return Err("--network proxied and --proxy go together".into());
         }
-        Ok(Self { network, pids, proxy, arg0, program, args: args.collect() })
+        if transparent && proxy.is_none_or(|route| route.socks.is_none()) {
+            return Err("--transparent-tcp needs a --proxy with a SOCKS5 port".into());
+        }
+        Ok(Self { network, pids, proxy, transparent, arg0, program, args: args.collect() })
     }
 }
 
@@ -163,6 +175,18 @@ pub fn exec_main(args: ExecArgs) -> ! {
             std::process::exit(EXEC_FAILED_STATUS);
         })
     });
+    // Made while this stage still holds the capabilities bubblewrap kept for it, which it
+    // gives up here, before the command exists.
+    let transparent = match (args.transparent, args.proxy.and_then(|route| route.socks)) {
+        (true, Some(socks)) => match transparent::prepare() {
+            Ok(prepared) => Some((prepared, socks)),
+            Err(error) => {
+                eprintln!("tether sandbox: {error}");
+                std::process::exit(EXEC_FAILED_STATUS);
+            }
+        },
+        _ => None,
+    };
     let search = std::env::var_os("PATH");
     // The command's environment is this stage's: bubblewrap passed it on.
     let command = PreparedExec::new(&args.program, name, &args.args, None, search.as_deref())
@@ -192,6 +216,9 @@ pub fn exec_main(args: ExecArgs) -> ! {
     };
     if let Some(forwarders) = forwarders {
         forwarders.start();
+    }
+    if let Some((prepared, socks)) = transparent {
+        prepared.start(socks);
     }
     let code = wait_forwarding(child, &waited, watch);
     if watch.is_some() {
@@ -340,6 +367,7 @@ mod tests {
             network: NetworkRule::Enabled,
             pids: PidNamespace::Inherit,
             proxy: None,
+            transparent: false,
             arg0: Some("-sh".into()),
             program: "/bin/sh".into(),
             args: vec!["-c".into(), "--network".into()],
@@ -355,6 +383,12 @@ mod tests {
         };
         let written = proxied.to_args();
         assert_eq!(ExecArgs::parse(written.into_iter().skip(1)).unwrap(), proxied);
+        let transparent = ExecArgs { transparent: true, ..proxied };
+        let written = transparent.to_args();
+        assert_eq!(ExecArgs::parse(written.into_iter().skip(1)).unwrap(), transparent);
+        // Transparent TCP goes to a SOCKS5 port.
+        let no_socks = ["--network", "proxied", "--proxy", "7,1", "--transparent-tcp", "--", "x"];
+        assert!(ExecArgs::parse(no_socks.iter().map(OsString::from)).is_err());
         // The rule and the route go together.
         for lone in [["--network", "proxied", "--", "x"].as_slice(), &["--proxy", "7,1", "--", "x"]]
         {

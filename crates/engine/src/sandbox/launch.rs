@@ -160,6 +160,9 @@ fn wrapped(
                 socks: proxy.socks,
             };
             plan.fds.push(fd);
+            if proxy.transparent {
+                transparent_mounts(&mut plan)?;
+            }
             Some(route)
         }
         None => None,
@@ -179,6 +182,7 @@ fn wrapped(
         },
         pids,
         proxy: route,
+        transparent: start.proxy.is_some_and(|proxy| proxy.transparent),
         arg0: Some(start.arg0.into()),
         program: start.program.into(),
         args: start.args.iter().map(OsString::from).collect(),
@@ -192,6 +196,29 @@ fn wrapped(
         info: Some(info_read),
         proxied: route.is_some(),
     })
+}
+
+/// What a transparent-TCP sandbox adds ([`super::transparent`]): the TUN device for its inner
+/// stage to make its interface from, the capabilities that stage needs for it (and gives up
+/// before the command starts), and an `/etc/resolv.conf` naming the stage's name server.
+fn transparent_mounts(plan: &mut mounts::Plan) -> Result<(), PlanError> {
+    let resolv_conf =
+        std::fs::canonicalize("/etc/resolv.conf").ok().filter(|path| path.is_file()).ok_or_else(
+            || std::io::Error::other("transparent TCP requires readable /etc/resolv.conf"),
+        )?;
+    if !Path::new("/dev/net/tun").exists() {
+        return Err(std::io::Error::other(
+            "transparent TCP needs /dev/net/tun on the executor (in a container: \
+             `--device /dev/net/tun`)",
+        )
+        .into());
+    }
+    plan.data_file(&resolv_conf, super::transparent::dns::RESOLV_CONF.as_bytes())?;
+    plan.args.extend(["--dev-bind", "/dev/net/tun", "/dev/net/tun"].map(OsString::from));
+    for capability in super::transparent::tun::CAPABILITIES {
+        plan.args.extend(["--cap-add", capability].map(OsString::from));
+    }
+    Ok(())
 }
 
 /// Makes `fds` survive the exec about to happen: bubblewrap reads its data and writes its

@@ -24,7 +24,8 @@
 //!   ends what the command leaves): filter, fork the command, forward signals, reap, exit with
 //!   the command's status.
 //!   [`forwarders`]: with a managed proxy, its listeners on the sandbox's own loopback, each
-//!   connection handed to the proxy outside.
+//!   connection handed to the proxy outside; [`transparent`]: transparent TCP, every outbound
+//!   connection carried to that proxy's SOCKS5 listener.
 //! - [`denied`]: the `sandboxDenied` guess at exit.
 //! - [`launch`]: how a start becomes a command line (bubblewrap, the inner stage, the
 //!   command), or a child that fails with a message when this host cannot sandbox.
@@ -50,6 +51,7 @@ pub mod policy;
 pub mod seccomp;
 pub mod socket_dir;
 pub mod synthetic;
+pub mod transparent;
 pub mod walk;
 
 use std::path::{Path, PathBuf};

@@ -22,6 +22,11 @@ use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxAttributes, Stat
 /// The argument that introduces one expectation: `--mounted <DEV:INO|fresh> <TARGET>`.
 pub const FLAG: &str = "--mounted";
 
+/// The helper's exit status when a target does not hold what it must: sysexits' `EX_TEMPFAIL`,
+/// since nothing was done and the same call, built again, may well pass (the server builds a
+/// file operation's sandbox again on it, [`crate::fs::sandboxed`]).
+pub const CHANGED_STATUS: i32 = 75;
+
 /// `statfs`'s magic number for tmpfs: what bubblewrap's fresh directories and empty files
 /// (`--tmpfs`, `--ro-bind-data`) are made on.
 const TMPFS_MAGIC: u64 = 0x0102_1994;
@@ -68,20 +73,39 @@ pub fn push(expected: &mut Vec<Mounted>, mounted: Mounted) {
     expected.push(mounted);
 }
 
+/// Why a sandbox cannot be used as built; its text is a line for the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsound {
+    /// A target holds something else than what the server checked: the sandbox must be built
+    /// again.
+    #[error(
+        "error building bubblewrap command: {0} changed while the sandbox was being built; \
+         nothing was run, try again"
+    )]
+    Changed(PathBuf),
+    /// The mounts cannot be checked here at all.
+    #[error("cannot check the sandbox's mounts: {0}")]
+    Unverifiable(String),
+}
+
+impl Unsound {
+    /// The helper's exit status for this refusal.
+    pub fn status(&self) -> i32 {
+        match self {
+            Unsound::Changed(_) => CHANGED_STATUS,
+            Unsound::Unverifiable(_) => crate::sandbox::launch::BUILD_REFUSED_STATUS,
+        }
+    }
+}
+
 /// Checks, from inside the sandbox, that every target holds what it must. `Err` names the
-/// first that does not, in a line for the client.
-pub fn verify(expected: &[Mounted]) -> Result<(), String> {
+/// first that does not.
+pub fn verify(expected: &[Mounted]) -> Result<(), Unsound> {
     expected.iter().try_for_each(verify_one)
 }
 
-fn verify_one(mounted: &Mounted) -> Result<(), String> {
-    let changed = || {
-        format!(
-            "error building bubblewrap command: {} changed while the sandbox was being built; \
-             nothing was run, try again",
-            mounted.target.display()
-        )
-    };
+fn verify_one(mounted: &Mounted) -> Result<(), Unsound> {
+    let changed = || Unsound::Changed(mounted.target.clone());
     // Reached as the command would reach it, but without following a link anywhere: a link
     // swapped in since is a change.
     let flags = OFlags::PATH | OFlags::CLOEXEC;
@@ -89,11 +113,13 @@ fn verify_one(mounted: &Mounted) -> Result<(), String> {
     let at = rustix::fs::openat2(CWD, &mounted.target, flags, Mode::empty(), no_links)
         .map_err(|_| changed())?;
     let stat = rustix::fs::statx(&at, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
-        .map_err(|error| format!("cannot check the sandbox's mounts: {error}"))?;
+        .map_err(|error| Unsound::Unverifiable(error.to_string()))?;
     if !stat.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) {
-        return Err("cannot check the sandbox's mounts: this kernel does not report mount \
-                    roots (Linux 5.8 or later is needed for sandboxing)"
-            .into());
+        return Err(Unsound::Unverifiable(
+            "this kernel does not report mount roots (Linux 5.8 or later is needed for \
+             sandboxing)"
+                .into(),
+        ));
     }
     if !stat.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
         return Err(changed());
@@ -174,7 +200,8 @@ mod tests {
         let held = rustix::fs::open(&dir, OFlags::PATH, Mode::empty()).unwrap();
         let mounted = Mounted { target: dir.clone(), object: Some(identity(&held).unwrap()) };
         let refused = verify(&[mounted]).unwrap_err();
-        assert!(refused.contains("changed while the sandbox was being built"), "{refused}");
+        assert_eq!(refused, Unsound::Changed(dir.clone()));
+        assert_eq!(refused.status(), CHANGED_STATUS);
         // `/` is a mount's root, holding what `/` is.
         let root = rustix::fs::open("/", OFlags::PATH, Mode::empty()).unwrap();
         let root = Mounted { target: "/".into(), object: Some(identity(&root).unwrap()) };

@@ -219,6 +219,19 @@ impl Plan {
         self.fresh(path);
     }
 
+    /// A read-only file holding `contents` over `path` (which exists), readable by all.
+    pub fn data_file(&mut self, path: &Path, contents: &[u8]) -> std::io::Result<()> {
+        let file = rustix::fs::memfd_create("tether-data", rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::io::write(&file, contents)?;
+        rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0))?;
+        let number = file.as_raw_fd();
+        self.fds.push(file);
+        self.arg("--perms").arg("0444");
+        self.arg("--ro-bind-data").arg(number.to_string()).arg(path);
+        self.fresh(path);
+        Ok(())
+    }
+
     /// An empty read-only file over `path`, with `mode` or bubblewrap's own (`0600`).
     fn empty_file(&mut self, path: &Path, mode: Option<&str>) -> std::io::Result<()> {
         let empty = std::fs::File::open("/dev/null")?;

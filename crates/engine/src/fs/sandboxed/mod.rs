@@ -20,7 +20,8 @@ mod wire;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -29,6 +30,7 @@ use wire::Answer;
 
 use super::FsError;
 use crate::sandbox::Sandboxing;
+use crate::sandbox::mounted::CHANGED_STATUS;
 use crate::sandbox::mounts::{self, Purpose};
 use crate::sandbox::policy::FullPolicy;
 
@@ -79,6 +81,47 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
         let why = sandboxing.unavailable().unwrap_or_default();
         return Err(FsError::other(format!("fs sandbox helper failed to start: {why}")));
     };
+    let mut attempt = 1;
+    loop {
+        match in_sandbox(policy, &op, bwrap, helper).await {
+            Attempt::Done(result) => return result,
+            Attempt::Changed(_) if attempt < BUILD_ATTEMPTS => attempt += 1,
+            Attempt::Changed(error) => return Err(error),
+        }
+    }
+}
+
+/// How many times a file operation's sandbox is built before a change under it is reported:
+/// a target changes between building and checking only when something else moves it at that
+/// moment (another server removing a mount target it made, a command exchanging directories
+/// on purpose), so a second build almost always holds, and a third is the last word.
+const BUILD_ATTEMPTS: u32 = 3;
+
+/// One sandbox built for `op` and run.
+enum Attempt {
+    Done(Result<Outcome, FsError>),
+    /// A mount target changed under the build ([`CHANGED_STATUS`]): nothing was done.
+    Changed(FsError),
+}
+
+async fn in_sandbox(policy: &FullPolicy, op: &FileOp, bwrap: &Path, helper: &Path) -> Attempt {
+    let (status, result) = match in_sandbox_once(policy, op, bwrap, helper).await {
+        Ok(done) => done,
+        Err(error) => return Attempt::Done(Err(error)),
+    };
+    match result {
+        Err(error) if status.code() == Some(CHANGED_STATUS) => Attempt::Changed(error),
+        result => Attempt::Done(result),
+    }
+}
+
+/// Builds the sandbox, runs the helper in it, and returns how it exited with what it answered.
+async fn in_sandbox_once(
+    policy: &FullPolicy,
+    op: &FileOp,
+    bwrap: &Path,
+    helper: &Path,
+) -> Result<(ExitStatus, Result<Outcome, FsError>), FsError> {
     let plan = mounts::plan(policy, helper, std::path::Path::new("/"), Purpose::FileOperation)
         .map_err(|error| match error.refusal() {
             // In the words of the reference's helper, which will not build this sandbox either.
@@ -88,7 +131,7 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
             )),
             None => FsError::other(format!("failed to prepare fs sandbox: {error}")),
         })?;
-    let request = serde_json::to_vec(&op).expect("an operation serialises");
+    let request = serde_json::to_vec(op).expect("an operation serialises");
     let (ours, theirs) = UnixStream::pair().map_err(FsError::from)?;
     ours.set_nonblocking(true).map_err(FsError::from)?;
     let ours = tokio::net::UnixStream::from_std(ours).map_err(FsError::from)?;
@@ -139,11 +182,12 @@ async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
         ))
     };
     let (answer, file) = received.map_err(|e| FsError::other(format!("fs sandbox helper: {e}")))?;
-    match serde_json::from_slice::<Answer>(&answer) {
+    let result = match serde_json::from_slice::<Answer>(&answer) {
         Ok(answer) => {
             in_place::prove();
             answer.into_outcome(file)
         }
         Err(_) => Err(failed()),
-    }
+    };
+    Ok((status, result))
 }

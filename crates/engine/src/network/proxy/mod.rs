@@ -96,6 +96,9 @@ pub struct ProxyConfig {
     pub policy: DomainPolicy,
     pub mode: NetworkMode,
     pub socks5: bool,
+    /// `transparentTcp`: the sandbox's outbound TCP goes through the SOCKS5 proxy however the
+    /// command connects (checked: only with SOCKS5, and only for a sandboxed start).
+    pub transparent_tcp: bool,
     /// How long the client's decider has for a destination the policy leaves open; `None`:
     /// no decider, such a destination is refused.
     pub ask_timeout: Option<Duration>,
@@ -114,9 +117,6 @@ impl ProxyConfig {
         executor_env: &[(String, String)],
     ) -> Result<Self, String> {
         let proxy = &launch.proxy;
-        if proxy.transparent_tcp {
-            return Err("transparent TCP is not supported by this executor (it advertises `networkProxyTransparentTcp: false`); start the process without `transparentTcp`".into());
-        }
         let providers = proxy.credential_providers.as_ref();
         if providers.is_some_and(|p| p.as_object().is_some_and(|p| !p.is_empty())) {
             return Err("custom credential providers are not supported by this executor (it advertises `credentialMaskingCustomProviders: false`); start the process without `credentialProviders`".into());
@@ -134,6 +134,7 @@ impl ProxyConfig {
             policy,
             mode: proxy.mode,
             socks5: proxy.enable_socks5,
+            transparent_tcp: proxy.transparent_tcp,
             ask_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
             upstreams: proxy
                 .allow_upstream_proxy
@@ -378,7 +379,8 @@ impl PreparedProxy {
         let socks = config.socks5.then(|| FORWARDER_PORTS.start + ((random >> 32) % span) as u16);
         // Two ports drawn alike would collide in the sandbox: the second moves on by one.
         let socks = socks.map(|port| if port == http { port + 1 } else { port });
-        Ok(Self { config, proxy_end, route: ProxyRoute { sandbox_end, http, socks } })
+        let transparent = config.transparent_tcp;
+        Ok(Self { config, proxy_end, route: ProxyRoute { sandbox_end, http, socks, transparent } })
     }
 
     /// Starts the proxy for a process about to be spawned with `env`, setting its proxy
