@@ -381,6 +381,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_processes: args.max_processes_per_session,
             closed_output_budget: args.closed_output_budget_bytes,
             spill: spill.map(Arc::new),
+            transparent_tcp: args.managed_network.settings().transparent_tcp,
         },
         max_sessions: args.max_sessions,
         max_sessions_per_client: args.max_sessions_per_client,

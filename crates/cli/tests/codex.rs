@@ -25,6 +25,7 @@ against_both!(
     codex_copies_a_40_mb_file_to_and_from_the_executor,
     codex_managed_network_reaches_allowed_origins_only,
     codex_credential_masking_keeps_the_token_from_the_command,
+    codex_transparent_tcp_carries_a_command_that_ignores_the_proxy,
 );
 
 async fn codex_exec_runs_a_command_on_the_executor(target: Target) {
@@ -346,6 +347,36 @@ async fn managed_network_run(server: &ServerProcess, workspace: &Workspace) {
     assert!(reported.contains("denied 403"), "{reported}");
     assert!(reported.contains("around exit 7"), "{reported}");
     assert_eq!(peer.connections(), 1, "only the proxied request reached the origin: {reported}");
+}
+
+/// Transparent TCP (`transparent_tcp = true` in `[features.network_proxy]`, Codex 0.171): a
+/// command that ignores the proxy variables (`curl --noproxy '*'`) still reaches an allowed
+/// origin, through the proxy, and a denied name is reset (curl says 56, 55 or 7 as the reset
+/// finds it reading, sending, or not yet through its connect).
+async fn codex_transparent_tcp_carries_a_command_that_ignores_the_proxy(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let workspace = Workspace::new(target, "transparent-tcp");
+    let host = tether_testkit::http_peer::host_address().unwrap();
+    let peer = tether_testkit::http_peer::HttpPeer::start_at(host).await.unwrap();
+    let cmd = format!(
+        "curl -sS --noproxy '*' -o /dev/null -w 'around %{{http_code}}\n' {url}/around; \
+         curl -sS --noproxy '*' http://denied.example.test/ 2>/dev/null; \
+         case $? in 7|55|56) echo denied by a reset;; *) echo \"denied exit $?\";; esac",
+        url = peer.base_url
+    );
+    let config = format!(
+        "[sandbox_workspace_write]\nnetwork_access = true\n\n\
+         [features.network_proxy]\nenabled = true\ntransparent_tcp = true\n\
+         allow_local_binding = true\n\n\
+         [features.network_proxy.domains]\n\"{host}\" = \"allow\"\n\
+         \"denied.example.test\" = \"deny\"\n"
+    );
+    let outputs =
+        workspace.run(&server, "workspace-write", vec![ToolCall::Exec { cmd }], &config).await;
+    let reported = &outputs[0];
+    assert!(reported.contains("around 200"), "{reported}");
+    assert!(reported.contains("denied by a reset"), "{reported}");
+    assert_eq!(peer.requests(), ["GET /around"], "{reported}");
 }
 
 /// Credential masking (`[features] credential_masking`, with the network proxy, a sandbox and

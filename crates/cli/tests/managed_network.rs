@@ -29,6 +29,7 @@ against_both!(
     allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
     a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
     transparent_tcp_carries_what_ignores_the_proxy_variables,
+    the_servers_transparent_flag_makes_every_sandboxed_launch_transparent,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -933,7 +934,8 @@ async fn masking_holds_in_the_hosts_pid_namespace() {
 /// through the proxy and its policy. By address; and by name, the sandbox's own name server
 /// (the one its `/etc/resolv.conf` names) giving each name an address of its own that stands
 /// for it at the proxy, so the policy decides on the name. A refusal is a reset of a
-/// connection the command had. The origin, on one of the host's own addresses (the sandbox's
+/// connection the command had (curl says 56, 55 or 7 as the reset finds it reading, sending,
+/// or not yet through its connect). The origin, on one of the host's own addresses (the sandbox's
 /// loopback is its own), sees the request as sent.
 async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target) {
     let host = host_address().unwrap();
@@ -943,7 +945,8 @@ async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target
     let (_server, mut client) = home.started(target).await;
     let script = format!(
         "curl -sS --noproxy '*' {url}/direct; echo; \
-         curl -sS --noproxy '*' http://blocked.example/ 2>/dev/null; echo \"refused $?\"; \
+         curl -sS --noproxy '*' http://blocked.example/ 2>/dev/null; \
+         case $? in 7|55|56) echo refused by a reset;; *) echo \"refused $?\";; esac; \
          getent ahostsv4 named.example | head -n 1 | cut -d ' ' -f 1; \
          cat /etc/resolv.conf",
         url = peer.base_url
@@ -958,7 +961,7 @@ async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target
         (answer["method"].as_str(), answer["path"].as_str()),
         (Some("GET"), Some("/direct"))
     );
-    assert_eq!(lines[1..], ["refused 56", "198.18.0.2", "nameserver 127.0.0.53"]);
+    assert_eq!(lines[1..], ["refused by a reset", "198.18.0.2", "nameserver 127.0.0.53"]);
     let reported: Vec<Value> = finished.decisions.iter().map(decision).collect();
     let report = |decision: &str, reason: &str, host: &str, port: u16| {
         json!({"processId": "p", "scope": "domain", "decision": decision,
@@ -973,6 +976,40 @@ async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target
         ]
     );
     assert_eq!(peer.requests(), ["GET /direct"]);
+}
+
+/// `--linux-sandbox-transparent-tcp` on the server: a sandboxed launch that does not ask for
+/// transparent TCP gets it all the same; one without SOCKS5 runs nothing (exit 101, saying
+/// why). Unsandboxed, a launch is as it asked.
+async fn the_servers_transparent_flag_makes_every_sandboxed_launch_transparent(target: Target) {
+    let host = host_address().unwrap();
+    let peer = HttpPeer::start_at(host).await.unwrap();
+    let home = ExecutorHome::new("network", target, "transparent-flag");
+    let (_server, mut client) =
+        home.started_with(target, &["--linux-sandbox-transparent-tcp"], &[]).await;
+    let domains = json!({host.to_string(): "allow"});
+    let script = format!(
+        "grep -c '^nameserver 127.0.0.53$' /etc/resolv.conf; \
+         curl -sS --noproxy '*' -o /dev/null -w '%{{http_code}}\\n' {url}/flagged",
+        url = peer.base_url
+    );
+    let asked = launch(domains.clone(), json!({"allowLocalBinding": true}));
+    let params = proxied("p", &script, &home, Confined::Sandboxed, asked);
+    let finished = run(&mut client, params).await;
+    assert_eq!(finished.stdout, "1\n200\n");
+    assert_eq!(peer.requests(), ["GET /flagged"]);
+
+    let no_socks = launch(domains, json!({"allowLocalBinding": true, "enableSocks5": false}));
+    client
+        .ok("process/start", proxied("q", "echo ran", &home, Confined::Sandboxed, no_socks))
+        .await
+        .unwrap();
+    let events = client.process_events("q").await.unwrap();
+    let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
+    let stdout = String::from_utf8(output_of(&events, "stdout")).unwrap();
+    let stderr = String::from_utf8(output_of(&events, "stderr")).unwrap();
+    assert_eq!((exited["params"]["exitCode"].as_i64(), stdout.as_str()), (Some(101), ""));
+    assert!(stderr.contains("transparent TCP requires managed SOCKS5"), "{stderr}");
 }
 
 /// What transparent TCP is built from leaves the command nothing to take: no capability in

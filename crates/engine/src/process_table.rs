@@ -45,6 +45,9 @@ pub struct ProcessTableConfig {
     /// Closed processes together keep one process's allowance; the oldest closed give their
     /// spilled output up first.
     pub spill: Option<Arc<SpillConfig>>,
+    /// `--linux-sandbox-transparent-tcp`: every sandboxed start behind a managed proxy gets
+    /// transparent TCP, whether its launch asks for it or not (as the reference's flag does).
+    pub transparent_tcp: bool,
 }
 
 /// Default for [`ProcessTableConfig::closed_output_budget`]: the last several commands' worth
@@ -64,6 +67,7 @@ impl Default for ProcessTableConfig {
             max_processes: DEFAULT_MAX_PROCESSES,
             closed_output_budget: DEFAULT_CLOSED_OUTPUT_BUDGET,
             spill: None,
+            transparent_tcp: false,
         }
     }
 }
@@ -144,7 +148,7 @@ impl ProcessTable {
     /// Starts a process. Ids are unique within the table for as long as the entry exists, a
     /// closed process included.
     pub fn start(self: &Arc<Self>, params: ExecParams) -> Result<ExecResponse, ProcessError> {
-        let proxy = match network_config(&params, &self.parent_env)? {
+        let proxy = match network_config(&params, &self.parent_env, self.config.transparent_tcp)? {
             Some(config) => Some(PreparedProxy::new(config).map_err(ProcessError::Spawn)?),
             None => None,
         };
@@ -334,17 +338,23 @@ impl Drop for ProcessTable {
 
 /// The managed proxy a start asks for, checked; `None` for a start without one. A start with
 /// `managedNetwork` too is served by the proxy it asks for (the reference accepts both).
+/// `always_transparent`: the server's `--linux-sandbox-transparent-tcp`, which makes every
+/// sandboxed launch transparent (one without SOCKS5 then fails in its sandbox, as the
+/// reference's does).
 fn network_config(
     params: &ExecParams,
     executor_env: &[(String, String)],
+    always_transparent: bool,
 ) -> Result<Option<ProxyConfig>, ProcessError> {
     let Some(launch) = &params.network_proxy else { return Ok(None) };
-    if let Some(refusal) = launch.refusal(params.sandbox.is_some()) {
+    let sandboxed = params.sandbox.is_some();
+    if let Some(refusal) = launch.refusal(sandboxed) {
         return Err(ProcessError::InvalidParams(refusal.to_owned()));
     }
-    ProxyConfig::new(params.process_id.clone(), launch, executor_env)
-        .map(Some)
-        .map_err(ProcessError::InvalidParams)
+    let mut config = ProxyConfig::new(params.process_id.clone(), launch, executor_env)
+        .map_err(ProcessError::InvalidParams)?;
+    config.transparent_tcp |= always_transparent && sandboxed;
+    Ok(Some(config))
 }
 
 /// A sandboxed start held to a managed network it does not launch (`enforceManagedNetwork` or

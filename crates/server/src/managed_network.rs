@@ -1,8 +1,10 @@
 //! The managed-network settings `codex exec-server` takes at startup
 //! (`--linux-sandbox-transparent-tcp`, `--tcp-upstream-proxy HOST:PORT`,
 //! `--proxy-private-ips-via-upstream`): checked as the reference checks them and kept in the
-//! server's configuration, for the managed network (a SOCKS listener sandboxed TCP goes
-//! through) to read. Tether does not run one yet, so they change nothing a client sees.
+//! server's configuration. The first makes every sandboxed managed-proxy start transparent
+//! (the CLI hands it to the process tables); the other two are kept but not yet acted on: a
+//! proxy's SOCKS5 connections go directly, or through the executor's own upstream proxies
+//! when a launch allows them.
 
 use std::fmt;
 use std::net::Ipv6Addr;

@@ -1,15 +1,15 @@
 //! The managed-network flags of `codex exec-server`: checked as the reference checks them and
-//! kept in the server's configuration ([`tether_server::managed_network`]); they take effect
-//! when Tether runs a managed network, which it does not yet.
+//! kept in the server's configuration ([`tether_server::managed_network`]). Transparent TCP
+//! takes effect; the upstream-proxy pair is kept but not yet acted on.
 
 use clap::Args;
 use tether_server::managed_network::{HostPort, ManagedNetwork};
 
 #[derive(Args)]
-#[command(next_help_heading = "Managed network (accepted and kept; no effect until Tether runs a \
-                               managed network)")]
+#[command(next_help_heading = "Managed network")]
 pub struct ManagedNetworkArgs {
-    /// Route sandboxed TCP through the managed SOCKS proxy. Changes nothing yet.
+    /// Route managed Linux sandbox TCP through the SOCKS proxy: every sandboxed start with a
+    /// managed proxy gets transparent TCP, whether its launch asks for it or not.
     #[arg(long)]
     linux_sandbox_transparent_tcp: bool,
 

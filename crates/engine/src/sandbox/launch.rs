@@ -161,6 +161,12 @@ fn wrapped(
             };
             plan.fds.push(fd);
             if proxy.transparent {
+                if proxy.socks.is_none() {
+                    return Err(std::io::Error::other(
+                        "failed to prepare transparent TCP: transparent TCP requires managed SOCKS5",
+                    )
+                    .into());
+                }
                 transparent_mounts(&mut plan)?;
             }
             Some(route)
