@@ -63,6 +63,7 @@ against_both!(
     a_root_named_through_a_link_is_the_directory_it_leads_to,
     a_root_a_sandboxed_command_replaced_with_a_link_is_refused,
     a_project_root_of_slash_makes_everything_writable_but_its_protected_names,
+    a_writable_root_keeps_standard_devices_and_every_restriction,
     a_write_grant_on_a_file_makes_that_file_writable,
     concurrent_sandboxes_keep_the_protected_names_and_leave_nothing_behind,
     a_command_that_cannot_be_executed_exits_101_under_every_intent,
@@ -1548,6 +1549,55 @@ async fn a_project_root_of_slash_makes_everything_writable_but_its_protected_nam
         "written\nmkdir: cannot create directory '/.git/inside': Read-only file system\n"
     );
     assert_eq!(root.read("x"), "x\n");
+}
+
+/// `/` writable (`root: write`, as an approved escalation asks), with a denied directory: the
+/// sandbox still has the standard devices, and usable; the denied directory stays unreadable,
+/// the protected names at the top of `/` read-only, and a protected name that is a link
+/// refuses the sandbox before anything runs, its target untouched. What Tether promises with
+/// `linuxRootWritePreservesDevices` and `linuxApprovedRootWritePreservesRestrictions`, the
+/// same on both servers. (Runs take turns with the test above: both make `/.git` and the like.)
+async fn a_writable_root_keeps_standard_devices_and_every_restriction(target: Target) {
+    let turn = std::fs::File::create("/var/tmp/tether-sandbox-slash-root.lock").unwrap();
+    turn.lock().unwrap();
+    let root = HostDir::new(target, "root-write");
+    root.file("denied/secret.txt", "s\n");
+    let (_server, mut client) = started(target).await;
+    let entries = vec![
+        special("root", "write"),
+        special("project_roots", "write"),
+        json!({"path": {"type": "path", "path": root.uri("denied")}, "access": "none"}),
+    ];
+    let script = format!(
+        "ls /dev | tr '\\n' ' '; echo; echo x > /dev/null && echo null-ok; \
+         head -c 4 /dev/zero | wc -c; cat {secret} 2>&1 | sed 's/.*: //'; \
+         echo w > {written} && echo written; mkdir /.codex/inside 2>&1 | sed 's/.*: //'",
+        secret = root.display("denied/secret.txt"),
+        written = root.display("written.txt"),
+    );
+    let intent = process_intent(entries.clone(), &root);
+    let finished = run(&mut client, sandboxed("p", &script, &root, intent)).await;
+    assert_eq!(
+        finished.stdout,
+        "core fd full null ptmx pts random shm stderr stdin stdout tty urandom zero \n\
+         null-ok\n4\nPermission denied\nwritten\nRead-only file system\n"
+    );
+    assert_eq!(root.read("written.txt"), "w\n");
+
+    let outside = HostDir::new(target, "root-write-outside");
+    std::os::unix::fs::symlink(outside.path(""), root.path(".codex")).unwrap();
+    let script = format!("touch {}", root.display(".codex/f"));
+    let intent = process_intent(entries, &root);
+    let finished = run(&mut client, sandboxed("q", &script, &root, intent)).await;
+    let link = root.display(".codex");
+    assert_eq!(
+        finished.stderr.trim_end(),
+        format!(
+            "error building bubblewrap command: Fatal error: cannot enforce sandbox read-only \
+             path {link} because it crosses writable symlink {link}"
+        )
+    );
+    assert!(outside.names().is_empty(), "nothing written where the link leads");
 }
 
 /// A `write` entry naming a single file makes that file writable and nothing beside it. The

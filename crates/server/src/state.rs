@@ -67,6 +67,11 @@ fn capabilities() -> Capabilities {
         capability_discovery_v2: true,
         capability_discovery_sandbox: true,
         shell_snapshot_v2: true,
+        // A sandbox with `/` writable keeps the standard devices, the denied paths and the
+        // protected names (a link among them refused), as the reference's does
+        // (`sandbox::a_writable_root_keeps_standard_devices_and_every_restriction`).
+        linux_root_write_preserves_devices: true,
+        linux_approved_root_write_preserves_restrictions: true,
         tether_extensions: Some(TetherExtensions {
             pty_size: true,
             close_stdin: true,
