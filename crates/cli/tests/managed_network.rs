@@ -26,6 +26,7 @@ against_both!(
     the_childs_environment_names_its_proxies,
     malformed_launches_are_refused,
     a_managed_network_without_a_proxy_runs_nothing_sandboxed,
+    a_proxy_the_caller_runs_is_bridged_into_the_sandbox,
     allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
     a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
     transparent_tcp_carries_what_ignores_the_proxy_variables,
@@ -481,41 +482,112 @@ async fn the_proxy_is_gone_when_its_process_has_closed() {
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "{address}");
 }
 
-/// A sandboxed start held to a managed network it does not launch a proxy for
-/// (`enforceManagedNetwork`, or `managedNetwork` alone) runs nothing and exits 101, saying it
-/// needs a proxy; unsandboxed, both are ignored.
+/// `process/start` params for a sandboxed (or not) `/bin/sh -c script` held to a managed
+/// network whose proxy the caller runs: `enforceManagedNetwork`, no `networkProxy`, the
+/// caller's variables in `env`.
+fn caller_run(
+    id: &str,
+    script: &str,
+    home: &ExecutorHome,
+    confined: Confined,
+    managed: Value,
+    env: Value,
+) -> Value {
+    let mut params = proxied(id, script, home, confined, Value::Null);
+    params["managedNetwork"] = managed;
+    for (name, value) in env.as_object().unwrap() {
+        params["env"][name] = value.clone();
+    }
+    params
+}
+
+/// A sandboxed start held to a managed network whose proxy the caller runs, named by
+/// variables it cannot bridge, runs nothing and exits 101 in the reference's words: no proxy
+/// variable, a port outside `managedNetwork.loopbackPorts`, an address off loopback.
+/// Unsandboxed, or without `enforceManagedNetwork`, the start runs as it is.
 async fn a_managed_network_without_a_proxy_runs_nothing_sandboxed(target: Target) {
     let home = ExecutorHome::new("network", target, "no-proxy");
     let (_server, mut client) = home.started(target).await;
-    for (n, managed) in [Value::Null, json!({"loopbackPorts": [9], "allowLocalBinding": false})]
-        .into_iter()
-        .enumerate()
-    {
+    let cases = [
+        (Value::Null, json!({}), "managed proxy mode requires proxy environment variables"),
+        (
+            json!({"loopbackPorts": [9], "allowLocalBinding": false}),
+            json!({"HTTP_PROXY": "http://127.0.0.1:10"}),
+            "proxy endpoint is outside the managed sandbox context",
+        ),
+        (
+            Value::Null,
+            json!({"HTTP_PROXY": "http://198.51.100.1:3128"}),
+            "managed proxy mode requires parseable loopback proxy endpoints",
+        ),
+    ];
+    for (n, (managed, env, refusal)) in cases.into_iter().enumerate() {
         for confined in [Confined::No, Confined::Sandboxed] {
             let id = format!("p{n}-{confined:?}");
-            let mut params =
-                proxied(&id, "echo ran; echo $HTTP_PROXY", &home, confined, Value::Null);
-            params["managedNetwork"] = managed.clone();
+            let script = "echo ran; echo $HTTP_PROXY";
+            let params = caller_run(&id, script, &home, confined, managed.clone(), env.clone());
             client.ok("process/start", params).await.unwrap();
             let events = client.process_events(&id).await.unwrap();
             let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
             let stdout = String::from_utf8(output_of(&events, "stdout")).unwrap();
             let stderr = String::from_utf8(output_of(&events, "stderr")).unwrap();
             match confined {
-                Confined::No => assert_eq!(
-                    (exited["params"]["exitCode"].as_i64(), stdout.as_str()),
-                    (Some(0), "ran\n\n")
-                ),
+                Confined::No => {
+                    let proxy = env["HTTP_PROXY"].as_str().unwrap_or_default();
+                    assert_eq!(
+                        (exited["params"]["exitCode"].as_i64(), stdout),
+                        (Some(0), format!("ran\n{proxy}\n"))
+                    );
+                }
                 Confined::Sandboxed => {
                     assert_eq!(
                         (exited["params"]["exitCode"].as_i64(), stdout.as_str()),
                         (Some(101), "")
                     );
-                    assert!(stderr.contains("proxy"), "{stderr}");
+                    assert!(
+                        stderr.contains(&format!(
+                            "failed to prepare host proxy routing bridge: {refusal}"
+                        )),
+                        "{stderr}"
+                    );
                 }
             }
         }
     }
+    // `managedNetwork` without `enforceManagedNetwork`: nothing bridged, nothing refused.
+    let managed = json!({"loopbackPorts": [9], "allowLocalBinding": false});
+    let env = json!({"HTTP_PROXY": "http://127.0.0.1:10"});
+    let mut params =
+        caller_run("free", "echo $HTTP_PROXY", &home, Confined::Sandboxed, managed, env);
+    params["enforceManagedNetwork"] = json!(false);
+    let finished = run(&mut client, params).await;
+    assert_eq!((finished.exit_code, finished.stdout.as_str()), (0, "http://127.0.0.1:10\n"));
+}
+
+/// The caller's proxy, on the host's loopback, is bridged into a sandboxed start held to it:
+/// each of its proxy variables is pointed at a port of the sandbox's own loopback (one per
+/// port of the caller's, the rest of the URL kept), whose connections reach the caller's
+/// proxy; the caller's port itself is not reachable from inside.
+async fn a_proxy_the_caller_runs_is_bridged_into_the_sandbox(target: Target) {
+    let caller = HttpPeer::start().await.unwrap();
+    let port = port_of(&caller);
+    let home = ExecutorHome::new("network", target, "bridge");
+    let (_server, mut client) = home.started(target).await;
+    let managed = json!({"loopbackPorts": [port], "allowLocalBinding": false});
+    let env = json!({"HTTP_PROXY": format!("http://127.0.0.1:{port}"),
+        "https_proxy": format!("http://localhost:{port}/")});
+    let script = format!(
+        "echo \"$HTTP_PROXY\"; echo \"$https_proxy\"; \
+         curl -sS -x \"$HTTP_PROXY\" -o /dev/null -w '%{{http_code}}\\n' http://example.com/bridged; \
+         curl -sS -m 5 -o /dev/null http://127.0.0.1:{port}/direct 2>/dev/null; echo \"direct $?\""
+    );
+    let params = caller_run("p", &script, &home, Confined::Sandboxed, managed, env);
+    let finished = run(&mut client, params).await;
+    let lines: Vec<&str> = finished.stdout.lines().collect();
+    let inside: u16 = lines[0].strip_prefix("http://127.0.0.1:").unwrap().parse().unwrap();
+    assert_ne!(inside, port, "{}", finished.stdout);
+    assert_eq!(lines[1..], [format!("http://127.0.0.1:{inside}/").as_str(), "200", "direct 7"]);
+    assert_eq!(caller.requests(), ["GET /bridged"]);
 }
 
 /// The sockets `pid` listens on (TCP, either family), by local address.

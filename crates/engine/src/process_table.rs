@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, debug, info_span};
 
 use crate::env_policy::child_env;
+use crate::network::bridge::{self, PreparedBridge};
 use crate::network::forward::ProxyRoute;
 use crate::network::proxy::{NetworkEvents, PreparedProxy, ProxyConfig};
 use crate::process::{
@@ -152,15 +153,40 @@ impl ProcessTable {
             Some(config) => Some(PreparedProxy::new(config).map_err(ProcessError::Spawn)?),
             None => None,
         };
-        let mut request =
-            validate(&params, &self.parent_env, proxy.as_ref().map(|proxy| &proxy.route))?;
-        let running_proxy = match proxy {
-            Some(proxy) => {
-                let forwarded = matches!(&request.launch, Launch::Wrapped(w) if w.proxied);
+        let bridge = match managed_without_proxy(&params) {
+            true => {
+                let env = child_env(
+                    &params.env,
+                    params.env_policy.as_ref(),
+                    self.parent_env.iter().cloned(),
+                );
+                match bridge::plan(&env, params.managed_network.as_ref()) {
+                    Ok(plan) => Ok(Some(
+                        PreparedBridge::new(plan, &params.process_id)
+                            .map_err(ProcessError::Spawn)?,
+                    )),
+                    Err(refusal) => Err(refusal),
+                }
+            }
+            false => Ok(None),
+        };
+        let way_out = match (&proxy, &bridge) {
+            (Some(proxy), _) => WayOut::Through(&proxy.route),
+            (None, Ok(Some(bridge))) => WayOut::Through(&bridge.route),
+            (None, Err(refusal)) => WayOut::Refused(refusal.to_string()),
+            (None, Ok(None)) => WayOut::Own,
+        };
+        let mut request = validate(&params, &self.parent_env, way_out)?;
+        let forwarded = matches!(&request.launch, Launch::Wrapped(w) if w.proxied);
+        let running_proxy = match (proxy, bridge) {
+            (Some(proxy), _) => {
                 let started = proxy.start(forwarded, &mut request.env, self.network.clone());
                 Some(started.map_err(ProcessError::Spawn)?)
             }
-            None => None,
+            (None, Ok(Some(bridge))) => bridge
+                .start(forwarded, &mut request.env, &params.process_id)
+                .map_err(ProcessError::Spawn)?,
+            (None, _) => None,
         };
         // Spawning happens under the table lock: a fork/exec takes a millisecond, and holding
         // the lock makes "one id, one process" trivially true under concurrent starts.
@@ -235,7 +261,12 @@ impl ProcessTable {
         &self,
         params: &ExecParams,
     ) -> Result<process::Spawned, ProcessError> {
-        let request = validate(params, &self.parent_env, None)?;
+        let way_out = match managed_without_proxy(params) {
+            // The bridge to the caller's proxy is made for the command itself only.
+            true => WayOut::Refused("a bridge is made for the command, not for this".into()),
+            false => WayOut::Own,
+        };
+        let request = validate(params, &self.parent_env, way_out)?;
         process::spawn(request).map_err(ProcessError::Spawn)
     }
 
@@ -357,15 +388,22 @@ fn network_config(
     Ok(Some(config))
 }
 
-/// A sandboxed start held to a managed network it does not launch (`enforceManagedNetwork` or
-/// `managedNetwork` without `networkProxy`): the reference bridges such a sandbox to a proxy
-/// the caller runs, named by the caller's proxy variables. Tether does not, so the command
-/// never runs: it fails as the reference's helper fails without those variables, saying what
-/// to send instead. (Unsandboxed, both are ignored, as the reference ignores them.)
+/// A sandboxed start held to a managed network it does not launch (`enforceManagedNetwork`
+/// without `networkProxy`): bridged to the proxy the caller runs, named by the caller's proxy
+/// variables ([`bridge`]). `managedNetwork` without `enforceManagedNetwork` changes nothing,
+/// and unsandboxed both are ignored, as the reference ignores them.
 fn managed_without_proxy(params: &ExecParams) -> bool {
-    params.sandbox.is_some()
-        && params.network_proxy.is_none()
-        && (params.enforce_managed_network || params.managed_network.is_some())
+    params.sandbox.is_some() && params.network_proxy.is_none() && params.enforce_managed_network
+}
+
+/// A full sandbox's way out, when it is not its own network.
+enum WayOut<'a> {
+    /// The sandbox's network, as its intent says.
+    Own,
+    /// Only through the forwarders to this route (a managed proxy, or the bridge).
+    Through(&'a ProxyRoute),
+    /// None can be made: the command runs nothing, saying why.
+    Refused(String),
 }
 
 /// Checks a start request and puts it in native terms, before anything is spawned. A full
@@ -373,7 +411,7 @@ fn managed_without_proxy(params: &ExecParams) -> bool {
 fn validate<'a>(
     params: &'a ExecParams,
     parent_env: &[(String, String)],
-    proxy: Option<&ProxyRoute>,
+    way_out: WayOut<'_>,
 ) -> Result<SpawnRequest<'a>, ProcessError> {
     if params.argv.is_empty() {
         return Err(ProcessError::InvalidParams("argv must not be empty".into()));
@@ -393,12 +431,14 @@ fn validate<'a>(
     let env = child_env(&params.env, params.env_policy.as_ref(), parent_env.iter().cloned());
     let launch = match &params.sandbox {
         None => Launch::Direct,
-        Some(_) if managed_without_proxy(params) => launch::refused(
-            "tether sandbox: a managed network without `networkProxy` (a proxy the caller runs, \
-             `managedNetwork`) is not supported by this executor; nothing was run: send \
-             `networkProxy` and the executor starts the process's proxy itself",
-        ),
+        Some(_) if let WayOut::Refused(why) = &way_out => launch::refused(&format!(
+            "tether sandbox: failed to prepare host proxy routing bridge: {why}"
+        )),
         Some(intent) => {
+            let proxy = match way_out {
+                WayOut::Through(route) => Some(route),
+                WayOut::Own | WayOut::Refused(_) => None,
+            };
             let program = process::program_for(&params.argv[0], &env);
             let start = Start {
                 intent,

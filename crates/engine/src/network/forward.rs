@@ -31,35 +31,52 @@ pub enum Entry {
     Http,
     /// The SOCKS5 proxy.
     Socks,
+    /// The `n`th port of a proxy the caller runs on the host's loopback
+    /// ([`super::bridge`]), below [`MAX_BRIDGED_PORTS`].
+    Bridged(u8),
 }
 
+/// Ports of a caller's proxy one sandbox may be bridged to: a proxy has an HTTP and a SOCKS
+/// port, and a caller with one per protocol has a handful; one digit each on the wire.
+pub const MAX_BRIDGED_PORTS: usize = 10;
+
 impl Entry {
-    fn tag(self) -> u8 {
+    /// The byte that names this entry, in a hand-over and on the inner stage's command line.
+    pub(crate) fn tag(self) -> u8 {
         match self {
             Entry::Http => b'h',
             Entry::Socks => b's',
+            Entry::Bridged(n) => b'0' + n,
         }
     }
 
-    fn from_tag(tag: u8) -> Option<Self> {
+    pub(crate) fn from_tag(tag: u8) -> Option<Self> {
         match tag {
             b'h' => Some(Entry::Http),
             b's' => Some(Entry::Socks),
+            b'0'..=b'9' => Some(Entry::Bridged(tag - b'0')),
             _ => None,
         }
     }
 }
 
-/// How a full sandbox reaches its managed proxy: the sandbox's end of the pair the proxy
-/// serves, and the ports its forwarders listen on inside (what the proxy variables name).
+/// How a full sandbox reaches the way out it is given (a managed proxy, or the bridge to a
+/// caller's proxy): the sandbox's end of the pair the server serves, and the ports its
+/// forwarders listen on inside (what the proxy variables name), each with its entry.
 #[derive(Debug)]
 pub struct ProxyRoute {
     pub sandbox_end: OwnedFd,
-    pub http: u16,
-    pub socks: Option<u16>,
+    pub listeners: Vec<(Entry, u16)>,
     /// Whether every outbound TCP connection of the sandbox is carried to the SOCKS5 proxy
     /// ([`crate::sandbox::transparent`]), not only those the proxy variables send there.
     pub transparent: bool,
+}
+
+impl ProxyRoute {
+    /// The port inside the sandbox that leads to `entry`.
+    pub fn port(&self, entry: Entry) -> Option<u16> {
+        self.listeners.iter().find(|(at, _)| *at == entry).map(|(_, port)| *port)
+    }
 }
 
 /// A close-on-exec `SOCK_SEQPACKET` pair: the proxy's end, then the sandbox's.
@@ -176,6 +193,9 @@ mod tests {
         drop(accepted);
         let (entry, fd) = receiver.next().await.unwrap().unwrap();
         assert_eq!(entry, Entry::Socks);
+        for entry in [Entry::Http, Entry::Socks, Entry::Bridged(0), Entry::Bridged(9)] {
+            assert_eq!(Entry::from_tag(entry.tag()), Some(entry));
+        }
         let mut handed = TcpStream::from(fd);
         handed.write_all(b"through").unwrap();
         drop(handed);

@@ -12,8 +12,11 @@
 //!   of its own.
 //! - [`forward`]: how a sandbox with a network namespace of its own hands its connections to
 //!   that proxy (descriptors over a socket pair; the proxy listens nowhere).
+//! - [`bridge`]: the same way out to a proxy the caller runs on the host's loopback
+//!   (`enforceManagedNetwork` without `networkProxy`), its variables pointed inside.
 
 pub mod blocked;
+pub mod bridge;
 pub mod domains;
 pub mod forward;
 pub mod masking;

@@ -35,6 +35,11 @@ const HTTP_PROXY_VARIABLES: [&str; 21] = [
 /// HTTP one when the launch has no SOCKS5.
 const CATCH_ALL_VARIABLES: [&str; 4] = ["ALL_PROXY", "all_proxy", "FTP_PROXY", "ftp_proxy"];
 
+/// Every variable that names a proxy, HTTP's and the catch-all ones.
+pub(crate) fn proxy_variables() -> impl Iterator<Item = &'static str> {
+    HTTP_PROXY_VARIABLES.into_iter().chain(CATCH_ALL_VARIABLES)
+}
+
 /// Variables listing the destinations reached without the proxy.
 const NO_PROXY_VARIABLES: [&str; 5] =
     ["NO_PROXY", "no_proxy", "NPM_CONFIG_NOPROXY", "npm_config_noproxy", "BUNDLE_NO_PROXY"];

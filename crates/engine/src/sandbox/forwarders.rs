@@ -13,38 +13,53 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use crate::network::forward::{self, Entry};
 
-/// Where the forwarders listen and whom they hand connections to: `FD,HTTP[,SOCKS]` on the
-/// inner stage's command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the forwarders listen and whom they hand connections to: `FD,ENTRY=PORT,…` on the
+/// inner stage's command line (`h` the HTTP proxy, `s` the SOCKS5 one, a digit a bridged port
+/// of the caller's proxy).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// The sandbox's end of the pair to the proxy, inherited.
+    /// The sandbox's end of the pair to the server, inherited.
     pub fd: i32,
-    pub http: u16,
-    pub socks: Option<u16>,
+    pub listeners: Vec<(Entry, u16)>,
 }
 
 impl Route {
-    pub fn to_arg(self) -> String {
-        match self.socks {
-            Some(socks) => format!("{},{},{socks}", self.fd, self.http),
-            None => format!("{},{}", self.fd, self.http),
+    pub fn to_arg(&self) -> String {
+        let mut arg = self.fd.to_string();
+        for (entry, port) in &self.listeners {
+            arg.push_str(&format!(",{}={port}", char::from(entry.tag())));
         }
+        arg
     }
 
     pub fn parse(arg: &OsStr) -> Result<Self, String> {
-        let text = arg.to_str().ok_or("--proxy takes FD,HTTP[,SOCKS]")?;
-        let numbers: Vec<&str> = text.split(',').collect();
-        let port = |at: usize| numbers.get(at).and_then(|n| n.parse::<u16>().ok());
-        let fd = numbers.first().and_then(|n| n.parse::<i32>().ok()).filter(|fd| *fd > 2);
-        let (Some(fd), Some(http)) = (fd, port(1)) else {
-            return Err(format!("--proxy takes FD,HTTP[,SOCKS], got {text:?}"));
-        };
-        let socks = match numbers.len() {
-            2 => None,
-            3 => Some(port(2).ok_or_else(|| format!("--proxy: bad SOCKS port in {text:?}"))?),
-            _ => return Err(format!("--proxy takes FD,HTTP[,SOCKS], got {text:?}")),
-        };
-        Ok(Self { fd, http, socks })
+        let bad = || format!("--proxy takes FD,ENTRY=PORT,…, got {arg:?}");
+        let text = arg.to_str().ok_or_else(bad)?;
+        let mut parts = text.split(',');
+        let fd = parts.next().and_then(|n| n.parse::<i32>().ok()).filter(|fd| *fd > 2);
+        let fd = fd.ok_or_else(bad)?;
+        let mut listeners = Vec::new();
+        for part in parts {
+            let (tag, port) = part.split_once('=').ok_or_else(bad)?;
+            let entry = match tag.as_bytes() {
+                [tag] => Entry::from_tag(*tag).ok_or_else(bad)?,
+                _ => return Err(bad()),
+            };
+            let port = port.parse::<u16>().ok().filter(|port| *port > 0).ok_or_else(bad)?;
+            if listeners.iter().any(|(at, _)| *at == entry) {
+                return Err(bad());
+            }
+            listeners.push((entry, port));
+        }
+        if listeners.is_empty() {
+            return Err(bad());
+        }
+        Ok(Self { fd, listeners })
+    }
+
+    /// The port inside the sandbox that leads to `entry`.
+    pub fn port(&self, entry: Entry) -> Option<u16> {
+        self.listeners.iter().find(|(at, _)| *at == entry).map(|(_, port)| *port)
     }
 }
 
@@ -57,7 +72,7 @@ pub struct Forwarders {
 impl Forwarders {
     /// Binds the route's ports on the sandbox's loopback (close-on-exec: the command never
     /// holds them) and takes the pair's end.
-    pub fn bind(route: Route) -> std::io::Result<Self> {
+    pub fn bind(route: &Route) -> std::io::Result<Self> {
         // SAFETY: the launcher passed this descriptor for this stage alone; nothing else in
         // this process uses it.
         let proxy = unsafe { OwnedFd::from_raw_fd(route.fd) };
@@ -67,10 +82,11 @@ impl Forwarders {
             listener.set_nonblocking(true)?;
             Ok::<_, std::io::Error>(listener)
         };
-        let mut listeners = vec![(Entry::Http, bind(route.http)?)];
-        if let Some(socks) = route.socks {
-            listeners.push((Entry::Socks, bind(socks)?));
-        }
+        let listeners = route
+            .listeners
+            .iter()
+            .map(|(entry, port)| Ok((*entry, bind(*port)?)))
+            .collect::<std::io::Result<_>>()?;
         Ok(Self { proxy, listeners })
     }
 
@@ -133,12 +149,13 @@ mod tests {
     #[test]
     fn routes_read_back_as_written() {
         for route in [
-            Route { fd: 5, http: 3128, socks: None },
-            Route { fd: 9, http: 40001, socks: Some(40002) },
+            Route { fd: 5, listeners: vec![(Entry::Http, 3128)] },
+            Route { fd: 9, listeners: vec![(Entry::Http, 40001), (Entry::Socks, 40002)] },
+            Route { fd: 7, listeners: vec![(Entry::Bridged(0), 3), (Entry::Bridged(9), 4)] },
         ] {
             assert_eq!(Route::parse(OsStr::new(&route.to_arg())), Ok(route));
         }
-        for bad in ["", "5", "x,1", "5,1,2,3", "5,99999"] {
+        for bad in ["", "5", "x,h=1", "5,h=1,h=2", "5,h=99999", "5,q=1", "5,h=0", "2,h=1", "5,1"] {
             assert!(Route::parse(OsStr::new(bad)).is_err(), "{bad}");
         }
     }

@@ -38,6 +38,7 @@ use super::exec::PreparedExec;
 use super::forwarders::{Forwarders, Route};
 use super::seccomp::{self, Guarded, NetworkRule};
 use super::transparent;
+use crate::network::forward::Entry;
 use crate::proc_stat;
 
 /// The first argument that makes the `tether` binary this stage instead of its CLI.
@@ -87,7 +88,7 @@ impl ExecArgs {
             NetworkRule::Enabled => "enabled".into(),
             NetworkRule::Proxied => "proxied".into(),
         });
-        if let Some(route) = self.proxy {
+        if let Some(route) = &self.proxy {
             out.push("--proxy".into());
             out.push(route.to_arg().into());
         }
@@ -146,7 +147,7 @@ impl ExecArgs {
         if (network == NetworkRule::Proxied) != proxy.is_some() {
             return Err("--network proxied and --proxy go together".into());
         }
-        if transparent && proxy.is_none_or(|route| route.socks.is_none()) {
+        if transparent && proxy.as_ref().is_none_or(|route| route.port(Entry::Socks).is_none()) {
             return Err("--transparent-tcp needs a --proxy with a SOCKS5 port".into());
         }
         Ok(Self { network, pids, proxy, transparent, arg0, program, args: args.collect() })
@@ -165,7 +166,7 @@ pub fn exec_main(args: ExecArgs) -> ! {
         }
     };
     let name = args.arg0.as_deref().unwrap_or(&args.program);
-    let forwarders = args.proxy.map(|route| {
+    let forwarders = args.proxy.as_ref().map(|route| {
         // SAFETY: a plain system call with constant arguments.
         unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
         Forwarders::bind(route).unwrap_or_else(|error| {
@@ -177,7 +178,8 @@ pub fn exec_main(args: ExecArgs) -> ! {
     });
     // Made while this stage still holds the capabilities bubblewrap kept for it, which it
     // gives up here, before the command exists.
-    let transparent = match (args.transparent, args.proxy.and_then(|route| route.socks)) {
+    let socks = args.proxy.as_ref().and_then(|route| route.port(Entry::Socks));
+    let transparent = match (args.transparent, socks) {
         (true, Some(socks)) => match transparent::prepare() {
             Ok(prepared) => Some((prepared, socks)),
             Err(error) => {
@@ -378,7 +380,10 @@ mod tests {
         assert!(ExecArgs::parse(["--bogus".into()].into_iter()).is_err());
         let proxied = ExecArgs {
             network: NetworkRule::Proxied,
-            proxy: Some(Route { fd: 7, http: 40_000, socks: Some(40_001) }),
+            proxy: Some(Route {
+                fd: 7,
+                listeners: vec![(Entry::Http, 40_000), (Entry::Socks, 40_001)],
+            }),
             ..args
         };
         let written = proxied.to_args();
@@ -387,10 +392,11 @@ mod tests {
         let written = transparent.to_args();
         assert_eq!(ExecArgs::parse(written.into_iter().skip(1)).unwrap(), transparent);
         // Transparent TCP goes to a SOCKS5 port.
-        let no_socks = ["--network", "proxied", "--proxy", "7,1", "--transparent-tcp", "--", "x"];
+        let no_socks = ["--network", "proxied", "--proxy", "7,h=1", "--transparent-tcp", "--", "x"];
         assert!(ExecArgs::parse(no_socks.iter().map(OsString::from)).is_err());
         // The rule and the route go together.
-        for lone in [["--network", "proxied", "--", "x"].as_slice(), &["--proxy", "7,1", "--", "x"]]
+        for lone in
+            [["--network", "proxied", "--", "x"].as_slice(), &["--proxy", "7,h=1", "--", "x"]]
         {
             assert!(ExecArgs::parse(lone.iter().map(OsString::from)).is_err(), "{lone:?}");
         }

@@ -24,7 +24,7 @@ use super::policy::{self, Confinement, Context, PolicyError};
 use super::seccomp::{self, NetworkRule};
 use super::synthetic::SyntheticTargets;
 use super::{PidNamespace, Sandboxing};
-use crate::network::forward::ProxyRoute;
+use crate::network::forward::{Entry, ProxyRoute};
 
 /// A start, as the sandbox sees it.
 #[derive(Debug, Clone, Copy)]
@@ -156,12 +156,11 @@ fn wrapped(
             let fd = proxy.sandbox_end.try_clone()?;
             let route = super::forwarders::Route {
                 fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
-                http: proxy.http,
-                socks: proxy.socks,
+                listeners: proxy.listeners.clone(),
             };
             plan.fds.push(fd);
             if proxy.transparent {
-                if proxy.socks.is_none() {
+                if proxy.port(Entry::Socks).is_none() {
                     return Err(std::io::Error::other(
                         "failed to prepare transparent TCP: transparent TCP requires managed SOCKS5",
                     )
@@ -180,8 +179,9 @@ fn wrapped(
     plan.args.push("--".into());
     plan.args.push(helper.into());
     plan.args.extend(plan.helper_args());
+    let proxied = route.is_some();
     let exec = ExecArgs {
-        network: match (route, full.network) {
+        network: match (&route, full.network) {
             (Some(_), _) => NetworkRule::Proxied,
             (None, NetworkAccess::Restricted) => NetworkRule::Restricted,
             (None, NetworkAccess::Enabled) => NetworkRule::Enabled,
@@ -200,7 +200,7 @@ fn wrapped(
         inherited: plan.fds,
         synthetic: plan.synthetic,
         info: Some(info_read),
-        proxied: route.is_some(),
+        proxied,
     })
 }
 

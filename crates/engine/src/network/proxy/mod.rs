@@ -53,7 +53,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_CONNECTIONS_SERVER_WIDE: usize = 256;
 
 /// The server-wide share of [`MAX_CONNECTIONS_SERVER_WIDE`].
-fn server_wide() -> Arc<Semaphore> {
+pub(crate) fn server_wide() -> Arc<Semaphore> {
     static SHARED: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
     SHARED.get_or_init(|| Arc::new(Semaphore::new(MAX_CONNECTIONS_SERVER_WIDE))).clone()
 }
@@ -179,6 +179,15 @@ pub struct RunningProxy {
 }
 
 impl RunningProxy {
+    /// Runs `serving` as the way out of `process_id`'s sandbox, until stopped or dropped.
+    pub(crate) fn spawn(
+        process_id: &ProcessId,
+        serving: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        let span = info_span!("proxy", process_id = %process_id);
+        Self { task: AbortOnDropHandle::new(tokio::spawn(serving.instrument(span))) }
+    }
+
     /// Stops the proxy and returns once it is gone: its listeners closed, every connection
     /// through it ended. (Dropped instead, it goes as the runtime gets to it.)
     pub async fn stop(self) {
@@ -253,8 +262,7 @@ impl Proxy {
     }
 
     fn spawn(&self, serving: impl Future<Output = ()> + Send + 'static) -> RunningProxy {
-        let span = info_span!("proxy", process_id = %self.config.process_id);
-        RunningProxy { task: AbortOnDropHandle::new(tokio::spawn(serving.instrument(span))) }
+        RunningProxy::spawn(&self.config.process_id, serving)
     }
 
     async fn serve(
@@ -268,6 +276,9 @@ impl Proxy {
         match entry {
             Entry::Http => http::serve(self, stream, client).await,
             Entry::Socks => socks::serve(self, stream, client).await,
+            // Not a listener a managed proxy's sandbox has: a sandboxed command that took the
+            // inner stage's end and sent one gets it closed.
+            Entry::Bridged(_) => {}
         }
     }
 }
@@ -344,7 +355,7 @@ fn stream_of(fd: OwnedFd) -> std::io::Result<TcpStream> {
 const TUNNEL_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Copies both ways until either side ends, then ends the other.
-async fn splice<A, B>(mut a: A, mut b: B)
+pub(crate) async fn splice<A, B>(mut a: A, mut b: B)
 where
     A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -365,7 +376,7 @@ pub struct PreparedProxy {
 
 /// Where a sandbox's forwarders listen: a private namespace's loopback, so any port is free;
 /// one taken at random from this range for each start, as a host's would be.
-const FORWARDER_PORTS: std::ops::Range<u16> = 20_000..60_000;
+pub(crate) const FORWARDER_PORTS: std::ops::Range<u16> = 20_000..60_000;
 
 impl PreparedProxy {
     pub fn new(config: ProxyConfig) -> std::io::Result<Self> {
@@ -380,7 +391,9 @@ impl PreparedProxy {
         // Two ports drawn alike would collide in the sandbox: the second moves on by one.
         let socks = socks.map(|port| if port == http { port + 1 } else { port });
         let transparent = config.transparent_tcp;
-        Ok(Self { config, proxy_end, route: ProxyRoute { sandbox_end, http, socks, transparent } })
+        let mut listeners = vec![(Entry::Http, http)];
+        listeners.extend(socks.map(|socks| (Entry::Socks, socks)));
+        Ok(Self { config, proxy_end, route: ProxyRoute { sandbox_end, listeners, transparent } })
     }
 
     /// Starts the proxy for a process about to be spawned with `env`, setting its proxy
@@ -405,7 +418,8 @@ impl PreparedProxy {
         let proxy = Proxy::new(self.config, events, masked);
         if forwarded {
             let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
-            let (http, socks) = (local(self.route.http), self.route.socks.map(local));
+            let http = local(self.route.port(Entry::Http).expect("a managed proxy has HTTP"));
+            let socks = self.route.port(Entry::Socks).map(local);
             super::proxy_env::apply(env, http, socks, allow_local);
             return proxy.serve_forwarded(self.proxy_end);
         }
