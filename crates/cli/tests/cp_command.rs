@@ -295,6 +295,31 @@ async fn mistakes_are_refused_with_what_is_wrong() {
                 there("absent")
             ),
         ),
+        // A trailing `/` names a directory: no file is written under that name.
+        (
+            vec![here("local-file"), format!("{}/", sides.remote("nodir"))],
+            format!(
+                "{}/ on the executor: no such directory; make it first, or leave out the \
+                 trailing / to copy to a file of that name",
+                there("nodir")
+            ),
+        ),
+        (
+            vec![here("local-file"), format!("{}/", sides.remote("file"))],
+            format!(
+                "{}/ on the executor: not a directory; leave out the trailing / to copy onto \
+                 the file",
+                there("file")
+            ),
+        ),
+        (
+            vec![sides.remote("file"), format!("{}/", here("nodir"))],
+            format!(
+                "{}/: no such directory; make it first, or leave out the trailing / to copy to \
+                 a file of that name",
+                here("nodir")
+            ),
+        ),
         (
             vec![sides.remote("file"), here("absent/new")],
             format!(
@@ -314,4 +339,5 @@ async fn mistakes_are_refused_with_what_is_wrong() {
         );
     }
     assert_eq!(std::fs::read(sides.there("file")).unwrap(), b"x", "nothing was changed");
+    assert!(!sides.there("nodir").exists() && !sides.here("nodir").exists(), "no file made");
 }

@@ -285,6 +285,10 @@ enum Landing {
 /// Where a copy of `from` to `to` lands, given what `to` is on its side (`Some(true)` a
 /// directory, `Some(false)` anything else, `None` nothing); `from_name` and `to_name` are the
 /// two paths as the errors name them, each with the side it is on.
+///
+/// A `to` written with a trailing `/` names a directory, as it does to cp and scp: a file is
+/// never written under that name, whether nothing is there or a file is. (A tree copied to a
+/// missing `to/` becomes that directory, as `cp -r` makes it.)
 fn landing(
     (from, from_name): (&Path, &str),
     (to, to_name): (&Path, &str),
@@ -292,12 +296,20 @@ fn landing(
     root_is_directory: bool,
     several: bool,
 ) -> anyhow::Result<Landing> {
+    let names_a_directory = to.as_os_str().as_encoded_bytes().ends_with(b"/");
     Ok(match found {
         Some(true) => Landing::At(to.join(base_name(from)?)),
         Some(false) if root_is_directory => {
             bail!("cannot copy the directory {from_name} onto the file {to_name}")
         }
         Some(false) | None if several => bail!("{to_name}: not a directory (several sources)"),
+        Some(false) if names_a_directory => {
+            bail!("{to_name}: not a directory; leave out the trailing / to copy onto the file")
+        }
+        None if !root_is_directory && names_a_directory => bail!(
+            "{to_name}: no such directory; make it first, or leave out the trailing / to copy \
+             to a file of that name"
+        ),
         None if !root_is_directory => Landing::NewFile(to.to_owned()),
         _ => Landing::At(to.to_owned()),
     })
