@@ -205,8 +205,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
             let (process, truncated) = client.attach(process_id.as_str()).await.map_err(|e| {
                 match e.code() {
                     Some(NOT_FOUND) | Some(INVALID_REQUEST) => anyhow::anyhow!(
-                        "session {session} has no process {process_id}; `tether exec --url {} --resume {session} --list` shows the ones it has",
-                        args.url
+                        "session {session} has no process {process_id}; `{} --resume {session} --list` shows the ones it has",
+                        again(&args)
                     ),
                     _ => e.into(),
                 }
@@ -229,7 +229,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
             }
             if args.detach {
-                return detach(&client, process, url, args.tty).await;
+                return detach(&client, process, &again(&args), args.tty).await;
             }
             (client, process)
         }
@@ -287,8 +287,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     }
                     if let ConnectionStatus::Failed(why) = client.status() {
                         bail!(
-                            "lost the connection: {why}. The command may still be running; reattach with: tether exec --url {} --resume {} --process {}",
-                            args.url,
+                            "lost the connection: {why}. The command may still be running; reattach with: {} --resume {} --process {}",
+                            again(&args),
                             client.session_id(),
                             process.process_id()
                         );
@@ -323,12 +323,39 @@ async fn run(args: ExecArgs) -> anyhow::Result<i32> {
     }
 }
 
+/// `tether exec` reaching the executor this run reached, as a person pastes it: the executor
+/// as it was named (a name keeps its config entry's credentials), and the token file, CA file
+/// and fingerprint given on the command line.
+fn again(args: &ExecArgs) -> String {
+    let mut command = format!("tether exec --url {}", shell_word(&args.url));
+    if let Some(file) = &args.token_file {
+        command.push_str(&format!(" --token-file {}", shell_word(&file.to_string_lossy())));
+    }
+    if let Some(file) = &args.tls_ca_file {
+        command.push_str(&format!(" --tls-ca-file {}", shell_word(&file.to_string_lossy())));
+    }
+    if let Some(fingerprint) = &args.tls_fingerprint {
+        command.push_str(&format!(" --tls-fingerprint {fingerprint}"));
+    }
+    command
+}
+
+/// `word` as one word for a POSIX shell: as it is when nothing in it is special, else in
+/// single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
 /// Leaves a started command running and says how to find it again: its ids on stdout (for a
 /// script), and on stderr how long the server keeps it and the command that follows it.
 async fn detach(
     client: &ExecServerClient,
     process: RemoteProcess,
-    url: &str,
+    again: &str,
     tty: bool,
 ) -> anyhow::Result<i32> {
     let (session, process_id) = (client.session_id().to_owned(), process.process_id().to_owned());
@@ -343,7 +370,7 @@ async fn detach(
         None => "did not say how long it keeps it (it does not serve Tether's sessionTtl; the reference keeps a session 80 s)".to_owned(),
     };
     eprintln!(
-        "tether exec: left running; the server {kept}. Follow it with: tether exec --url {url} --resume {session} --process {process_id}"
+        "tether exec: left running; the server {kept}. Follow it with: {again} --resume {session} --process {process_id}"
     );
     drop(process);
     client.disconnect();

@@ -44,11 +44,19 @@ impl Executor {
     }
 
     /// Client options that reach and trust it (the token read now: from its file, else from
-    /// `TETHER_TOKEN`), the rest left at their defaults.
+    /// `TETHER_TOKEN`), the rest left at their defaults. A token file is read again before
+    /// every reconnection, so a token renewed while a command runs is the one a recovery sends.
     pub fn client_options(&self, client_name: &str) -> anyhow::Result<ClientOptions> {
+        let token_source = self.token_file.clone().map(|file| {
+            let source: tether_client::TokenSource = std::sync::Arc::new(move || {
+                crate::credentials::exec_server_token(Some(&file)).map_err(|e| e.to_string())
+            });
+            source
+        });
         Ok(ClientOptions {
             client_name: client_name.into(),
             bearer_token: crate::credentials::exec_server_token(self.token_file.as_deref())?,
+            token_source,
             tls_ca_file: self.tls_ca_file.clone(),
             tls_fingerprint: self.tls_fingerprint,
             ..ClientOptions::default()

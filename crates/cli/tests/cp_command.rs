@@ -240,6 +240,71 @@ async fn an_interrupted_copy_leaves_no_partial_file_under_the_final_name() {
     assert!(!sides.there("big.bin").exists(), "a partial file under the final name");
 }
 
+/// Interrupted by a signal (Ctrl-C, `SIGTERM`) in the middle of a big copy, up or down: the
+/// copy removes its temporary file before it exits, as a shell reports a signal (128 + n),
+/// saying so in one line; neither the final name nor a temporary one is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_stopped_by_a_signal_leaves_nothing_behind() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    for (n, (signal, up)) in
+        [(libc::SIGINT, true), (libc::SIGTERM, true), (libc::SIGINT, false)].into_iter().enumerate()
+    {
+        let sides = Sides::new(&format!("signalled-{n}"));
+        let (from, to, staging) = match up {
+            true => (sides.here("big.bin"), sides.remote("big.bin"), sides.there("")),
+            false => (
+                sides.there("big.bin"),
+                sides.here("big.bin").display().to_string(),
+                sides.here(""),
+            ),
+        };
+        std::fs::File::create(&from).unwrap().set_len(2_000_000_000).unwrap();
+        let from = if up { from.display().to_string() } else { sides.remote("big.bin") };
+        let child = tokio::process::Command::new(tether_binary().unwrap())
+            .args(["cp", "--url", &server.url, &from, &to])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // The temporary file holds some bytes: the copy is under way.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let started = std::fs::read_dir(&staging).unwrap().any(|e| {
+                    let entry = e.unwrap();
+                    entry.file_name().to_string_lossy().starts_with(".big.bin.tether-")
+                        && entry.metadata().map(|m| m.len()).unwrap_or(0) > 0
+                });
+                if started {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the copy began");
+        // SAFETY: a plain system call on the child this test started.
+        unsafe { libc::kill(child.id().unwrap() as i32, signal) };
+        let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(128 + signal), "{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            "tether cp: interrupted; nothing was left halfway: what had been copied stays, the \
+             rest was not"
+        );
+        // The side copied to holds nothing: no temporary file, no partial one under the name.
+        let left: Vec<String> = std::fs::read_dir(&staging)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(left.is_empty(), "signal {signal}, up {up}: {left:?}");
+    }
+}
+
 /// Mistakes are refused before anything is copied, each in one line that says what is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistakes_are_refused_with_what_is_wrong() {

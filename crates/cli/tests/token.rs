@@ -251,3 +251,134 @@ async fn mint_help_names_the_secret_file_and_the_ttl() {
         assert!(help.contains(flag), "{flag}: {help}");
     }
 }
+
+/// Writes `token` into `file` whole (a new file renamed over the old, as a sidecar renews one).
+fn renew(file: &Path, token: &str) {
+    let staged = file.with_extension("renewing");
+    std::fs::write(&staged, format!("{token}\n")).unwrap();
+    std::fs::rename(staged, file).unwrap();
+}
+
+/// A `tether exec` running under a short-lived token (`--token-file`), whose connection drops
+/// after the token has expired and the file holds a renewed one: the recovery reads the file
+/// again and sends the renewed token, and the command finishes as if nothing happened. Once
+/// the file holds only the expired token, a drop ends the run at once, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_renewed_while_a_command_runs_carries_its_recovery() {
+    use tether_testkit::proxy::FaultProxy;
+    use tokio::io::AsyncBufReadExt as _;
+
+    let scratch = Scratch::new("token-renewal");
+    let secret = scratch.file("secret", SECRET.as_bytes());
+    let args = [
+        "--ws-auth",
+        "signed-bearer-token",
+        "--ws-shared-secret-file",
+        secret.to_str().unwrap(),
+        "--ws-max-clock-skew-seconds",
+        "0",
+    ];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let token_file = scratch.path("token");
+    let go_on = scratch.path("go-on");
+    let script = format!(
+        "echo ready; while [ ! -e {go} ]; do sleep 0.05; done; echo done",
+        go = go_on.display()
+    );
+
+    for renewed in [true, false] {
+        let _ = std::fs::remove_file(&go_on);
+        let short = mint(&secret, &["--ttl", "1s"]).await;
+        renew(&token_file, &short);
+        let mut command = tokio::process::Command::new(tether_binary().unwrap());
+        command
+            .args(["exec", "--url", &proxy.url, "--token-file", token_file.to_str().unwrap()])
+            .args(["--", "sh", "-c", &script])
+            .env_remove("TETHER_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("ready"));
+        if renewed {
+            renew(&token_file, &mint(&secret, &["--ttl", "10m"]).await);
+        }
+        // The short token is refused once the server's whole-second clock is past its `exp`.
+        let exp = claims(&short)["exp"].as_i64().unwrap();
+        while now() <= exp {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        proxy.cut();
+        std::fs::write(&go_on, "").unwrap();
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut rest = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if renewed {
+            assert_eq!((output.status.code(), rest.as_str()), (Some(0), "done\n"), "{stderr}");
+        } else {
+            assert_eq!(output.status.code(), Some(255), "{stderr}");
+            assert!(stderr.contains("expired websocket jwt"), "{stderr}");
+            assert!(stderr.contains("renew it and reattach"), "{stderr}");
+            assert!(stderr.contains("--token-file"), "the reattach command is whole: {stderr}");
+        }
+    }
+}
+
+/// What `--detach` prints to follow the command runs as pasted: it names the executor as the
+/// person did and the token file they gave, so it reaches a server that requires a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_follow_up_command_runs_as_pasted() {
+    let scratch = Scratch::new("token-follow-up");
+    let secret = scratch.file("secret", SECRET.as_bytes());
+    let args =
+        ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", secret.to_str().unwrap()];
+    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let token_file = scratch.path("a token file");
+    renew(&token_file, &mint(&secret, &["--ttl", "10m"]).await);
+    let go_on = scratch.path("go-on");
+    let script = format!(
+        "echo started; while [ ! -e '{go}' ]; do sleep 0.05; done; echo finished",
+        go = go_on.display()
+    );
+    let detached = tether(
+        &["exec", "--url", &server.url, "--token-file", token_file.to_str().unwrap(), "--detach"]
+            .into_iter()
+            .chain(["--", "sh", "-c", &script])
+            .collect::<Vec<_>>(),
+        None,
+    )
+    .await;
+    let stderr = String::from_utf8(detached.stderr).unwrap();
+    assert_eq!(detached.status.code(), Some(0), "{stderr}");
+    let follow = stderr.split("Follow it with: ").nth(1).unwrap().trim_end().to_owned();
+    assert!(follow.starts_with("tether exec --url "), "{follow}");
+    std::fs::write(&go_on, "").unwrap();
+    let binary_dir = tether_binary().unwrap().parent().unwrap().to_owned();
+    let path = format!("{}:{}", binary_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let pasted = tokio::process::Command::new("sh")
+        .args(["-c", &follow])
+        .env("PATH", path)
+        .env_remove("TETHER_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let pasted = tokio::time::timeout(Duration::from_secs(30), pasted).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&pasted.stdout);
+    assert_eq!(
+        pasted.status.code(),
+        Some(0),
+        "{follow}: {}",
+        String::from_utf8_lossy(&pasted.stderr)
+    );
+    assert!(stdout.ends_with("finished\n"), "{stdout}");
+}

@@ -83,8 +83,17 @@ impl ExecServerClient {
     ) -> Result<Self, ClientError> {
         let (events, receiver) = mpsc::channel(CONNECTION_EVENT_QUEUE);
         let gate = Arc::new(PauseGate::new(options.full_handle_pause));
-        let connection =
-            Connection::open(url, 1, &options, events.clone(), gate.clone(), true).await?;
+        let token = options.token_now()?;
+        let connection = Connection::open(
+            url,
+            1,
+            &options,
+            token.as_deref(),
+            events.clone(),
+            gate.clone(),
+            true,
+        )
+        .await?;
         let response = initialize(&connection, &options, resume).await?;
         let session = Arc::new(Session {
             url: url.to_owned(),

@@ -176,6 +176,7 @@ impl Connection {
         url: &str,
         generation: u64,
         options: &ClientOptions,
+        token: Option<&str>,
         events: mpsc::Sender<ConnectionEvent>,
         gate: Arc<PauseGate>,
         gated: bool,
@@ -189,7 +190,7 @@ impl Connection {
             ConnectError::new(ConnectErrorKind::InvalidUrl, format!("invalid exec-server URL: {e}"))
                 .caused_by(e)
         })?;
-        if let Some(token) = &options.bearer_token {
+        if let Some(token) = token {
             let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
                 ConnectError::new(
                     ConnectErrorKind::InvalidToken,

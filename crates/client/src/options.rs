@@ -46,6 +46,11 @@ pub struct ClientOptions {
     /// Sent as `Authorization: Bearer …` on every connection's upgrade, for a server started
     /// with `--ws-auth` (a capability token, or a signed JWT).
     pub bearer_token: Option<String>,
+    /// Asked for the bearer token before every connection, the first and each one recovery
+    /// makes, in place of `bearer_token`: for a token renewed while the client runs (a file a
+    /// sidecar rewrites, a short-lived signed token). A server that refuses the token (401)
+    /// during recovery is tried again only if the source then gives another one.
+    pub token_source: Option<TokenSource>,
     /// For `wss://`: trust only this CA (PEM) instead of the system's roots — for a server
     /// whose certificate a private CA signed, or a self-signed one pinned.
     pub tls_ca_file: Option<std::path::PathBuf>,
@@ -79,11 +84,27 @@ pub struct ClientOptions {
     pub detached_ttl: Option<Duration>,
 }
 
+/// Gives the bearer token to send now (`None`: none), or a line saying why it cannot.
+pub type TokenSource = std::sync::Arc<dyn Fn() -> Result<Option<String>, String> + Send + Sync>;
+
+impl ClientOptions {
+    /// The token to send on the connection about to be made.
+    pub(crate) fn token_now(&self) -> Result<Option<String>, crate::error::ConnectError> {
+        match &self.token_source {
+            Some(source) => source().map_err(|why| {
+                crate::error::ConnectError::new(crate::error::ConnectErrorKind::InvalidToken, why)
+            }),
+            None => Ok(self.bearer_token.clone()),
+        }
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> Self {
         Self {
             client_name: "tether".into(),
             bearer_token: None,
+            token_source: None,
             tls_ca_file: None,
             tls_fingerprint: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -104,6 +125,7 @@ impl std::fmt::Debug for ClientOptions {
         f.debug_struct("ClientOptions")
             .field("client_name", &self.client_name)
             .field("has_bearer_token", &self.bearer_token.is_some())
+            .field("has_token_source", &self.token_source.is_some())
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_fingerprint", &self.tls_fingerprint)
             .field("connect_timeout", &self.connect_timeout)

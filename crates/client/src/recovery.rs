@@ -118,9 +118,19 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
             session.server_went_away.store(going_away, Ordering::Release);
             return give_up(&session, message);
         }
+        // Read for each attempt: a token renewed since the last one is the one sent.
+        let token = match session.options.token_now() {
+            Ok(token) => token,
+            Err(error) => {
+                last_error = error.to_string();
+                tokio::time::sleep(session.options.recovery_retry_interval).await;
+                continue;
+            }
+        };
         // The deadline bounds an attempt too: one that hangs (a network that swallows packets
         // after the connect, a catch-up read never answered) must not outlive it.
-        let Ok(attempt) = tokio::time::timeout_at(deadline, resume(&session)).await else {
+        let attempt = resume(&session, token.as_deref());
+        let Ok(attempt) = tokio::time::timeout_at(deadline, attempt).await else {
             last_error = "the last attempt was still unanswered".into();
             continue;
         };
@@ -133,6 +143,24 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
                 );
                 install(&session, connection);
                 return;
+            }
+            // The credential refused: tried again only with another one (a token renewed
+            // meanwhile); the same one would be refused until the deadline.
+            Err(ClientError::Connect(error))
+                if error.kind == ConnectErrorKind::Refused { status: 401 } =>
+            {
+                let renewed = session.options.token_now().ok().flatten();
+                if session.options.token_source.is_some() && renewed != token {
+                    debug!("the server refused the token; trying the renewed one");
+                    last_error = error.to_string();
+                    continue;
+                }
+                let message = format!(
+                    "{reason}; could not resume the session: {error} (the token is no longer \
+                     accepted; renew it and reattach)"
+                );
+                session.server_went_away.store(going_away, Ordering::Release);
+                return give_up(&session, message);
             }
             Err(error) if is_retryable(&error) => {
                 debug!(%error, "resume attempt failed; retrying");
@@ -149,7 +177,10 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
 }
 
 /// One resume attempt: reconnect, reattach, catch every process up.
-async fn resume(session: &Arc<Session>) -> Result<Arc<Connection>, ClientError> {
+async fn resume(
+    session: &Arc<Session>,
+    token: Option<&str>,
+) -> Result<Arc<Connection>, ClientError> {
     let registrations: Vec<Arc<Registration>> = session
         .registrations
         .lock()
@@ -168,6 +199,7 @@ async fn resume(session: &Arc<Session>) -> Result<Arc<Connection>, ClientError> 
         &session.url,
         generation,
         &session.options,
+        token,
         events,
         session.gate.clone(),
         false,
@@ -418,10 +450,18 @@ mod tests {
         let (unheard, _) = mpsc::channel(1);
         let options = &session.options;
         let gate = session.gate.clone();
-        let resumed =
-            Connection::open(&server.url, resumed_generation, options, unheard, gate, false)
-                .await
-                .unwrap();
+        let token = options.token_now().unwrap();
+        let resumed = Connection::open(
+            &server.url,
+            resumed_generation,
+            options,
+            token.as_deref(),
+            unheard,
+            gate,
+            false,
+        )
+        .await
+        .unwrap();
         resumed.close();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !resumed.is_closed() {

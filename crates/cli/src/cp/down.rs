@@ -4,6 +4,7 @@
 //! made relative to a directory held open ([`super::local_write`]).
 
 use std::ffi::OsStr;
+use std::os::fd::BorrowedFd;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -162,6 +163,26 @@ impl Copier<'_> {
         let staged = staged_name(&entry.name);
         let here = directory.here.as_fd();
         let metadata = (entry.mode, entry.modified_ms);
+        let noted = self.stages.local(here, &staged);
+        let copied = self.download_into(here, &source, &staged, &shown, &entry, metadata).await;
+        if noted {
+            self.stages.local_done(&staged);
+        }
+        copied?;
+        finish(directory)
+    }
+
+    /// Copies one file or link to `staged` in `here`, then puts it in place.
+    async fn download_into(
+        &self,
+        here: BorrowedFd<'_>,
+        source: &Path,
+        staged: &OsStr,
+        shown: &Path,
+        entry: &Entry,
+        metadata: (Option<u32>, Option<i64>),
+    ) -> anyhow::Result<()> {
+        let (source, staged, shown) = (source.to_owned(), staged.to_owned(), shown.to_owned());
         match entry.kind {
             Kind::File { size } if size <= WHOLE_FILE_MAX_BYTES => {
                 let params = FsReadFileParams {
@@ -194,7 +215,7 @@ impl Copier<'_> {
                 let target = match self.client.read_link(params).await {
                     Ok(link) => link.target,
                     // Removed since the listing: not copied.
-                    Err(error) if error.kind == FsErrorKind::NotFound => return finish(directory),
+                    Err(error) if error.kind == FsErrorKind::NotFound => return Ok(()),
                     Err(error) => return Err(remote(&source, error)),
                 };
                 let written = create_staged_link(here, &staged, &target)
@@ -204,7 +225,7 @@ impl Copier<'_> {
             }
             Kind::Directory => unreachable!("directories are walked"),
         }
-        finish(directory)
+        Ok(())
     }
 
     async fn download_bytes(

@@ -37,6 +37,7 @@ mod down;
 mod limits;
 mod local_read;
 mod local_write;
+mod stages;
 mod up;
 
 /// Files copied at once: enough to hide each file's few round trips (open, blocks, close,
@@ -102,6 +103,11 @@ pub struct CpArgs {
 pub async fn cp(args: CpArgs) -> i32 {
     match run(args).await {
         Ok(()) => 0,
+        // As a shell reports a command a signal ended: 128 + its number.
+        Err(error) if let Some(&Interrupted(signal)) = error.downcast_ref() => {
+            eprintln!("tether cp: {error}");
+            128 + signal
+        }
         Err(error) => {
             eprintln!("tether cp: {}", crate::report::one_line(&error));
             1
@@ -191,9 +197,16 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
     let keeps_metadata = client.tether_extensions().fs_metadata;
     let not_kept = NotKept::default();
     let progress = progress_bar();
-    let copy = Copier { client: &client, keeps_metadata, not_kept: &not_kept, progress: &progress };
+    let stages = stages::Stages::default();
+    let copy = Copier {
+        client: &client,
+        keeps_metadata,
+        not_kept: &not_kept,
+        progress: &progress,
+        stages: &stages,
+    };
     let several = sources.len() > 1;
-    let result = async {
+    let copying = async {
         for source in &sources {
             match (source, &destination) {
                 (Location::Local(from), Location::Remote { path: to, .. }) => {
@@ -206,8 +219,17 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
             }
         }
         anyhow::Ok(())
-    }
-    .await;
+    };
+    let result = tokio::select! {
+        result = copying => result,
+        signal = interrupted() => {
+            // What was halfway is dropped with the copy; its temporary files go with it.
+            progress.finish_and_clear();
+            stages.remove_all(&client).await;
+            client.disconnect();
+            return Err(Interrupted(signal).into());
+        }
+    };
     progress.finish_and_clear();
     client.disconnect();
     result?;
@@ -220,6 +242,28 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A copy stopped by a signal (its number), its temporary files removed.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted; nothing was left halfway: what had been copied stays, the rest was not")]
+struct Interrupted(i32);
+
+/// The first of `SIGINT`, `SIGTERM` and `SIGHUP` to come (its number).
+async fn interrupted() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => libc::SIGINT,
+        _ = term.recv() => libc::SIGTERM,
+        _ = hup.recv() => libc::SIGHUP,
+    }
 }
 
 async fn connect(args: &CpArgs, named: Option<&str>) -> anyhow::Result<ExecServerClient> {
@@ -323,6 +367,7 @@ struct Copier<'a> {
     keeps_metadata: bool,
     not_kept: &'a NotKept,
     progress: &'a ProgressBar,
+    stages: &'a stages::Stages,
 }
 
 /// Runs a tree's walk beside its copies: the walk hands each file or link to a queue of

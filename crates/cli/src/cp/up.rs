@@ -202,6 +202,7 @@ impl Copier<'_> {
             opened => opened,
         };
         let staged = temporary(&destination);
+        self.stages.remote(staged.clone());
         let written = match file {
             Opened::File(file) => self.upload_bytes(file, &shown, &staged).await,
             Opened::Link(link) => {
@@ -221,6 +222,7 @@ impl Copier<'_> {
         if placed.is_err() {
             self.remove_remote(&staged).await;
         }
+        self.stages.remote_done(&staged);
         placed?;
         self.finish_up(directory).await
     }
