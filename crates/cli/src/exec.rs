@@ -36,6 +36,7 @@ const ABANDONED_COMMAND_GRACE: Duration = Duration::from_secs(2);
 
 const EXEC_HELP: &str = "\
 Examples:
+  tether exec --url ws://127.0.0.1:4500                                a login shell, as ssh host
   tether exec --url ws://127.0.0.1:4500 -- uname -a
   tether exec --url wss://build-box:8443 --tls-fingerprint SHA256:… -t -w /src -- cargo build
   echo hello | tether exec --url ws://127.0.0.1:4500 -- tr a-z A-Z
@@ -83,7 +84,8 @@ pub struct ExecArgs {
     #[arg(short, long)]
     tty: bool,
 
-    /// Working directory on the executor (absolute); by default, the server's.
+    /// Working directory on the executor (absolute); by default, the executor user's home
+    /// (as ssh), or the server's where the server does not say where that is.
     #[arg(short = 'w', long, value_name = "DIR")]
     cwd: Option<String>,
 
@@ -138,8 +140,9 @@ pub struct ExecArgs {
     #[arg(long, default_value_t = tether_client::DEFAULT_RECOVERY_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     recovery_timeout_secs: u64,
 
-    /// The command and its arguments.
-    #[arg(trailing_var_arg = true, required_unless_present = "resume", value_name = "COMMAND")]
+    /// The command and its arguments; none: a login shell, on a terminal when this is one
+    /// (as `ssh host`).
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
@@ -157,7 +160,15 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
     }
 }
 
-async fn run(args: ExecArgs) -> anyhow::Result<i32> {
+async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
+    if args.command.is_empty() && args.resume.is_none() {
+        if args.detach {
+            bail!("--detach needs a command to leave running: tether exec --detach -- COMMAND");
+        }
+        // A shell gets a terminal when there is one here, as `ssh host` gives it; without
+        // one it reads its commands from our stdin.
+        args.tty |= std::io::IsTerminal::is_terminal(&std::io::stdin());
+    }
     if args.resume.is_some() && args.process.is_none() && !args.list {
         bail!(
             "--resume needs --process ID to reattach to, or --list to see the session's processes"
@@ -493,16 +504,24 @@ async fn forward_stdin(control: ProcessControl, end: InputEnd) -> anyhow::Result
     Ok(())
 }
 
-/// What to start for `args`: the command, in `--cwd` (or the server's directory), with the
-/// executor's environment plus `--env` (or only `--env` with `--clean-env`).
+/// What to start for `args`: the command (a login shell if none), in `--cwd` (or the user's
+/// home), with the executor's environment plus `--env` (or only `--env` with `--clean-env`).
 fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<ExecParams> {
+    let info = client.environment_info();
     let cwd = match &args.cwd {
         Some(dir) => PathUri::from_path(std::path::Path::new(dir))
             .with_context(|| format!("--cwd {dir}: give an absolute path on the executor"))?,
-        None => client
-            .environment_info()
-            .and_then(|info| info.cwd.clone())
+        None => info
+            .and_then(|info| info.user_home_dir.clone().or_else(|| info.cwd.clone()))
             .unwrap_or_else(|| PathUri::parse("file:///").expect("a valid URI")),
+    };
+    // No command: the executor user's shell as a login shell, as `ssh host` gives it.
+    let command = match args.command.is_empty() {
+        false => args.command.clone(),
+        true => {
+            let shell = info.map(|info| info.shell.path.as_str()).filter(|path| !path.is_empty());
+            vec![shell.unwrap_or("/bin/sh").to_owned(), "-l".to_owned()]
+        }
     };
     let mut env = BTreeMap::new();
     for pair in &args.env {
@@ -527,7 +546,7 @@ fn start_params(args: &ExecArgs, client: &ExecServerClient) -> anyhow::Result<Ex
     {
         env.insert("TERM".to_owned(), term);
     }
-    let mut params = ExecParams::new(process_id, args.command.clone(), cwd);
+    let mut params = ExecParams::new(process_id, command, cwd);
     params.env = env;
     params.env_policy = env_policy;
     params.tty = args.tty;

@@ -14,6 +14,7 @@ against_both!(
     exec_resume_reattaches_after_the_first_client_died,
     exec_into_a_stalled_pipe_stays_small_and_delivers_every_byte,
     piped_input_to_a_terminal_ends_with_it,
+    with_no_command_it_is_a_login_shell_in_the_users_home,
 );
 
 async fn tether_exec(url: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
@@ -42,6 +43,31 @@ async fn tether_exec_with(url: &str, args: &[&str], stdin: &[u8]) -> std::proces
         .await
         .expect("finished")
         .unwrap()
+}
+
+/// As with ssh: no command is the executor user's login shell (reading our input, which is no
+/// terminal here), and a command runs in the user's home unless `--cwd` says otherwise; the
+/// shell's status is the exit code. `--detach` without a command is refused in one line.
+async fn with_no_command_it_is_a_login_shell_in_the_users_home(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let home = std::env::var("HOME").unwrap();
+    let shell = tether_exec_with(
+        &server.url,
+        &[],
+        b"echo \"$(pwd)\"; shopt -q login_shell && echo login; exit 3\n",
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&shell.stdout);
+    assert_eq!(shell.status.code(), Some(3), "{}", String::from_utf8_lossy(&shell.stderr));
+    assert_eq!(stdout, format!("{home}\nlogin\n"));
+    let pwd = tether_exec(&server.url, &["pwd"], b"").await;
+    assert_eq!(String::from_utf8_lossy(&pwd.stdout), format!("{home}\n"));
+    let detached = tether_exec_with(&server.url, &["--detach"], b"").await;
+    assert_eq!(detached.status.code(), Some(255));
+    assert_eq!(
+        String::from_utf8_lossy(&detached.stderr).trim_end(),
+        "tether exec: --detach needs a command to leave running: tether exec --detach -- COMMAND"
+    );
 }
 
 /// `echo x | tether exec -t -- cat`: our input is no terminal, so nobody will type the Ctrl-D
