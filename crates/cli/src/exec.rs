@@ -23,7 +23,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 /// The exit code for failures of `tether exec` itself (not of the command), as ssh uses.
-const TETHER_FAILURE: i32 = 255;
+pub const TETHER_FAILURE: i32 = 255;
 
 /// How long `--detach` asks the server to keep a detached command's session by default: a
 /// day, the longest a Tether server grants unless told otherwise (`--max-session-ttl-secs`).
@@ -45,7 +45,8 @@ Examples:
   tether exec --url ws://127.0.0.1:4500 --resume SESSION --process ID  follows it to its end
 
 Exit codes: the command's own; 128+N if signal N killed it; 127 the command is not there,
-126 it cannot be run; 255 tether exec itself failed (one line on stderr says why and what to do).
+126 it cannot be run; 255 tether exec itself failed, or its command line is wrong (one line on
+stderr says why and what to do).
 Writing into a closed pipe (`| head`) stops the command and exits quietly, as ssh does.
 
 Ctrl-C: the first interrupts the command, a second kills it. SIGTERM, SIGHUP, SIGQUIT,

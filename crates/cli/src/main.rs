@@ -72,11 +72,33 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// A command line clap refuses exits with the command's own failure code, so that it cannot
+/// be taken for an outcome the command documents: `tether exec`'s 255 (2 could be the remote
+/// command's own), `tether mcp`'s and `tether cp`'s 1 (`mcp`'s 2 is "the tool reported an
+/// error"); clap's 2 elsewhere. Help and the version go to stdout and exit 0, as clap's do.
+fn parse() -> Cli {
+    let error = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(error) => error,
+    };
+    use clap::error::ErrorKind;
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        error.exit();
+    }
+    let code = match std::env::args().nth(1).as_deref() {
+        Some("exec") => exec::TETHER_FAILURE,
+        Some("mcp" | "cp") => 1,
+        _ => 2,
+    };
+    let _ = error.print();
+    std::process::exit(code);
+}
+
 fn run() -> anyhow::Result<()> {
     // Inside a sandbox this binary is the inner stage or the file helper, not the CLI.
     tether_engine::helper::run_if_helper();
     tether_engine::allocator::tune_for_streaming();
-    let cli = Cli::parse();
+    let cli = parse();
     match &cli.command {
         // Refused before anything starts; then, before any thread exists: see `guardian`.
         Command::Serve(args) => {
@@ -86,22 +108,29 @@ fn run() -> anyhow::Result<()> {
         _ => tether_engine::allocator::one_heap(),
     }
     // Logs go to stderr: stdout carries the bound URL, and on stdio the protocol itself.
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("TETHER_LOG").unwrap_or_else(|_| {
-            // A command's own output must not drown in the client's progress reports.
-            // rmcp reports at error level what `tether mcp` then says once, in its own words.
-            EnvFilter::new(match cli.command {
-                Command::Serve(_) => "info",
-                // What goes wrong reaches the person once, as the command's own one-line error;
-                // a reconnect that works needs no word. `TETHER_LOG=info` shows the client's.
-                Command::Exec(_) => "error",
-                Command::Mcp(_) => "error,rmcp=off",
-                Command::Cp(_)
-                | Command::Executors
-                | Command::Token(_)
-                | Command::Completions { .. } => "error",
-            })
-        }))
+    let filter = std::env::var("TETHER_LOG").ok();
+    let misread = filter
+        .as_deref()
+        .is_some_and(|f| matches!(f.trim(), "json" | "text") || EnvFilter::try_new(f).is_err());
+    let json = std::env::var("TETHER_LOG_FORMAT").is_ok_and(|format| format == "json");
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("TETHER_LOG").ok().filter(|_| !misread).unwrap_or_else(|| {
+                // A command's own output must not drown in the client's progress reports.
+                // rmcp reports at error level what `tether mcp` then says once, in its own words.
+                EnvFilter::new(match cli.command {
+                    Command::Serve(_) => "info",
+                    // What goes wrong reaches the person once, as the command's own one-line error;
+                    // a reconnect that works needs no word. `TETHER_LOG=info` shows the client's.
+                    Command::Exec(_) => "error",
+                    Command::Mcp(_) => "error,rmcp=off",
+                    Command::Cp(_)
+                    | Command::Executors
+                    | Command::Token(_)
+                    | Command::Completions { .. } => "error",
+                })
+            }),
+        )
         .with_writer(std::io::stderr)
         // A log line that cannot be written (stderr a pipe nobody reads any more) is dropped.
         // Reporting it would go to the same stderr with `eprintln!`, which panics there — and
@@ -111,9 +140,22 @@ fn run() -> anyhow::Result<()> {
         // Colour only for a person at a terminal; a log file or a collector gets plain text.
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .init();
+                && std::env::var_os("NO_COLOR").is_none()
+                && !json,
+        );
+    // One JSON object per line (`TETHER_LOG_FORMAT=json`), for a collector.
+    match json {
+        true => logs.json().init(),
+        false => logs.init(),
+    }
+    // Said whatever the filter lets through: a person who asked for logs must not get silence.
+    if misread {
+        eprintln!(
+            "tether: TETHER_LOG takes a filter (info, debug, tether=debug, …), not {:?}; the \
+             default is used. For JSON lines, set TETHER_LOG_FORMAT=json",
+            filter.unwrap_or_default()
+        );
+    }
     match &cli.command {
         Command::Completions { shell } => {
             // Made whole first: clap's generator panics on a stdout that fails.

@@ -28,7 +28,7 @@ Examples:
   tether mcp --local --http http://127.0.0.1:3000/mcp tools
 
 Exit codes: 0 the call succeeded; 2 the tool reported an error; 1 the MCP server could not be
-started, reached or authorized (one line on stderr says why).
+started, reached or authorized, or the command line is wrong (one line on stderr says why).
 
 Tokens: the exec-server's from --token-file or TETHER_TOKEN; an --http MCP server's from
 --http-token-file or TETHER_MCP_TOKEN. Never from the command line, which `ps` shows.";

@@ -191,3 +191,18 @@ fn a_closed_stdout_ends_a_listing_quietly() {
     }
     std::fs::remove_dir_all(config).unwrap();
 }
+
+/// A command line a command refuses exits with that command's own failure code, never one it
+/// documents as an outcome: `tether exec`'s 255 (2 could be the remote command's), `tether
+/// mcp`'s and `tether cp`'s 1 (`mcp`'s 2 is "the tool reported an error"); clap's 2 for the
+/// rest. The refusal still says what is wrong; help still exits 0.
+#[test]
+fn a_wrong_command_line_exits_with_the_commands_own_failure_code() {
+    for (command, code) in [("exec", 255), ("mcp", 1), ("cp", 1), ("serve", 2), ("token", 2)] {
+        let refused = tether(&[command, "--no-such-flag"], &[]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(code), "{command}: {stderr}");
+        assert!(stderr.contains("--no-such-flag"), "{command}: {stderr}");
+        assert_eq!(tether(&[command, "--help"], &[]).status.code(), Some(0), "{command}");
+    }
+}

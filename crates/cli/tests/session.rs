@@ -269,7 +269,7 @@ async fn session_ids_stay_out_of_the_default_log() {
     while let Some(line) = stderr.next_line().await.unwrap() {
         log.push_str(&line);
         log.push('\n');
-        if line.contains("session detached") {
+        if line.contains("session ended by its client") {
             break;
         }
     }
@@ -278,4 +278,70 @@ async fn session_ids_stay_out_of_the_default_log() {
     assert!(!log.contains(&session_id), "the id is in the log:\n{log}");
     let tag = log.split("session=").nth(1).and_then(|rest| rest.get(..8)).unwrap_or_default();
     assert!(tag.chars().all(|c| c.is_ascii_hexdigit()) && tag.len() == 8, "{log}");
+}
+
+/// Every started process leaves one INFO line for an audit (`tether::audit`: its process id,
+/// the client, argv, cwd, whether it was sandboxed — not its environment's values), written
+/// as JSON with `TETHER_LOG_FORMAT=json`; a client that leaves with nothing running reads as
+/// an end, not a detach. A `TETHER_LOG` that is no filter (`json`) is said in one line
+/// instead of silencing every log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_process_leaves_an_audit_line_in_json() {
+    let tether = tether_testkit::server::tether_binary().unwrap();
+    let mut server = tokio::process::Command::new(&tether)
+        .args(["serve", "--listen", "ws://127.0.0.1:0"])
+        .env("TETHER_LOG", "json")
+        .env("TETHER_LOG_FORMAT", "json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).await.unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let first = stderr.next_line().await.unwrap().unwrap();
+    assert_eq!(
+        first,
+        "tether: TETHER_LOG takes a filter (info, debug, tether=debug, …), not \"json\"; the \
+         default is used. For JSON lines, set TETHER_LOG_FORMAT=json"
+    );
+    let (mut client, init) = RpcClient::connect_initialized(url.trim()).await.unwrap();
+    let session_id = init["sessionId"].as_str().unwrap().to_owned();
+    let mut params = json!({"processId": "audited", "argv": ["/bin/sh", "-c", "exit 0"],
+        "cwd": "file:///tmp", "env": {"API_TOKEN": "not-for-the-log"}, "tty": false});
+    params["sandbox"] = Value::Null;
+    client.ok("process/start", params).await.unwrap();
+    client.process_events("audited").await.unwrap();
+    drop(client);
+    let mut lines = Vec::new();
+    let audit = loop {
+        let line = stderr.next_line().await.unwrap().expect("the server logs on");
+        let parsed: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"));
+        lines.push(line.clone());
+        if parsed["target"] == "tether::audit" {
+            break parsed;
+        }
+    };
+    let fields = &audit["fields"];
+    assert_eq!(audit["level"], "INFO");
+    assert_eq!(fields["process_id"], "audited");
+    assert_eq!(fields["client"], "address 127.0.0.1");
+    assert_eq!(fields["argv"], r#"["/bin/sh", "-c", "exit 0"]"#);
+    assert_eq!(fields["cwd"], "file:///tmp");
+    assert_eq!(fields["sandboxed"], false);
+    let ended = loop {
+        let line = stderr.next_line().await.unwrap().expect("the server logs on");
+        lines.push(line.clone());
+        let parsed: Value = serde_json::from_str(&line).unwrap();
+        let message = parsed["fields"]["message"].as_str().unwrap_or_default().to_owned();
+        if message.starts_with("session ") && !message.contains("created") {
+            break message;
+        }
+    };
+    assert_eq!(ended, "session ended by its client, nothing running");
+    server.kill().await.unwrap();
+    let log = lines.join("\n");
+    assert!(!log.contains(&session_id) && !log.contains("not-for-the-log"), "{log}");
 }

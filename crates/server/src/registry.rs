@@ -215,7 +215,16 @@ impl SessionRegistry {
             *attachment = Attachment::Detached { connection, expires_at, order };
         }
         session.forget_asks();
-        info!(session = %log_tag(&session.id), connection = connection.0, ttl_s = ttl.as_secs_f64(), "session detached");
+        // A client that leaves with nothing running has ended its work; one that leaves
+        // commands running may come back for them.
+        match session.processes.unfinished() {
+            0 => {
+                info!(session = %log_tag(&session.id), connection = connection.0, "session ended by its client, nothing running")
+            }
+            running => {
+                info!(session = %log_tag(&session.id), connection = connection.0, running, ttl_s = ttl.as_secs_f64(), "session detached with commands running; kept for a resume")
+            }
+        }
         let registry = Arc::downgrade(self);
         let session_id = session.id.clone();
         tokio::spawn(async move {
@@ -237,7 +246,12 @@ impl SessionRegistry {
         if still_detached {
             sessions.remove(id);
             drop(sessions);
-            info!(session = %log_tag(id), "detached session expired; its processes are killed");
+            match session.processes.unfinished() {
+                0 => debug!(session = %log_tag(id), "detached session expired"),
+                running => {
+                    info!(session = %log_tag(id), running, "detached session expired; its processes are killed")
+                }
+            }
             session.processes.shutdown();
         }
     }

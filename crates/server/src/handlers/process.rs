@@ -101,7 +101,20 @@ pub(crate) fn run(
     let processes = &session.processes;
     match call {
         ProcessCall::Start(params) => {
+            // The audit trail: who started what, where, confined or not (never its
+            // environment's values, which may hold secrets).
+            let (argv, cwd) = (params.argv.clone(), params.cwd.clone());
+            let (process_id, sandboxed) = (params.process_id.clone(), params.sandbox.is_some());
             let started = processes.start(*params).map_err(from_process_error)?;
+            tracing::info!(
+                target: "tether::audit",
+                process_id = %process_id,
+                client = %session.client,
+                ?argv,
+                cwd = %cwd,
+                sandboxed,
+                "process started"
+            );
             Ok(encode_response(id, &started))
         }
         ProcessCall::Write(params) => {
