@@ -111,7 +111,8 @@ pub fn resolve(url_or_name: &str) -> anyhow::Result<Executor> {
         ReadError::Other(error) => error,
     })?;
     match executors.get(name) {
-        Some(executor) => Ok(executor.clone()),
+        Some(Ok(executor)) => Ok(executor.clone()),
+        Some(Err(why)) => bail!("{why}; fix it there, or give a ws:// or wss:// URL"),
         None => {
             let known: Vec<&str> = executors.keys().map(String::as_str).collect();
             let known = match known.is_empty() {
@@ -146,7 +147,11 @@ pub fn list() -> anyhow::Result<()> {
     match read(&path) {
         Ok(executors) => {
             for (name, executor) in executors {
-                crate::stdout::line(format_args!("{name}\t{}", executor.url))?;
+                match executor {
+                    Ok(executor) => crate::stdout::line(format_args!("{name}\t{}", executor.url))?,
+                    // Said, and left out: the others are usable all the same.
+                    Err(why) => eprintln!("tether: {why}; {name} cannot be used until it is fixed"),
+                }
             }
             Ok(())
         }
@@ -166,7 +171,11 @@ enum ReadError {
     Other(anyhow::Error),
 }
 
-fn read(path: &Path) -> Result<BTreeMap<String, Executor>, ReadError> {
+/// The executors a config file names, each usable or with what is wrong with it (a line naming
+/// the file and entry): one mistaken entry leaves the others usable.
+type Executors = BTreeMap<String, Result<Executor, String>>;
+
+fn read(path: &Path) -> Result<Executors, ReadError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -183,7 +192,7 @@ fn read(path: &Path) -> Result<BTreeMap<String, Executor>, ReadError> {
 
 /// The executors `text` (the file at `path`) names; relative paths in it are relative to the
 /// file's directory, and `~/` is the home directory.
-fn parse(text: &str, path: &Path) -> anyhow::Result<BTreeMap<String, Executor>> {
+fn parse(text: &str, path: &Path) -> anyhow::Result<Executors> {
     let file: ConfigFile = toml::from_str(text).map_err(|error| {
         let message = error.message().to_owned();
         let line = error.span().map(|span| text[..span.start].matches('\n').count() + 1);
@@ -196,9 +205,15 @@ fn parse(text: &str, path: &Path) -> anyhow::Result<BTreeMap<String, Executor>> 
     let mut executors = BTreeMap::new();
     for (name, entry) in file.executors {
         let tls_fingerprint = match &entry.tls_fingerprint {
-            Some(text) => Some(text.parse().with_context(|| {
-                format!("{}: [executors.{name}] tls_fingerprint", path.display())
-            })?),
+            Some(text) => match text.parse::<TlsFingerprint>() {
+                Ok(fingerprint) => Some(fingerprint),
+                Err(error) => {
+                    let why =
+                        format!("{}: [executors.{name}] tls_fingerprint: {error}", path.display());
+                    executors.insert(name, Err(why));
+                    continue;
+                }
+            },
             None => None,
         };
         let executor = Executor {
@@ -207,7 +222,7 @@ fn parse(text: &str, path: &Path) -> anyhow::Result<BTreeMap<String, Executor>> 
             tls_ca_file: entry.tls_ca_file.map(|file| expand(&file, dir)),
             tls_fingerprint,
         };
-        executors.insert(name, executor);
+        executors.insert(name, Ok(executor));
     }
     Ok(executors)
 }
@@ -230,14 +245,15 @@ mod tests {
             "ab".repeat(32)
         );
         let executors = parse(&text, Path::new("/home/u/.config/tether/config.toml")).unwrap();
-        let build = &executors["build"];
+        let build = executors["build"].as_ref().unwrap();
         assert_eq!(build.url, "wss://build:8443");
         assert_eq!(
             build.token_file.as_deref(),
             Some(Path::new("/home/u/.config/tether/build.token"))
         );
         assert_eq!(build.tls_fingerprint, Some(TlsFingerprint([0xab; 32])));
-        assert_eq!(executors["local"].tls_ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+        let local = executors["local"].as_ref().unwrap();
+        assert_eq!(local.tls_ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
     }
 
     #[test]
@@ -248,8 +264,12 @@ mod tests {
             error.to_string().starts_with("/c/config.toml:3: unknown field `token`"),
             "{error}"
         );
-        let error = parse("[executors.a]\nurl = \"ws://x:1\"\ntls_fingerprint = \"nope\"\n", path)
-            .unwrap_err();
-        assert_eq!(format!("{error:#}").split(':').next(), Some("/c/config.toml"));
+        // A mistaken value spoils its own entry only.
+        let text = "[executors.a]\nurl = \"ws://x:1\"\ntls_fingerprint = \"SHA256:…\"\n\n\
+                    [executors.b]\nurl = \"ws://127.0.0.1:4500\"\n";
+        let executors = parse(text, path).unwrap();
+        let why = executors["a"].as_ref().unwrap_err();
+        assert!(why.starts_with("/c/config.toml: [executors.a] tls_fingerprint: "), "{why}");
+        assert_eq!(executors["b"].as_ref().unwrap().url, "ws://127.0.0.1:4500");
     }
 }

@@ -108,6 +108,26 @@ async fn named_executors_come_from_the_config_file() {
         )
     );
 
+    // The README's sample as written, its local executor pointed at this test's server: the
+    // placeholder fingerprint spoils its own entry, and only that one.
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let sample = readme
+        .split("## Named executors")
+        .nth(1)
+        .and_then(|section| section.split("```toml\n").nth(1))
+        .and_then(|block| block.split("```").next())
+        .unwrap();
+    std::fs::write(&path, sample.replace("ws://127.0.0.1:4500", &server.url)).unwrap();
+    let with_token = [env[0], ("TETHER_TOKEN", "named-token")];
+    let output = tether(&["exec", "--url", "local", "--", "echo", "local"], &with_token);
+    assert_eq!(output.stdout, b"local\n", "{}", String::from_utf8_lossy(&output.stderr));
+    let listed = tether(&["executors"], &env);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), format!("local\t{}\n", server.url));
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(said.contains("[executors.build] tls_fingerprint"), "{said}");
+    let output = tether(&["exec", "--url", "build", "--", "true"], &env);
+    assert_eq!(output.status.code(), Some(255));
+
     std::fs::write(&path, "[executors.box]\nurl = \"ws://x:1\"\ntoken = \"t\"\n").unwrap();
     let output = tether(&["exec", "--url", "box", "--", "true"], &env);
     let stderr = String::from_utf8_lossy(&output.stderr);
