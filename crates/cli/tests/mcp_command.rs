@@ -124,7 +124,8 @@ async fn the_executors_token_and_flags_that_do_not_apply() {
 
     for (flag, value) in [("--header", "X-A=b"), ("--http-token-file", token)] {
         let output = tether_mcp(&["--local", "--stdio", &stdio, flag, value, "tools"], None).await;
-        assert_eq!(output.status.code(), Some(2), "{flag}");
+        // 1, never 2, which says the tool reported an error.
+        assert_eq!(output.status.code(), Some(1), "{flag}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             stderr.starts_with(&format!(
@@ -136,7 +137,7 @@ async fn the_executors_token_and_flags_that_do_not_apply() {
     let output =
         tether_mcp(&["--local", "--http", "http://127.0.0.1:9/mcp", "-e", "A=1", "tools"], None)
             .await;
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(1));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
