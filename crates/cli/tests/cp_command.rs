@@ -305,6 +305,39 @@ async fn a_copy_stopped_by_a_signal_leaves_nothing_behind() {
     }
 }
 
+/// As scp reads them: `:rel`, `:~/rel` and `:` are from the executor user's home (what the
+/// server says it is), up and down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_remote_paths_are_from_the_executors_home() {
+    let sides = Sides::new("home");
+    let home = sides.there("").display().to_string();
+    let server =
+        ServerProcess::start_with_env(Target::Tether, &[], &[("HOME", &home)]).await.unwrap();
+    let url = server.url.as_str();
+    write(&sides.here("notes.txt"), b"notes\n", 0o644, 1);
+    std::fs::create_dir_all(sides.there("sub")).unwrap();
+    let here = sides.here("notes.txt").display().to_string();
+    for (args, landed) in [
+        (vec![here.as_str(), ":copied.txt"], "copied.txt"),
+        (vec![here.as_str(), ":~/sub/"], "sub/notes.txt"),
+        (vec![here.as_str(), ":"], "notes.txt"),
+    ] {
+        let output = tether_cp(url, &args).await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(std::fs::read(sides.there(landed)).unwrap(), b"notes\n", "{args:?}");
+    }
+    let back = sides.here("back.txt").display().to_string();
+    let output =
+        tether_cp(url, &["~/sub/notes.txt".replace('~', ":~").as_str(), back.as_str()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(std::fs::read(sides.here("back.txt")).unwrap(), b"notes\n");
+}
+
 /// Mistakes are refused before anything is copied, each in one line that says what is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistakes_are_refused_with_what_is_wrong() {
@@ -336,10 +369,6 @@ async fn mistakes_are_refused_with_what_is_wrong() {
                 here("dir"),
                 there("file")
             ),
-        ),
-        (
-            vec![here("local-file"), ":relative/path".into()],
-            ":relative/path: a path on the executor must be absolute; write :/abs/path".into(),
         ),
         (
             vec![here("local-file"), here("dir")],

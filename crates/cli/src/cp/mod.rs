@@ -63,7 +63,8 @@ Examples:
   tether cp -r ./src build:/work/                                      a tree, to a named executor
 
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
-executor). A path with a slash before its first colon is local (./a:b).
+executor); :rel, :~/rel and : are from the executor user's home, as scp reads them. A path with
+a slash before its first colon is local (./a:b).
 
 Links here are never followed: a link is copied as a link, and a copy down stops where a
 directory it makes would go through one. A copy takes at most 1000000 entries, 256 directories
@@ -119,7 +120,8 @@ pub async fn cp(args: CpArgs) -> i32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Location {
     Local(PathBuf),
-    /// On the executor `executor` names (`None`: `--url`'s), at an absolute path.
+    /// On the executor `executor` names (`None`: `--url`'s), at an absolute path or one from
+    /// the executor user's home (as scp reads `host:rel` and `host:~/rel`).
     Remote {
         executor: Option<String>,
         path: PathBuf,
@@ -134,11 +136,37 @@ fn location(text: &str) -> anyhow::Result<Location> {
     if host.contains('/') {
         return Ok(Location::Local(PathBuf::from(text)));
     }
-    if !path.starts_with('/') {
-        bail!("{text}: a path on the executor must be absolute; write {host}:/abs/path");
-    }
+    // `~` and `~/rel` are the home, as a relative path is from it.
+    let path = match path {
+        "~" => "",
+        _ => path.strip_prefix("~/").unwrap_or(path),
+    };
     let executor = (!host.is_empty()).then(|| host.to_owned());
     Ok(Location::Remote { executor, path: PathBuf::from(path) })
+}
+
+/// A remote path as the executor has it: an absolute one as it is, another from the home the
+/// executor says its user has (`environmentInfo.userHomeDir`). A trailing `/` is kept.
+fn on_executor(path: &Path, client: &ExecServerClient) -> anyhow::Result<PathBuf> {
+    if path.is_absolute() {
+        return Ok(path.to_owned());
+    }
+    let home = client
+        .environment_info()
+        .and_then(|info| info.user_home_dir.as_ref())
+        .and_then(|home| home.to_path().ok())
+        .with_context(|| {
+            format!(
+                ":{}: the executor does not say where its user's home is; give an absolute path (:/abs/path)",
+                path.display()
+            )
+        })?;
+    let mut joined = home.into_os_string();
+    if !path.as_os_str().is_empty() {
+        joined.push("/");
+        joined.push(path.as_os_str());
+    }
+    Ok(PathBuf::from(joined))
 }
 
 /// One thing to copy, by its name in its directory (a root: the name it is copied under).
@@ -210,10 +238,12 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
         for source in &sources {
             match (source, &destination) {
                 (Location::Local(from), Location::Remote { path: to, .. }) => {
-                    copy.upload(from, to, several, args.recursive).await?
+                    let to = on_executor(to, &client)?;
+                    copy.upload(from, &to, several, args.recursive).await?
                 }
                 (Location::Remote { path: from, .. }, Location::Local(to)) => {
-                    copy.download(from, to, several, args.recursive).await?
+                    let from = on_executor(from, &client)?;
+                    copy.download(&from, to, several, args.recursive).await?
                 }
                 _ => unreachable!("checked above"),
             }
@@ -415,9 +445,9 @@ mod tests {
         assert_eq!(location("build:/work").unwrap(), remote(Some("build"), "/work"));
         assert_eq!(location("./a:b").unwrap(), Location::Local(PathBuf::from("./a:b")));
         assert_eq!(location("notes.txt").unwrap(), Location::Local(PathBuf::from("notes.txt")));
-        assert_eq!(
-            location("build:work").unwrap_err().to_string(),
-            "build:work: a path on the executor must be absolute; write build:/abs/path"
-        );
+        assert_eq!(location("build:work").unwrap(), remote(Some("build"), "work"));
+        assert_eq!(location(":~/work/").unwrap(), remote(None, "work/"));
+        assert_eq!(location(":~").unwrap(), remote(None, ""));
+        assert_eq!(location(":").unwrap(), remote(None, ""));
     }
 }
