@@ -435,3 +435,50 @@ async fn mistakes_are_refused_with_what_is_wrong() {
     assert_eq!(std::fs::read(sides.there("file")).unwrap(), b"x", "nothing was changed");
     assert!(!sides.there("nodir").exists() && !sides.here("nodir").exists(), "no file made");
 }
+
+/// `-` is standard input as the source and standard output as the destination, as a person
+/// pipes with cat: a file up from a pipe (staged, then in place), down into one; a directory
+/// is refused either way, in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dash_is_standard_input_or_output() {
+    use tokio::io::AsyncWriteExt as _;
+    let sides = Sides::new("dash");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let url = server.url.as_str();
+    let bytes: Vec<u8> = (0..3_000_000u32).map(|n| (n % 251) as u8).collect();
+    let up = {
+        let mut child = tokio::process::Command::new(tether_binary().unwrap())
+            .args(["cp", "--url", url, "-", &sides.remote("piped.bin")])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(&bytes).await.unwrap();
+        drop(input);
+        child.wait_with_output().await.unwrap()
+    };
+    assert_eq!(up.status.code(), Some(0), "{}", String::from_utf8_lossy(&up.stderr));
+    assert_eq!(std::fs::read(sides.there("piped.bin")).unwrap(), bytes);
+    let names: Vec<String> = std::fs::read_dir(sides.there(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["piped.bin"], "no temporary file left");
+
+    let down = tether_cp(url, &[&sides.remote("piped.bin"), "-"]).await;
+    assert_eq!(down.status.code(), Some(0), "{}", String::from_utf8_lossy(&down.stderr));
+    assert_eq!(down.stdout, bytes);
+    assert!(!std::path::Path::new("-").exists(), "no file named -");
+
+    let refused = tether_cp(url, &[&sides.remote(""), "-"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim_end(),
+        format!(
+            "tether cp: {} on the executor is a directory; standard output takes one file",
+            sides.there("").display()
+        )
+    );
+}

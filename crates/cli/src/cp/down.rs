@@ -228,6 +228,18 @@ impl Copier<'_> {
         Ok(())
     }
 
+    /// `tether cp :file -`: the file's bytes to standard output.
+    pub(super) async fn download_to_stdout(&self, from: &Path) -> anyhow::Result<()> {
+        if self.remote_kind(from).await? == Some(true) {
+            bail!(
+                "{} on the executor is a directory; standard output takes one file",
+                from.display()
+            );
+        }
+        let stdout = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+        self.download_bytes(from, &stdout, Path::new("standard output")).await
+    }
+
     async fn download_bytes(
         &self,
         source: &Path,

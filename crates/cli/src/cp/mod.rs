@@ -64,7 +64,8 @@ Examples:
 
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
 executor); :rel, :~/rel and : are from the executor user's home, as scp reads them. A path with
-a slash before its first colon is local (./a:b).
+a slash before its first colon is local (./a:b). - is standard input as the source, standard
+output as the destination (one file).
 
 Links here are never followed: a link is copied as a link, and a copy down stops where a
 directory it makes would go through one. A copy takes at most 1000000 entries, 256 directories
@@ -104,6 +105,8 @@ pub struct CpArgs {
 pub async fn cp(args: CpArgs) -> i32 {
     match run(args).await {
         Ok(()) => 0,
+        // Nobody reads what `-` writes any more (`| head`): quietly, as cat would.
+        Err(error) if crate::stdout::is_closed(&error) => crate::stdout::CLOSED_STDOUT_EXIT,
         // As a shell reports a command a signal ended: 128 + its number.
         Err(error) if let Some(&Interrupted(signal)) = error.downcast_ref() => {
             eprintln!("tether cp: {error}");
@@ -120,6 +123,8 @@ pub async fn cp(args: CpArgs) -> i32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Location {
     Local(PathBuf),
+    /// `-`: standard input as a source, standard output as the destination.
+    Standard,
     /// On the executor `executor` names (`None`: `--url`'s), at an absolute path or one from
     /// the executor user's home (as scp reads `host:rel` and `host:~/rel`).
     Remote {
@@ -130,6 +135,9 @@ enum Location {
 
 /// Reads a path as scp does: a colon before any slash makes it remote.
 fn location(text: &str) -> anyhow::Result<Location> {
+    if text == "-" {
+        return Ok(Location::Standard);
+    }
     let Some((host, path)) = text.split_once(':') else {
         return Ok(Location::Local(PathBuf::from(text)));
     };
@@ -201,10 +209,19 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
     let upload = matches!(destination, Location::Remote { .. });
     let mut executor = match &destination {
         Location::Remote { executor, .. } => executor.clone(),
-        Location::Local(_) => None,
+        Location::Local(_) | Location::Standard => None,
     };
+    let standard = matches!(destination, Location::Standard)
+        || sources.iter().any(|source| matches!(source, Location::Standard));
+    if standard && (sources.len() > 1 || args.recursive) {
+        bail!("- (standard input or output) is one file: copy one, without -r");
+    }
     for source in &sources {
         match (source, upload) {
+            (Location::Standard, false) => {
+                bail!("- is standard input here; the other side must be on the executor (:/path)")
+            }
+            (Location::Standard, true) => {}
             (Location::Local(path), false) => bail!(
                 "{}: both sides are here; copy with cp, or write the executor's side as :/path",
                 path.display()
@@ -244,6 +261,12 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
                 (Location::Remote { path: from, .. }, Location::Local(to)) => {
                     let from = on_executor(from, &client)?;
                     copy.download(&from, to, several, args.recursive).await?
+                }
+                (Location::Standard, Location::Remote { path: to, .. }) => {
+                    copy.upload_stdin(&on_executor(to, &client)?).await?
+                }
+                (Location::Remote { path: from, .. }, Location::Standard) => {
+                    copy.download_to_stdout(&on_executor(from, &client)?).await?
                 }
                 _ => unreachable!("checked above"),
             }

@@ -173,7 +173,7 @@ impl Copier<'_> {
     }
 
     /// Whether `path` on the executor is a directory (`None`: nothing there).
-    async fn remote_kind(&self, path: &Path) -> anyhow::Result<Option<bool>> {
+    pub(super) async fn remote_kind(&self, path: &Path) -> anyhow::Result<Option<bool>> {
         let params = FsGetMetadataParams {
             path: uri(path)?,
             follow_symlinks: None,
@@ -185,6 +185,31 @@ impl Copier<'_> {
             Err(error) if error.kind == FsErrorKind::NotFound => Ok(None),
             Err(error) => Err(remote(path, error)),
         }
+    }
+
+    /// `tether cp - :file`: standard input's bytes, under a temporary name until they are all
+    /// there, then under `to` (a file: input has no name to copy into a directory under).
+    pub(super) async fn upload_stdin(&self, to: &Path) -> anyhow::Result<()> {
+        let names_a_directory = to.as_os_str().as_encoded_bytes().ends_with(b"/");
+        if names_a_directory || self.remote_kind(to).await? == Some(true) {
+            bail!(
+                "{} on the executor is a directory, and standard input has no name to copy under; give the file's path (:/dir/name)",
+                to.display()
+            );
+        }
+        self.check_remote_parent(to).await?;
+        let stdin = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+        let staged = temporary(to);
+        self.stages.remote(staged.clone());
+        let placed = match self.upload_bytes(stdin, Path::new("standard input"), &staged).await {
+            Ok(()) => self.place_remote(&staged, to).await,
+            Err(error) => Err(error),
+        };
+        if placed.is_err() {
+            self.remove_remote(&staged).await;
+        }
+        self.stages.remote_done(&staged);
+        placed
     }
 
     /// Copies one file or link, then lets go of its directory.
