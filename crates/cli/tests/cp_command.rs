@@ -482,3 +482,36 @@ async fn a_dash_is_standard_input_or_output() {
         )
     );
 }
+
+/// As cp: a link named on the command line (without -r) is copied as what it leads to; a FIFO
+/// met in a tree is skipped and counted, and the rest of the tree is copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_link_is_followed_and_a_fifo_in_a_tree_is_skipped() {
+    let sides = Sides::new("links-fifos");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let url = server.url.as_str();
+    write(&sides.here("real.txt"), b"real\n", 0o644, 1);
+    std::os::unix::fs::symlink("real.txt", sides.here("link")).unwrap();
+    let output = tether_cp(url, &[sides.here("link").to_str().unwrap(), &sides.remote("")]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let copied = std::fs::symlink_metadata(sides.there("link")).unwrap();
+    assert!(copied.is_file(), "a file, not a link");
+    assert_eq!(std::fs::read(sides.there("link")).unwrap(), b"real\n");
+
+    write(&sides.here("tree/a.txt"), b"a\n", 0o644, 1);
+    write(&sides.here("tree/sub/b.txt"), b"b\n", 0o644, 1);
+    let fifo = std::ffi::CString::new(sides.here("tree/fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a plain system call with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let tree = sides.here("tree").display().to_string();
+    let output = tether_cp(url, &["-r", &tree, &sides.remote("tree")]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim_end(),
+        "tether cp: 1 FIFOs, sockets or devices in the tree were skipped: a copy carries files, \
+         directories and links"
+    );
+    assert_eq!(std::fs::read(sides.there("tree/a.txt")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(sides.there("tree/sub/b.txt")).unwrap(), b"b\n");
+    assert!(!sides.there("tree/fifo").exists());
+}

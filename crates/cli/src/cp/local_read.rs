@@ -55,7 +55,7 @@ pub(super) fn open_entry(
         FileType::Directory => OFlags::DIRECTORY,
         // Never blocks on a FIFO put in its place meanwhile; no effect on a file's reads.
         FileType::RegularFile => OFlags::NONBLOCK,
-        _ => bail!("{} is neither a file, a directory nor a link", shown.display()),
+        _ => return Err(SpecialFile(shown.to_owned()).into()),
     };
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | opened;
     let fd = match rustix::fs::openat(directory, name, flags, Mode::empty()) {
@@ -75,6 +75,35 @@ pub(super) fn open_entry(
         _ => changed(shown),
     }
 }
+
+/// The file a link named on the command line leads to, opened through it (as `cp` copies such
+/// a link without `-r`), under the link's own name.
+pub(super) fn open_followed(path: &Path) -> anyhow::Result<(Entry, Opened)> {
+    let cannot_read = || format!("cannot read {}", path.display());
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{}: a link to nothing (its target is not there)", path.display())
+        }
+        Err(error) => return Err(error).with_context(cannot_read),
+    };
+    let found = rustix::fs::fstat(&file).map_err(std::io::Error::from).with_context(cannot_read)?;
+    let name = path.file_name().unwrap_or(path.as_os_str());
+    match FileType::from_raw_mode(found.st_mode) {
+        FileType::RegularFile => {
+            let size = found.st_size as u64;
+            Ok((entry(name, Kind::File { size }, &found), Opened::File(file)))
+        }
+        FileType::Directory => bail!("{} leads to a directory; copy it with -r", path.display()),
+        _ => Err(SpecialFile(path.to_owned()).into()),
+    }
+}
+
+/// A FIFO, socket or device: nothing a copy can carry. Named on the command line it is an
+/// error; met in a tree it is skipped, and counted.
+#[derive(Debug, thiserror::Error)]
+#[error("{} is neither a file, a directory nor a link", .0.display())]
+pub(super) struct SpecialFile(pub(super) std::path::PathBuf);
 
 fn changed<T>(shown: &Path) -> anyhow::Result<T> {
     bail!("{} changed while it was being copied; copy it again", shown.display())

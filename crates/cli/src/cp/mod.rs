@@ -67,8 +67,9 @@ executor); :rel, :~/rel and : are from the executor user's home, as scp reads th
 a slash before its first colon is local (./a:b). - is standard input as the source, standard
 output as the destination (one file).
 
-Links here are never followed: a link is copied as a link, and a copy down stops where a
-directory it makes would go through one. A copy takes at most 1000000 entries, 256 directories
+A link named on the command line is copied as what it leads to, as cp does without -r; in a
+tree (and with -r) a link is copied as a link, and a copy down stops where a directory it makes
+would go through one. FIFOs, sockets and devices in a tree are skipped, and counted. A copy takes at most 1000000 entries, 256 directories
 deep.
 
 Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
@@ -200,6 +201,8 @@ enum Kind {
 struct NotKept {
     metadata: AtomicU64,
     links: AtomicU64,
+    /// FIFOs, sockets and devices met in a tree, skipped.
+    special: AtomicU64,
 }
 
 async fn run(args: CpArgs) -> anyhow::Result<()> {
@@ -292,6 +295,12 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
         eprintln!(
             "tether cp: the server cannot set modes, times or links (it lacks Tether's fsMetadata): {metadata} entries kept only their bytes, {links} symbolic links were {}",
             if upload { "skipped" } else { "copied as what they point to" }
+        );
+    }
+    let special = not_kept.special.load(Ordering::Relaxed);
+    if special > 0 {
+        eprintln!(
+            "tether cp: {special} FIFOs, sockets or devices in the tree were skipped: a copy carries files, directories and links"
         );
     }
     Ok(())

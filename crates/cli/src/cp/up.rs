@@ -17,7 +17,7 @@ use tether_protocol::fs::{
 use tokio::sync::mpsc;
 
 use super::limits::{Budget, check_depth};
-use super::local_read::{Opened, list, open_entry};
+use super::local_read::{Opened, SpecialFile, list, open_entry, open_followed};
 use super::{
     Copier, Entry, Kind, Landing, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES, landing, remote,
     staged_name, uri, walk_beside_copies,
@@ -64,7 +64,11 @@ impl Copier<'_> {
         several: bool,
         recursive: bool,
     ) -> anyhow::Result<()> {
-        let (entry, opened) = open_entry(rustix::fs::CWD, from.as_os_str(), from)?;
+        let (mut entry, mut opened) = open_entry(rustix::fs::CWD, from.as_os_str(), from)?;
+        // A link named on the command line is what it leads to, as cp takes it without -r.
+        if matches!(opened, Opened::Link(_)) && !recursive {
+            (entry, opened) = open_followed(from)?;
+        }
         let root_is_directory = matches!(entry.kind, Kind::Directory);
         if root_is_directory && !recursive {
             bail!("{} is a directory; copy it with -r", from.display());
@@ -118,7 +122,15 @@ impl Copier<'_> {
             let shown = level.shown.join(&name);
             let destination = level.directory.there.join(&name);
             let parent = level.directory.clone();
-            let (entry, opened) = open_entry(level.here.as_fd(), &name, &shown)?;
+            let (entry, opened) = match open_entry(level.here.as_fd(), &name, &shown) {
+                Ok(opened) => opened,
+                // A FIFO or a socket in a tree is not a reason to copy nothing of it.
+                Err(error) if error.downcast_ref::<SpecialFile>().is_some() => {
+                    self.not_kept.special.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             let Opened::Directory(here) = opened else {
                 self.progress.inc_length(size(&entry));
                 let job = Job { directory: Some(parent), shown, destination, entry, opened };
