@@ -209,3 +209,50 @@ async fn the_images_command_line_serves_a_client_with_a_minted_token() {
     assert!(cmd.windows(2).any(|pair| pair == ["--listen", "ws://0.0.0.0:4500"]), "{cmd:?}");
     serves_a_client_with(&cmd, None).await;
 }
+
+/// What a platform engineer applying `deploy/kubernetes` to a fresh cluster needs of it: the
+/// namespace exists, at the Pod Security level the executor pod's unconfined profiles need;
+/// egress reaches neither the cloud's metadata address nor the cluster's private ranges (the
+/// API server, the nodes); every scratch volume is bounded; executors spread over nodes.
+#[test]
+fn the_manifests_fit_a_fresh_cluster() {
+    let kustomization = yaml(&deploy_dir().join("kubernetes/kustomization.yaml"));
+    let namespace = yaml(&deploy_dir().join("kubernetes/namespace.yaml"));
+    assert_eq!(namespace["kind"], "Namespace");
+    assert_eq!(namespace["metadata"]["name"], kustomization["namespace"]);
+    let pod = &statefulset()["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "Unconfined");
+    let labels = &namespace["metadata"]["labels"];
+    assert_eq!(labels["pod-security.kubernetes.io/enforce"], "privileged", "Unconfined needs it");
+
+    let policy = yaml(&deploy_dir().join("kubernetes/networkpolicy.yaml"));
+    let types: Vec<&str> = policy["spec"]["policyTypes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(types.contains(&"Egress"), "{types:?}");
+    let blocks: Vec<&Value> = policy["spec"]["egress"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["to"].as_sequence().into_iter().flatten())
+        .filter_map(|peer| peer.get("ipBlock"))
+        .collect();
+    assert!(!blocks.is_empty());
+    let ipv4_open = blocks.iter().find(|block| block["cidr"] == "0.0.0.0/0").unwrap();
+    let except: Vec<&str> =
+        ipv4_open["except"].as_sequence().unwrap().iter().filter_map(Value::as_str).collect();
+    for closed in ["169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"] {
+        assert!(except.contains(&closed), "egress reaches {closed}: {except:?}");
+    }
+
+    for volume in pod["volumes"].as_sequence().unwrap() {
+        if let Some(dir) = volume.get("emptyDir") {
+            assert!(dir.get("sizeLimit").is_some(), "{:?} has no size limit", volume["name"]);
+        }
+    }
+    let spread = pod["topologySpreadConstraints"].as_sequence().unwrap();
+    assert!(spread.iter().any(|c| c["topologyKey"] == "kubernetes.io/hostname"));
+}
