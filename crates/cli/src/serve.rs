@@ -161,6 +161,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
     shutdown_grace_secs: u64,
 
+    /// Also serve `GET /metrics` (and `/readyz`) on this address, over plain HTTP and without
+    /// a credential, for a scraper that holds none (the main port's `/metrics` asks for the
+    /// same credential as a WebSocket). Counters only: nothing there runs or reads anything.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
+
     /// Listen on an address other than loopback without authentication. Anyone who reaches
     /// the port can run commands: only for networks where that is true of everyone anyway.
     #[arg(long)]
@@ -394,6 +400,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         whole_read_budget_bytes: args.file_read_budget_bytes,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         managed_network: args.managed_network.settings(),
+        metrics_listen: args.metrics_listen,
     };
     if args.managed_network.any() {
         tracing::info!(
@@ -420,6 +427,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         stdout.flush()?;
         tracing::info!(%url, "listening");
+    }
+    if let Some(metrics) = server.metrics_addr() {
+        tracing::info!(url = %format!("http://{metrics}/metrics"), "serving metrics");
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(stop_signals, stdin_closed, server.drain(), shutdown.clone()));

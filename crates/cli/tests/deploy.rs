@@ -111,9 +111,33 @@ fn the_executor_pod_hangs_together() {
     let listen = container.flag("--listen").unwrap();
     assert_eq!(listen, "ws://0.0.0.0:4500");
     assert_eq!(container.spec["ports"][0]["containerPort"].as_u64(), Some(4500));
+    // The scrape goes to the metrics port, which asks for no token, and only the monitoring
+    // namespace may reach it.
     let annotations = &set["spec"]["template"]["metadata"]["annotations"];
-    assert_eq!(annotations["prometheus.io/port"].as_str(), Some("4500"));
+    let metrics = container.flag("--metrics-listen").unwrap();
+    let metrics_port = metrics.rsplit(':').next().unwrap();
+    assert_eq!(annotations["prometheus.io/port"].as_str(), Some(metrics_port));
     assert_eq!(annotations["prometheus.io/path"].as_str(), Some("/metrics"));
+    let policy = yaml(&deploy_dir().join("kubernetes/networkpolicy.yaml"));
+    for rule in policy["spec"]["ingress"].as_sequence().unwrap() {
+        let ports: Vec<u64> = rule["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["port"].as_u64())
+            .collect();
+        let namespaces: Vec<&str> = rule["from"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|from| {
+                from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].as_str()
+            })
+            .collect();
+        if ports.contains(&metrics_port.parse().unwrap()) {
+            assert_eq!(namespaces, ["monitoring"], "only the scraper reaches the open port");
+        }
+    }
 
     // Readiness is /readyz; liveness is not (a drain answers 503 there, and must not get the
     // pod restarted under the commands it waits for).
@@ -149,6 +173,11 @@ fn runnable(args: &[String], secret: &Path) -> Vec<String> {
             "--ws-shared-secret-file" => {
                 args.next();
                 out.extend([arg.clone(), secret.display().to_string()]);
+            }
+            // Any free port here: tests run side by side.
+            "--metrics-listen" => {
+                args.next();
+                out.extend([arg.clone(), "127.0.0.1:0".to_owned()]);
             }
             _ => out.push(arg.clone()),
         }

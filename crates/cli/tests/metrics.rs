@@ -98,3 +98,56 @@ async fn metrics_need_the_credential_when_the_server_has_one() {
     assert_eq!(refused(&text, "not_websocket"), 1.0);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `--metrics-listen`: a scraper that holds no token reads `/metrics` (and `/readyz`) on a
+/// port of its own, over plain HTTP, while the main port still asks for the credential; the
+/// metrics port serves nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_port_serves_a_scraper_without_a_token() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+    let dir = std::env::temp_dir().join(format!("tether-metrics-port-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "metrics-token").unwrap();
+    let mut server = tokio::process::Command::new(tether_testkit::server::tether_binary().unwrap())
+        .args(["serve", "--listen", "ws://127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--ws-auth", "capability-token", "--ws-token-file", token.to_str().unwrap()])
+        .env("TETHER_LOG_FORMAT", "json")
+        .env_remove("TETHER_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).await.unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let metrics_url = loop {
+        let line = stderr.next_line().await.unwrap().expect("the server says where");
+        let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if parsed["fields"]["message"] == "serving metrics" {
+            break parsed["fields"]["url"].as_str().unwrap().to_owned();
+        }
+    };
+    let address = metrics_url.trim_start_matches("http://").trim_end_matches("/metrics").to_owned();
+    let get = |address: String, path: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let metrics = get(address.clone(), "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("tether_sessions "), "{metrics}");
+    assert!(get(address.clone(), "/readyz").await.starts_with("HTTP/1.1 200"));
+    assert!(get(address, "/").await.starts_with("HTTP/1.1 404"), "no WebSocket there");
+    let main = url.trim().trim_start_matches("ws://").to_owned();
+    let guarded = get(main, "/metrics").await;
+    assert!(guarded.starts_with("HTTP/1.1 401"), "the main port still asks: {guarded}");
+    server.kill().await.unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -144,6 +144,10 @@ pub struct ServerConfig {
     /// What a managed network is to do with sandboxed TCP; kept for when one runs here (none
     /// does yet, so it changes nothing).
     pub managed_network: ManagedNetwork,
+    /// A second, plain-HTTP listener serving only `GET /metrics` and `GET /readyz`, without
+    /// authentication, for a scraper that holds no token (`--metrics-listen`). Counters and
+    /// readiness only: nothing there runs or reads anything.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -166,6 +170,7 @@ impl Default for ServerConfig {
             whole_read_budget_bytes: tether_engine::fs::DEFAULT_WHOLE_READ_BUDGET_BYTES,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             managed_network: ManagedNetwork::default(),
+            metrics_listen: None,
         }
     }
 }

@@ -62,6 +62,8 @@ use state::ServerState;
 pub struct Server {
     state: Arc<ServerState>,
     listener: Listener,
+    /// [`ServerConfig::metrics_listen`], bound.
+    metrics: Option<tokio::net::TcpListener>,
 }
 
 enum Listener {
@@ -101,7 +103,18 @@ impl Server {
             }
             ListenAddress::Stdio => Listener::Stdio,
         };
-        Ok(Self { state: ServerState::new(config), listener })
+        let metrics = match config.metrics_listen {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|error| {
+                std::io::Error::new(error.kind(), format!("--metrics-listen {addr}: {error}"))
+            })?),
+            None => None,
+        };
+        Ok(Self { state: ServerState::new(config), listener, metrics })
+    }
+
+    /// The bound metrics address (`--metrics-listen`), if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|listener| listener.local_addr().ok())
     }
 
     /// The bound WebSocket address, or `None` for stdio.
@@ -127,6 +140,13 @@ impl Server {
     /// Serves until `shutdown` is cancelled (or, for stdio, until stdin ends), then ends every
     /// session and kills their processes.
     pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let metrics = self.metrics.map(|listener| {
+            tokio::spawn(serve::websocket::serve_metrics(
+                listener,
+                self.state.clone(),
+                shutdown.clone(),
+            ))
+        });
         let result = match self.listener {
             Listener::WebSocket(listener) => {
                 serve::websocket::serve(listener, self.state.clone(), shutdown).await
@@ -137,6 +157,9 @@ impl Server {
             }
         };
         self.state.sessions.shutdown();
+        if let Some(metrics) = metrics {
+            metrics.abort();
+        }
         result
     }
 }

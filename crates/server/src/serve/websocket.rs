@@ -80,6 +80,30 @@ pub(crate) async fn serve(
     served
 }
 
+/// The metrics listener (`--metrics-listen`): `GET /metrics` without a credential, and
+/// `GET /readyz`, nothing else, until `shutdown`.
+pub(crate) async fn serve_metrics(
+    listener: TcpListener,
+    server: Arc<ServerState>,
+    shutdown: CancellationToken,
+) {
+    let app = Router::new()
+        .route("/metrics", get(open_metrics_text))
+        .route("/readyz", get(readyz))
+        .with_state(AppState {
+            server,
+            shutdown: shutdown.clone(),
+            connections: TaskTracker::new(),
+        });
+    let _ = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+}
+
+/// `GET /metrics` on the metrics listener: counters only, so no credential is asked.
+async fn open_metrics_text(State(app): State<AppState>) -> Response {
+    let text = app.server.metrics.render(&app.server.sessions.snapshot());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
 async fn upgrade(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
