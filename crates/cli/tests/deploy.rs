@@ -71,9 +71,17 @@ fn the_kustomization_applies_every_manifest() {
         .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     assert_eq!(listed, on_disk);
-    let secret = &kustomization["secretGenerator"][0];
+    // Every Secret the kustomization makes is one the pod mounts.
     let pod = &statefulset()["spec"]["template"]["spec"];
-    assert_eq!(secret["name"], pod["volumes"][0]["secret"]["secretName"]);
+    let mounted: Vec<&Value> = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|volume| volume.get("secret").map(|secret| &secret["secretName"]))
+        .collect();
+    for secret in kustomization["secretGenerator"].as_sequence().unwrap() {
+        assert!(mounted.contains(&&secret["name"]), "{:?} is not mounted", secret["name"]);
+    }
 }
 
 /// The pod's container, and what its args say.
@@ -108,8 +116,20 @@ fn the_executor_pod_hangs_together() {
     let container = Container::of_statefulset();
 
     // The port it listens on is the one the probes, the Service and the scrape use.
+    // Over TLS, with the certificate the Secret mounts.
     let listen = container.flag("--listen").unwrap();
-    assert_eq!(listen, "ws://0.0.0.0:4500");
+    assert_eq!(listen, "wss://0.0.0.0:4500");
+    assert_eq!(container.spec["readinessProbe"]["httpGet"]["scheme"].as_str(), Some("HTTPS"));
+    let tls = container.spec["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|mount| mount["name"] == "tls")
+        .unwrap();
+    let tls_dir = tls["mountPath"].as_str().unwrap();
+    for flag in ["--tls-cert", "--tls-key"] {
+        assert!(container.flag(flag).unwrap().starts_with(tls_dir), "{flag}");
+    }
     assert_eq!(container.spec["ports"][0]["containerPort"].as_u64(), Some(4500));
     // The scrape goes to the metrics port, which asks for no token, and only the monitoring
     // namespace may reach it.
@@ -174,6 +194,14 @@ fn runnable(args: &[String], secret: &Path) -> Vec<String> {
                 args.next();
                 out.extend([arg.clone(), secret.display().to_string()]);
             }
+            // A certificate made at start stands for the one the Secret mounts.
+            "--tls-cert" => {
+                args.next();
+                out.push("--tls-self-signed".to_owned());
+            }
+            "--tls-key" => {
+                args.next();
+            }
             // Any free port here: tests run side by side.
             "--metrics-listen" => {
                 args.next();
@@ -203,8 +231,14 @@ async fn serves_a_client_with(args: &[String], audience: Option<&str>) {
     assert!(minted.status.success(), "{}", String::from_utf8_lossy(&minted.stderr));
     let token = String::from_utf8(minted.stdout).unwrap();
 
+    let mut pinned = Vec::new();
+    if let Some(fingerprint) = &server.fingerprint {
+        pinned.extend(["--tls-fingerprint".to_owned(), fingerprint.clone()]);
+    }
     let exec = tokio::process::Command::new(tether_binary().unwrap())
-        .args(["exec", "--url", &server.url, "--no-stdin", "--", "echo", "from the pod"])
+        .args(["exec", "--url", &server.url, "--no-stdin"])
+        .args(&pinned)
+        .args(["--", "echo", "from the pod"])
         .env("TETHER_TOKEN", token.trim())
         .kill_on_drop(true)
         .output();
