@@ -58,7 +58,7 @@ fn connect_hint(error: &ConnectError, with_token: bool) -> &'static str {
             "; the server is at its connection limit: try again later"
         }
         ConnectErrorKind::UntrustedCertificate => {
-            "; trust it with --tls-fingerprint SHA256:… (printed by `tether serve --tls-self-signed`) or --tls-ca-file PEM (the CA, or the server's own certificate)"
+            "; if that fingerprint is your server's (`tether serve --tls-self-signed` prints it), pin it with --tls-fingerprint, or give --tls-ca-file PEM (the CA, or the server's own certificate)"
         }
         ConnectErrorKind::WrongFingerprint => {
             "; a server restarted with --tls-self-signed has a new certificate: pin the fingerprint it printed, if you trust that it is the server"

@@ -425,6 +425,18 @@ fn tls_error(error: &rustls::Error) -> ConnectError {
         }
         rustls::Error::InvalidCertificate(why) => {
             use rustls::CertificateError as Why;
+            let (why, presented) = match why {
+                Why::Other(other)
+                    if let Some(untrusted) = other.0.downcast_ref::<crate::tls::Untrusted>() =>
+                {
+                    (&untrusted.why, Some(untrusted.presented))
+                }
+                why => (why, None),
+            };
+            // What ssh does with a host key it does not know: show it, so the person can
+            // check it against the server's and pin it.
+            let pin = presented
+                .map_or(String::new(), |fingerprint| format!(" (it presented {fingerprint})"));
             let what = match why {
                 // A CA of the same name but another key fails on its signature.
                 Why::UnknownIssuer | Why::BadSignature => {
@@ -440,7 +452,7 @@ fn tls_error(error: &rustls::Error) -> ConnectError {
             };
             ConnectError::new(
                 ConnectErrorKind::UntrustedCertificate,
-                format!("the server's certificate {what}"),
+                format!("the server's certificate {what}{pin}"),
             )
         }
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {

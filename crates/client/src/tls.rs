@@ -89,6 +89,16 @@ pub struct FingerprintMismatch {
     pub presented: TlsFingerprint,
 }
 
+/// A certificate the client does not trust, with the fingerprint of what the server presented:
+/// shown to the person, as ssh shows an unknown host key, so that they can pin it once they
+/// know it is their server's.
+#[derive(Debug, thiserror::Error)]
+#[error("{why:?}")]
+pub struct Untrusted {
+    pub why: CertificateError,
+    pub presented: TlsFingerprint,
+}
+
 /// The rustls settings for one connection: pinned to `fingerprint` if given, else trusting the
 /// certificates in `ca_file`, else the system's roots.
 pub(crate) fn client_config(
@@ -123,7 +133,8 @@ pub(crate) fn client_config(
                 let message = "no system root certificates were found: pass a CA file";
                 return Err(ConnectError::new(ConnectErrorKind::TlsSetup, message).into());
             }
-            webpki_verifier(roots, &provider)?
+            let webpki = webpki_verifier(roots, &provider)?;
+            Arc::new(Verifier { trust: Trust::Roots(webpki), algorithms })
         }
     };
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -164,6 +175,8 @@ enum Trust {
     CaFile { webpki: Arc<WebPkiServerVerifier>, certificates: Vec<CertificateDer<'static>> },
     /// One certificate, by its SHA-256, whoever issued it and whatever names it carries.
     Pinned(TlsFingerprint),
+    /// The system's roots, as webpki checks them.
+    Roots(Arc<WebPkiServerVerifier>),
 }
 
 /// Checks the server's certificate by its [`Trust`]; the handshake's signatures are checked
@@ -172,6 +185,22 @@ enum Trust {
 struct Verifier {
     trust: Trust,
     algorithms: WebPkiSupportedAlgorithms,
+}
+
+/// A refusal of `end_entity` made to carry its fingerprint ([`Untrusted`]).
+fn with_fingerprint(
+    verified: Result<ServerCertVerified, rustls::Error>,
+    end_entity: &CertificateDer<'_>,
+) -> Result<ServerCertVerified, rustls::Error> {
+    match verified {
+        Err(rustls::Error::InvalidCertificate(why)) => {
+            let untrusted = Untrusted { why, presented: TlsFingerprint::of(end_entity) };
+            Err(rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
+                untrusted,
+            )))))
+        }
+        other => other,
+    }
 }
 
 impl ServerCertVerifier for Verifier {
@@ -213,9 +242,19 @@ impl ServerCertVerifier for Verifier {
                         rustls::client::verify_server_name(&parsed, server_name)?;
                         Ok(ServerCertVerified::assertion())
                     }
-                    other => other,
+                    other => with_fingerprint(other, end_entity),
                 }
             }
+            Trust::Roots(webpki) => with_fingerprint(
+                webpki.verify_server_cert(
+                    end_entity,
+                    intermediates,
+                    server_name,
+                    ocsp_response,
+                    now,
+                ),
+                end_entity,
+            ),
         }
     }
 
