@@ -273,8 +273,19 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
     }
     let mut exit_code = None;
     let mut interrupted = false;
+    // At a terminal, a link that goes down (and comes back) is said, as mosh says it: the
+    // screen would otherwise just freeze. Scripts' stderr is left alone.
+    let tell_link = args.tty && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut link = client.status_changes();
     loop {
         tokio::select! {
+            Some(status) = link.next(), if tell_link => match status {
+                ConnectionStatus::Recovering => {
+                    eprint!("\r\n[tether: the connection to {url} dropped; reconnecting…]\r\n");
+                }
+                ConnectionStatus::Connected => eprint!("\r\n[tether: reconnected]\r\n"),
+                ConnectionStatus::Failed(_) => {}
+            },
             update = process.next_update() => match update {
                 Some(ProcessUpdate::Event(event)) => match event {
                     ProcessEvent::Output { stream, chunk, .. } => match write_out(stream, &chunk) {

@@ -136,6 +136,48 @@ async fn tether_exec_tty_carries_the_local_window_size() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// At a terminal (`--tty`), a link that drops and comes back is said on the terminal, as mosh
+/// says it, rather than leaving a frozen screen; the command goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_is_told_when_the_link_drops_and_comes_back() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let proxy = tether_testkit::FaultProxy::start(server.addr()).await.unwrap();
+    let scratch = tether_testkit::scratch::Scratch::new("link-told");
+    let go_on = scratch.path("go-on");
+    let script = format!(
+        "echo ready; while [ ! -e {go} ]; do sleep 0.05; done; echo finished",
+        go = go_on.display()
+    );
+    let (pty, pts) = pty_process::open().unwrap();
+    let mut child = pty_process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &proxy.url, "--tty", "--", "sh", "-c", &script])
+        .kill_on_drop(true)
+        .spawn(pts)
+        .unwrap();
+    let (mut reader, _writer) = pty.into_split();
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    let mut read_until = async |needle: &str, seen: &mut String| {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !seen.contains(needle) {
+                let n = reader.read(&mut buffer).await.unwrap();
+                assert!(n > 0, "the terminal closed; seen: {seen:?}");
+                seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{needle:?} never came; seen: {seen:?}"));
+    };
+    read_until("ready", &mut seen).await;
+    proxy.cut();
+    read_until("[tether: reconnected]", &mut seen).await;
+    std::fs::write(&go_on, "").unwrap();
+    read_until("finished", &mut seen).await;
+    let status =
+        tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0), "{seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_stdin_ends_the_input_after_what_was_written() {
     let server = ServerProcess::start(Target::Tether).await.unwrap();

@@ -48,6 +48,24 @@ pub enum ConnectionStatus {
     Failed(String),
 }
 
+/// See [`ExecServerClient::status_changes`].
+pub struct StatusChanges(tokio::sync::watch::Receiver<crate::session::ConnectionState>);
+
+impl StatusChanges {
+    /// Waits for the next change and returns the status then; `None` once the session is
+    /// gone.
+    pub async fn next(&mut self) -> Option<ConnectionStatus> {
+        self.0.changed().await.ok()?;
+        Some(match &*self.0.borrow_and_update() {
+            crate::session::ConnectionState::Connected(_) => ConnectionStatus::Connected,
+            crate::session::ConnectionState::Recovering => ConnectionStatus::Recovering,
+            crate::session::ConnectionState::Failed(message) => {
+                ConnectionStatus::Failed(message.clone())
+            }
+        })
+    }
+}
+
 /// A handle to one exec-server session. Cheap to clone; every clone is the same session.
 ///
 /// Answers are read by a task on the runtime. A call made from a task takes its answer on
@@ -148,6 +166,12 @@ impl ExecServerClient {
     }
 
     /// Where the session stands now.
+    /// The status's changes from now on, for a caller that tells a person the link is down
+    /// (and back). None is missed between two waits: each wait returns the latest.
+    pub fn status_changes(&self) -> StatusChanges {
+        StatusChanges(self.session.state.subscribe())
+    }
+
     pub fn status(&self) -> ConnectionStatus {
         match &*self.session.state.borrow() {
             ConnectionState::Connected(_) => ConnectionStatus::Connected,
