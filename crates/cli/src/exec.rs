@@ -108,8 +108,13 @@ pub struct ExecArgs {
 
     /// Start the command, print `session=<id> process=<id>` on stdout and return, leaving it
     /// running with no input; `--resume SESSION --process ID` follows it later.
-    #[arg(short, long, conflicts_with_all = ["resume", "print_ids"])]
+    #[arg(short, long, conflicts_with = "resume")]
     detach: bool,
+
+    /// With `--list` or `--detach`: print JSON for a script (`--list`: an array of the
+    /// session's processes; `--detach`: `{"sessionId", "processId"}`).
+    #[arg(long)]
+    json: bool,
 
     /// With `--detach`: seconds the server is to keep the session once this command has
     /// returned (a Tether server grants at most its `--max-session-ttl-secs`, a day by default).
@@ -197,8 +202,14 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
         if !client.tether_extensions().process_list {
             bail!("this server cannot list a session's processes (it does not serve process/list)");
         }
+        let processes = client.list_processes().await?;
+        if args.json {
+            crate::stdout::line(serde_json::to_string(&processes)?)?;
+            client.disconnect();
+            return Ok(0);
+        }
         crate::stdout::line("PROCESS\tSTATE\tEXIT\tNEXT_SEQ\tCOMMAND")?;
-        for process in client.list_processes().await? {
+        for process in processes {
             let exit = process.exit_code.map_or("-".to_owned(), |code| code.to_string());
             let state = format!("{:?}", process.state).to_lowercase();
             crate::stdout::line(format_args!(
@@ -241,7 +252,7 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
                 eprintln!("session={} process={}", client.session_id(), process.process_id());
             }
             if args.detach {
-                return detach(&client, process, &again(&args), args.tty).await;
+                return detach(&client, process, &again(&args), args.tty, args.json).await;
             }
             (client, process)
         }
@@ -380,6 +391,7 @@ async fn detach(
     process: RemoteProcess,
     again: &str,
     tty: bool,
+    json: bool,
 ) -> anyhow::Result<i32> {
     let (session, process_id) = (client.session_id().to_owned(), process.process_id().to_owned());
     // Nothing will write to it: a command that reads its input sees the end of it, not a
@@ -387,7 +399,12 @@ async fn detach(
     if client.tether_extensions().close_stdin && !tty {
         process.control().close_stdin().await?;
     }
-    crate::stdout::line(format_args!("session={session} process={process_id}"))?;
+    match json {
+        true => {
+            crate::stdout::line(serde_json::json!({"sessionId": session, "processId": process_id}))?
+        }
+        false => crate::stdout::line(format_args!("session={session} process={process_id}"))?,
+    }
     let kept = match client.detached_ttl() {
         Some(ttl) => format!("keeps it {}", humanize(ttl)),
         None => "did not say how long it keeps it (it does not serve Tether's sessionTtl; the reference keeps a session 80 s)".to_owned(),

@@ -141,21 +141,37 @@ fn looks_like_an_address(name: &str) -> bool {
     })
 }
 
-/// `tether executors`: the named executors, one per line (`NAME<TAB>URL`).
-pub fn list() -> anyhow::Result<()> {
+/// `tether executors`: the named executors, one per line (`NAME<TAB>URL`), or as a JSON array
+/// of `{"name", "url"}` with `json`.
+pub fn list(json: bool) -> anyhow::Result<()> {
     let path = config_path().context("no HOME to find the config file in")?;
     match read(&path) {
         Ok(executors) => {
+            let mut usable = Vec::new();
             for (name, executor) in executors {
                 match executor {
-                    Ok(executor) => crate::stdout::line(format_args!("{name}\t{}", executor.url))?,
+                    Ok(executor) => usable.push((name, executor.url)),
                     // Said, and left out: the others are usable all the same.
                     Err(why) => eprintln!("tether: {why}; {name} cannot be used until it is fixed"),
                 }
             }
+            if json {
+                let listed: Vec<serde_json::Value> = usable
+                    .iter()
+                    .map(|(name, url)| serde_json::json!({"name": name, "url": url}))
+                    .collect();
+                crate::stdout::line(serde_json::Value::Array(listed))?;
+                return Ok(());
+            }
+            for (name, url) in usable {
+                crate::stdout::line(format_args!("{name}\t{url}"))?;
+            }
             Ok(())
         }
         Err(ReadError::Missing) => {
+            if json {
+                crate::stdout::line("[]")?;
+            }
             eprintln!(
                 "tether: no named executors: {} does not exist; add [executors.NAME] with a url = \"ws://…\" there",
                 path.display()

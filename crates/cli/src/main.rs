@@ -43,7 +43,11 @@ enum Command {
     /// Copy files and directory trees to or from an executor (`:/path`, `NAME:/path`).
     Cp(cp::CpArgs),
     /// List the named executors of the config file (`--url NAME` uses one).
-    Executors,
+    Executors {
+        /// Print a JSON array of `{"name", "url"}` for a script.
+        #[arg(long)]
+        json: bool,
+    },
     /// Mint or inspect the signed bearer tokens of `serve --ws-auth signed-bearer-token`.
     Token(token::TokenArgs),
     /// Print a completion script for a shell, e.g. `tether completions bash > ~/.local/share/bash-completion/completions/tether`.
@@ -125,7 +129,7 @@ fn run() -> anyhow::Result<()> {
                     Command::Exec(_) => "error",
                     Command::Mcp(_) => "error,rmcp=off",
                     Command::Cp(_)
-                    | Command::Executors
+                    | Command::Executors { .. }
                     | Command::Token(_)
                     | Command::Completions { .. } => "error",
                 })
@@ -164,7 +168,7 @@ fn run() -> anyhow::Result<()> {
             clap_complete::generate(*shell, &mut command, "tether", &mut script);
             return stdout::write(&script).map_err(Into::into);
         }
-        Command::Executors => return executors::list(),
+        Command::Executors { json } => return executors::list(*json),
         // Files and arithmetic only: no runtime to start.
         Command::Token(args) => return token::token(args),
         _ => {}
@@ -189,7 +193,7 @@ fn run() -> anyhow::Result<()> {
             runtime.shutdown_timeout(Duration::from_millis(100));
             std::process::exit(code);
         }
-        Command::Executors | Command::Token(_) | Command::Completions { .. } => {
+        Command::Executors { .. } | Command::Token(_) | Command::Completions { .. } => {
             unreachable!("handled above")
         }
     };

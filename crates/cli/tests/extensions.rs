@@ -816,6 +816,36 @@ async fn a_detached_command_outlives_the_default_wait_and_is_followed_later() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// For a script: `--detach --json` prints `{"sessionId", "processId"}`, and `--resume SESSION
+/// --list --json` the session's processes as a JSON array, one object each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detach_and_list_speak_json_for_a_script() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let detached = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--detach", "--json", "--", "sleep", "30"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(detached.status.code(), Some(0), "{}", String::from_utf8_lossy(&detached.stderr));
+    let ids: Value = serde_json::from_slice(&detached.stdout).unwrap();
+    let (session, process) =
+        (ids["sessionId"].as_str().unwrap(), ids["processId"].as_str().unwrap());
+    let listed = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["exec", "--url", &server.url, "--resume", session, "--list", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(listed.status.code(), Some(0), "{}", String::from_utf8_lossy(&listed.stderr));
+    let processes: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let processes = processes.as_array().unwrap();
+    assert_eq!(processes.len(), 1, "{processes:?}");
+    assert_eq!(processes[0]["processId"], process);
+    assert_eq!(processes[0]["argv"], json!(["sleep", "30"]));
+    assert_eq!(processes[0]["state"], "running");
+}
+
 /// Against the reference, which keeps no session past its own 80 s, `--detach` still leaves
 /// the command running and says it could not ask for more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,6 +80,12 @@ async fn named_executors_come_from_the_config_file() {
         String::from_utf8_lossy(&listed.stdout),
         format!("box\t{}\nother\tws://127.0.0.1:9\n", server.url)
     );
+    let listed = tether(&["executors", "--json"], &env);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(
+        listed,
+        serde_json::json!([{"name": "box", "url": server.url}, {"name": "other", "url": "ws://127.0.0.1:9"}])
+    );
 
     let output = tether(&["exec", "--url", "box", "--", "echo", "named"], &env);
     assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"named\n"[..]));
