@@ -9,6 +9,7 @@ mod guardian;
 mod mcp;
 mod report;
 mod serve;
+mod sessions;
 mod start_failure;
 mod stdout;
 mod token;
@@ -42,6 +43,10 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Copy files and directory trees to or from an executor (`:/path`, `NAME:/path`).
     Cp(cp::CpArgs),
+    /// List your sessions on an executor (detached commands among them).
+    Sessions(sessions::SessionsArgs),
+    /// End one of your detached sessions on an executor, killing its processes.
+    Kill(sessions::KillArgs),
     /// List the named executors of the config file (`--url NAME` uses one).
     Executors {
         /// Print a JSON array of `{"name", "url"}` for a script.
@@ -91,7 +96,7 @@ fn parse() -> Cli {
     }
     let code = match std::env::args().nth(1).as_deref() {
         Some("exec") => exec::TETHER_FAILURE,
-        Some("mcp" | "cp") => 1,
+        Some("mcp" | "cp" | "sessions" | "kill") => 1,
         _ => 2,
     };
     let _ = error.print();
@@ -129,6 +134,8 @@ fn run() -> anyhow::Result<()> {
                     Command::Exec(_) => "error",
                     Command::Mcp(_) => "error,rmcp=off",
                     Command::Cp(_)
+                    | Command::Sessions(_)
+                    | Command::Kill(_)
                     | Command::Executors { .. }
                     | Command::Token(_)
                     | Command::Completions { .. } => "error",
@@ -193,6 +200,9 @@ fn run() -> anyhow::Result<()> {
             runtime.shutdown_timeout(Duration::from_millis(100));
             std::process::exit(code);
         }
+        // Their failures are one line, then exit 1 (the tail of `main`).
+        Command::Sessions(args) => runtime.block_on(sessions::sessions(args)),
+        Command::Kill(args) => runtime.block_on(sessions::kill(args)),
         Command::Executors { .. } | Command::Token(_) | Command::Completions { .. } => {
             unreachable!("handled above")
         }

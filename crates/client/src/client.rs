@@ -236,6 +236,26 @@ impl ExecServerClient {
         Ok(list.processes)
     }
 
+    /// The sessions of this client's own — its token's subject, or its address on a server
+    /// without authentication — this one among them, on a server that advertises
+    /// `tetherExtensions.sessions`. Read-only, so retried across a drop.
+    pub async fn list_sessions(
+        &self,
+    ) -> Result<Vec<tether_protocol::session::SessionSummary>, ClientError> {
+        let listed: tether_protocol::session::SessionListResponse =
+            self.call("session/list", &serde_json::json!({}), Retry::Safe).await?;
+        Ok(listed.sessions)
+    }
+
+    /// Ends a detached session of this client's own now, its processes killed, as its expiry
+    /// would. Ending one twice finds it gone, so it is retried across a drop.
+    pub async fn end_session(&self, session_id: &str) -> Result<(), ClientError> {
+        let params =
+            tether_protocol::session::SessionEndParams { session_id: session_id.to_owned() };
+        let _: serde_json::Value = self.call("session/end", &params, Retry::Safe).await?;
+        Ok(())
+    }
+
     /// Chosen keys of the executor's own Codex configuration (`environmentConfig/read`), for
     /// servers that advertise `environmentConfigRead`. Read-only, so retried across a drop.
     pub async fn read_environment_config(

@@ -49,6 +49,10 @@ pub enum Method {
     FsReadLink,
     /// Tether extension (`fsMetadata`): a small file written whole and renamed into place.
     FsPutFile,
+    /// Tether extension (`sessions`): the caller's client's sessions.
+    SessionList,
+    /// Tether extension (`sessions`): one of them ended.
+    SessionEnd,
 }
 
 /// The one client→server notification: the handshake's second step.
@@ -65,7 +69,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 34] = [
+    pub const ALL: [Method; 36] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -100,6 +104,8 @@ impl Method {
         Method::FsCreateSymlink,
         Method::FsReadLink,
         Method::FsPutFile,
+        Method::SessionList,
+        Method::SessionEnd,
     ];
 
     pub fn name(self) -> &'static str {
@@ -138,6 +144,8 @@ impl Method {
             Method::FsCreateSymlink => "fs/createSymlink",
             Method::FsReadLink => "fs/readLink",
             Method::FsPutFile => "fs/putFile",
+            Method::SessionList => "session/list",
+            Method::SessionEnd => "session/end",
         }
     }
 
@@ -165,6 +173,7 @@ impl Method {
                 "capability discovery"
             }
             Method::HttpRequest => "http",
+            Method::SessionList | Method::SessionEnd => "session",
             _ => "filesystem",
         }
     }

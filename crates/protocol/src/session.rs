@@ -148,6 +148,10 @@ pub struct TetherExtensions {
     /// `http/request {attachBody}`: the body as raw bytes in binary WebSocket messages — the
     /// buffered answer, or each streamed delta ([`crate::attached`]). Over WebSocket only.
     pub attached_http_bodies: bool,
+    /// `session/list` and `session/end`: the sessions of the caller's own client, found and
+    /// ended from any connection of it.
+    #[serde(default)]
+    pub sessions: bool,
     /// `initialize {attachOutput}`: `process/output` chunks as raw bytes in binary WebSocket
     /// messages ([`crate::attached`]). Over WebSocket only.
     pub attached_output: bool,
@@ -204,3 +208,38 @@ mod tests {
 /// `initialized` notification params: none, `{}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InitializedParams {}
+
+/// `session/list` result (Tether extension, `sessions`): the sessions of the caller's own
+/// client — its token's subject, or its address on a server without authentication — the
+/// caller's own among them. Another client's sessions are never listed: a session id is what
+/// resumes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionListResponse {
+    pub sessions: Vec<SessionSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    /// The session of the connection that asked.
+    pub current: bool,
+    /// A connection holds it (another client cannot resume it meanwhile).
+    pub attached: bool,
+    /// Processes it holds, closed ones included.
+    pub processes: usize,
+    /// Of those, the ones not yet closed.
+    pub running: usize,
+    /// Detached: how long before it expires and its processes are killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_in_ms: Option<u64>,
+}
+
+/// `session/end` params (Tether extension, `sessions`): a detached session of the caller's own
+/// client, ended now as its expiry would end it (its processes killed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionEndParams {
+    pub session_id: String,
+}

@@ -275,6 +275,20 @@ impl Processor {
                 handlers::environment_config::run(&id, *params).await
             }
             Call::Discovery(call) => return self.discover(id, *call).await,
+            Call::Sessions(call) => {
+                let registry = &self.state.sessions;
+                match call {
+                    handlers::sessions::SessionsCall::List => {
+                        let sessions = registry.list_for(&session.client, &session.id);
+                        let listed = tether_protocol::session::SessionListResponse { sessions };
+                        Ok(encode_response(&id, &listed))
+                    }
+                    handlers::sessions::SessionsCall::End(params) => registry
+                        .end_for(&session.client, &session.id, &params.session_id)
+                        .map(|()| encode_response(&id, &serde_json::json!({})))
+                        .map_err(|why| handlers::sessions::refusal(why, &params.session_id)),
+                }
+            }
         };
         match result {
             Ok(text) => self.send(text).await,

@@ -256,6 +256,62 @@ impl SessionRegistry {
         }
     }
 
+    /// The sessions of `client`, `current` marked: what `session/list` answers.
+    pub(crate) fn list_for(
+        &self,
+        client: &ClientId,
+        current: &str,
+    ) -> Vec<tether_protocol::session::SessionSummary> {
+        let now = tokio::time::Instant::now();
+        let mut listed: Vec<_> = self
+            .sessions()
+            .values()
+            .filter(|session| &session.client == client)
+            .map(|session| {
+                let expires_in_ms = match &*session.attachment() {
+                    Attachment::Attached { .. } => None,
+                    Attachment::Detached { expires_at, .. } => {
+                        Some(expires_at.saturating_duration_since(now).as_millis() as u64)
+                    }
+                };
+                tether_protocol::session::SessionSummary {
+                    session_id: session.id.clone(),
+                    current: session.id == current,
+                    attached: expires_in_ms.is_none(),
+                    processes: session.processes.summaries().len(),
+                    running: session.processes.unfinished(),
+                    expires_in_ms,
+                }
+            })
+            .collect();
+        listed.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        listed
+    }
+
+    /// Ends `id`, a detached session of `client` other than `current`, as its expiry would.
+    pub(crate) fn end_for(
+        &self,
+        client: &ClientId,
+        current: &str,
+        id: &str,
+    ) -> Result<(), EndRefusal> {
+        let mut sessions = self.sessions();
+        let Some(session) = sessions.get(id).filter(|session| &session.client == client) else {
+            return Err(EndRefusal::NotFound);
+        };
+        if id == current {
+            return Err(EndRefusal::Own);
+        }
+        if matches!(&*session.attachment(), Attachment::Attached { .. }) {
+            return Err(EndRefusal::Attached);
+        }
+        let session = sessions.remove(id).expect("found above");
+        drop(sessions);
+        info!(session = %log_tag(id), running = session.processes.unfinished(), "session ended by its client from another connection");
+        session.processes.shutdown();
+        Ok(())
+    }
+
     /// Ends one session at once (a stdio connection's session cannot be resumed).
     pub(crate) fn end(&self, id: &str) {
         if let Some(session) = self.sessions().remove(id) {
@@ -284,6 +340,17 @@ impl SessionRegistry {
             session.processes.shutdown();
         }
     }
+}
+
+/// Why a `session/end` did not end a session.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum EndRefusal {
+    /// No session of this client has that id (another client's is not told apart).
+    NotFound,
+    /// The caller's own session: closing its connection ends it.
+    Own,
+    /// Attached to another connection: ended there.
+    Attached,
 }
 
 /// The id of the session detached longest ago, of `client` if given.

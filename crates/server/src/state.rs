@@ -83,6 +83,7 @@ fn capabilities() -> Capabilities {
             session_ttl: true,
             attached_http_bodies: true,
             attached_output: true,
+            sessions: true,
         }),
         ..Capabilities::default()
     }

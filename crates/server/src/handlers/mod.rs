@@ -7,6 +7,7 @@ pub(crate) mod environment_config;
 pub(crate) mod fs;
 pub(crate) mod http;
 pub(crate) mod process;
+pub(crate) mod sessions;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -24,6 +25,7 @@ pub(crate) enum Call {
     Http(Box<tether_protocol::http::HttpRequestParams>),
     EnvironmentConfigRead(Box<tether_protocol::environment_config::EnvironmentConfigReadParams>),
     Discovery(Box<capabilities::DiscoveryCall>),
+    Sessions(sessions::SessionsCall),
 }
 
 impl Call {
@@ -47,6 +49,9 @@ impl Call {
             )),
             Method::CapabilityRootsDiscoverV1 => {
                 Call::Discovery(Box::new(capabilities::DiscoveryCall::Roots(params_of(params)?)))
+            }
+            Method::SessionList | Method::SessionEnd => {
+                Call::Sessions(sessions::SessionsCall::decode(method, params)?)
             }
             Method::Initialize => unreachable!("initialize is decoded by the processor"),
             // By the family in the name, so the params (a block's megabyte, say) are moved
