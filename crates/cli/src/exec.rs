@@ -434,14 +434,29 @@ async fn resume(
     options: ClientOptions,
 ) -> anyhow::Result<ExecServerClient> {
     let with_token = options.bearer_token.is_some();
-    match ExecServerClient::resume(url, session, options).await {
+    // A client that just died still holds the session until the server sees its connection
+    // go (at once for a closed socket, within the keepalive for a lost network): asked again
+    // until then, as a recovery asks.
+    let deadline = tokio::time::Instant::now() + options.recovery_timeout;
+    let resumed = loop {
+        match ExecServerClient::resume(url, session, options.clone()).await {
+            Err(error)
+                if error.code() == Some(SESSION_ALREADY_ATTACHED)
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(options.recovery_retry_interval).await;
+            }
+            resumed => break resumed,
+        }
+    };
+    match resumed {
         Ok(client) => Ok(client),
         Err(error) => Err(match error.code() {
             Some(INVALID_REQUEST) => anyhow::anyhow!(
                 "{url} has no session {session}: it ended, it expired while no client held it (the server's --session-ttl-secs), or the server restarted"
             ),
             Some(SESSION_ALREADY_ATTACHED) => anyhow::anyhow!(
-                "session {session} is held by another client; if that client is gone, the server notices within seconds: try again then"
+                "session {session} is held by another client that is still connected; end that one, or wait until it detaches"
             ),
             _ => crate::report::connect_failure(url, error, with_token),
         }),

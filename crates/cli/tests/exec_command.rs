@@ -179,9 +179,9 @@ async fn exec_resume_reattaches_after_the_first_client_died(target: Target) {
         .unwrap_or_else(|| panic!("unexpected first stderr line: {ids}"));
     let mut output = BufReader::new(first.stdout.take().unwrap()).lines();
     assert_eq!(output.next_line().await.unwrap().as_deref(), Some("one"));
+    // Resumed at once: until the server has seen the first connection go, `--resume` is told
+    // the session is still held, and tries again.
     first.kill().await.unwrap();
-    // Give the server a moment to see the first connection go.
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let resumed =
         tether_exec_with(&server.url, &["--resume", session, "--process", process], b"").await;

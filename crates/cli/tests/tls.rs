@@ -85,9 +85,15 @@ async fn a_tls_server_is_reached_through_its_pinned_ca_and_refused_otherwise() {
     assert_eq!(echo(&client, "first").await, b"over tls\n");
     // A reconnect goes through TLS again (a start sent while the drop is noticed would be
     // ambiguous, so the test lets the session come back first).
+    let mut link = client.status_changes();
     client.disconnect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    client.wait_connected().await.unwrap();
+    loop {
+        match link.next().await.expect("the session lives") {
+            tether_client::ConnectionStatus::Connected => break,
+            tether_client::ConnectionStatus::Failed(why) => panic!("{why}"),
+            tether_client::ConnectionStatus::Recovering => {}
+        }
+    }
     assert_eq!(echo(&client, "after-reconnect").await, b"over tls\n");
 
     let wrong = ClientOptions { tls_ca_file: Some(certs.other_ca.clone()), ..Default::default() };
