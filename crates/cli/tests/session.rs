@@ -24,18 +24,35 @@ async fn a_dropped_connection_detaches_and_resume_finds_the_process_running(targ
     let server = ServerProcess::start(target).await.unwrap();
     let (mut first, init) = RpcClient::connect_initialized(&server.url).await.unwrap();
     let session_id = init["sessionId"].as_str().unwrap().to_owned();
-    first
-        .ok("process/start", exec("p", "echo before; sleep 0.5; echo during; sleep 30"))
-        .await
-        .unwrap();
+    let marker =
+        std::env::temp_dir().join(format!("tether-detached-{}-{target:?}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let script = format!(
+        "echo before; while [ ! -e {m}.closed ]; do sleep 0.02; done; echo during; touch {m}; sleep 30",
+        m = marker.display()
+    );
+    first.ok("process/start", exec("p", &script)).await.unwrap();
     let read = first.ok("process/read", json!({"processId": "p", "waitMs": 10000})).await.unwrap();
     assert_eq!(text(&read["chunks"]), "before\n");
     first.close().await;
 
-    // Output written while nobody is attached is retained.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let mut second = RpcClient::connect(&server.url).await.unwrap();
-    let resumed = second.initialize(Some(&session_id)).await.unwrap().unwrap();
+    // Output written while nobody is attached is retained: the command writes once the
+    // connection is closed, and says it has.
+    std::fs::write(marker.with_extension("closed"), "").unwrap();
+    while !marker.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Resumed once the server has seen the close (until then it is still held: -32010).
+    let (mut second, resumed) = loop {
+        let mut second = RpcClient::connect(&server.url).await.unwrap();
+        match second.initialize(Some(&session_id)).await.unwrap() {
+            Ok(resumed) => break (second, resumed),
+            Err(error) if error.code == -32010 => continue,
+            Err(error) => panic!("{error:?}"),
+        }
+    };
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(marker.with_extension("closed"));
     assert_eq!(resumed["sessionId"], session_id.as_str());
     let read = second.ok("process/read", json!({"processId": "p", "afterSeq": 0})).await.unwrap();
     assert_eq!(text(&read["chunks"]), "before\nduring\n");
@@ -118,7 +135,6 @@ async fn sigterm_stops_the_server_and_its_processes(target: Target) {
     let pid: u32 = text(&read["chunks"]).trim().parse().unwrap();
     let status = server.stop().await.unwrap();
     assert!(status.success(), "{status}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(dies_soon(pid).await, "processes do not outlive the server");
 }
 
@@ -135,7 +151,7 @@ async fn an_expired_session_is_gone_and_its_processes_killed() {
     let pid: u32 = text(&read["chunks"]).trim().parse().unwrap();
     client.close().await;
 
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    // Killed when the session expires, a second after the close.
     assert!(dies_soon(pid).await, "the expired session's process was killed");
     let mut late = RpcClient::connect(&server.url).await.unwrap();
     let error = late.initialize(Some(&session_id)).await.unwrap().unwrap_err();
