@@ -9,7 +9,7 @@ use tether_testkit::shell_params as params;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 
 mod common;
-use common::{assert_is_seq_output, drain, expected_lines};
+use common::{Signals, assert_is_seq_output, drain, expected_lines};
 
 against_both!(
     a_silent_connection_is_noticed_and_replaced,
@@ -103,16 +103,21 @@ async fn output_lost_during_an_outage_fails_only_that_process() {
         .unwrap();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
-    let mut chatty = client
-        .start(params(
-            "chatty",
-            "read _ < /dev/null; sleep 0.5; head -c 200000 /dev/zero | tr '\\0' x; sleep 30",
-        ))
-        .await
-        .unwrap();
-    let mut quiet = client.start(params("quiet", "sleep 1.5; echo still-here")).await.unwrap();
+    // Each command writes once the network is down, and says when it has.
+    let signals = Signals::new("lost");
+    let chatty = format!(
+        "{}; head -c 200000 /dev/zero | tr '\\0' x; {}; sleep 30",
+        signals.wait_for("down"),
+        signals.raise("chatty-wrote")
+    );
+    let mut chatty = client.start(params("chatty", &chatty)).await.unwrap();
+    let quiet =
+        format!("{}; echo still-here; {}", signals.wait_for("down"), signals.raise("quiet-wrote"));
+    let mut quiet = client.start(params("quiet", &quiet)).await.unwrap();
     proxy.set_down(true);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    signals.set("down");
+    signals.wait("chatty-wrote").await;
+    signals.wait("quiet-wrote").await;
     proxy.set_down(false);
     let failure = drain(&mut chatty).await.unwrap_err();
     assert!(failure.contains("no longer retained"), "{failure}");
@@ -146,13 +151,20 @@ async fn output_spilled_to_disk_outlasts_an_outage() {
     let options =
         ClientOptions { recovery_timeout: Duration::from_secs(20), ..ClientOptions::default() };
     let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
-    let mut kept = client.start(params("kept", "sleep 0.3; seq 1 600000")).await.unwrap();
-    let mut overflowing = client
-        .start(params("overflowing", "sleep 0.3; head -c 12000000 /dev/zero; sleep 30"))
-        .await
-        .unwrap();
+    let signals = Signals::new("spilled");
+    let kept =
+        format!("{}; seq 1 600000; {}", signals.wait_for("down"), signals.raise("kept-wrote"));
+    let mut kept = client.start(params("kept", &kept)).await.unwrap();
+    let overflowing = format!(
+        "{}; head -c 12000000 /dev/zero; {}; sleep 30",
+        signals.wait_for("down"),
+        signals.raise("overflowing-wrote")
+    );
+    let mut overflowing = client.start(params("overflowing", &overflowing)).await.unwrap();
     proxy.set_down(true);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    signals.set("down");
+    signals.wait("kept-wrote").await;
+    signals.wait("overflowing-wrote").await;
     assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 0, "spill files have no names");
     proxy.set_down(false);
 
@@ -207,9 +219,12 @@ async fn a_backlog_larger_than_any_connection_carries_is_caught_up_in_pages() {
     let options =
         ClientOptions { recovery_timeout: Duration::from_secs(20), ..ClientOptions::default() };
     let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
-    let mut process = client.start(params("backlog", "sleep 0.3; seq 1 600000")).await.unwrap();
+    let signals = Signals::new("backlog");
+    let backlog = format!("{}; seq 1 600000; {}", signals.wait_for("down"), signals.raise("wrote"));
+    let mut process = client.start(params("backlog", &backlog)).await.unwrap();
     proxy.set_down(true);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    signals.set("down");
+    signals.wait("wrote").await;
     // About 4.6 MB of output (6.2 MB as base64) waits; each connection now carries 2 MB.
     proxy.set_downstream_limit(Some(2_000_000));
     let connections_before = proxy.connections();

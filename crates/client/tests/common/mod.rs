@@ -50,3 +50,55 @@ pub fn assert_is_seq_output(out: &[u8], count: usize) {
         expected.len()
     );
 }
+
+/// Files a test and its commands signal each other with, in a directory of their own: a
+/// command waits for the test's (`wait_for`, in shell), the test for a command's
+/// ([`Signals::wait`]) — so an outage lasts exactly until the output it is about exists.
+pub struct Signals {
+    dir: std::path::PathBuf,
+}
+
+impl Signals {
+    pub fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("tether-signals-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// Shell that waits until the test has raised `name`.
+    pub fn wait_for(&self, name: &str) -> String {
+        format!("while [ ! -e {} ]; do sleep 0.01; done", self.path(name))
+    }
+
+    /// Shell that raises `name` for the test.
+    pub fn raise(&self, name: &str) -> String {
+        format!("touch {}", self.path(name))
+    }
+
+    /// Raises `name` for a command.
+    pub fn set(&self, name: &str) {
+        std::fs::write(self.path(name), "").unwrap();
+    }
+
+    /// Waits until a command has raised `name`.
+    pub async fn wait(&self, name: &str) {
+        let path = self.dir.join(name);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !path.exists() {
+            assert!(tokio::time::Instant::now() < deadline, "{name} was never raised");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
