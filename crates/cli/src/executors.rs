@@ -27,6 +27,30 @@ pub struct Executor {
     pub tls_fingerprint: Option<TlsFingerprint>,
 }
 
+/// The credential and trust flags that override a named executor's (`tether cp`, `tether
+/// sessions`, `tether kill`).
+#[derive(clap::Args)]
+pub struct TrustFlags {
+    /// Read the exec-server's bearer token from this file (default: TETHER_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// For `wss://`: trust only this CA certificate (PEM), or the server's own.
+    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// For `wss://`: trust exactly the certificate with this fingerprint.
+    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
+    pub tls_fingerprint: Option<TlsFingerprint>,
+}
+
+impl TrustFlags {
+    /// `executor` with these flags winning over its config entry.
+    pub fn over(&self, executor: Executor) -> Executor {
+        executor.with_flags(self.token_file.clone(), self.tls_ca_file.clone(), self.tls_fingerprint)
+    }
+}
+
 impl Executor {
     /// The same executor, with what the command line gives winning over the config file.
     pub fn with_flags(

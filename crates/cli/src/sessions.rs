@@ -3,8 +3,6 @@
 //! session belongs to the client that made it (its token's subject, or its address on a
 //! server without authentication); no one is shown another's.
 
-use std::path::PathBuf;
-
 use anyhow::bail;
 use clap::Args;
 use tether_client::ExecServerClient;
@@ -29,17 +27,8 @@ pub struct Reach {
     #[arg(long, env = "TETHER_URL", value_name = "URL|NAME")]
     url: String,
 
-    /// Read the exec-server's bearer token from this file (default: TETHER_TOKEN).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-
-    /// For `wss://`: trust only this CA certificate (PEM), or the server's own.
-    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
-    tls_ca_file: Option<PathBuf>,
-
-    /// For `wss://`: trust exactly the certificate with this fingerprint.
-    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
-    tls_fingerprint: Option<tether_client::TlsFingerprint>,
+    #[command(flatten)]
+    trust: crate::executors::TrustFlags,
 }
 
 #[derive(Args)]
@@ -69,11 +58,7 @@ pub struct KillArgs {
 }
 
 async fn connect(reach: &Reach) -> anyhow::Result<ExecServerClient> {
-    let executor = crate::executors::resolve(&reach.url)?.with_flags(
-        reach.token_file.clone(),
-        reach.tls_ca_file.clone(),
-        reach.tls_fingerprint,
-    );
+    let executor = reach.trust.over(crate::executors::resolve(&reach.url)?);
     let client =
         crate::report::connect(&executor.url, executor.client_options("tether-sessions")?).await?;
     if !client.tether_extensions().sessions {

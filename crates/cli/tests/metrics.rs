@@ -104,25 +104,16 @@ async fn metrics_need_the_credential_when_the_server_has_one() {
 /// metrics port serves nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_metrics_port_serves_a_scraper_without_a_token() {
-    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let dir = std::env::temp_dir().join(format!("tether-metrics-port-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, "metrics-token").unwrap();
-    let mut server = tokio::process::Command::new(tether_testkit::server::tether_binary().unwrap())
-        .args(["serve", "--listen", "ws://127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-        .args(["--ws-auth", "capability-token", "--ws-token-file", token.to_str().unwrap()])
-        .env("TETHER_LOG_FORMAT", "json")
-        .env_remove("TETHER_LOG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap());
-    let mut url = String::new();
-    stdout.read_line(&mut url).await.unwrap();
-    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let args = ["--metrics-listen", "127.0.0.1:0", "--ws-auth", "capability-token"];
+    let args = [&args[..], &["--ws-token-file", token.to_str().unwrap()]].concat();
+    let env = [("TETHER_LOG_FORMAT", Some("json")), ("TETHER_LOG", None)];
+    let common::LoggingServer { child: mut server, url, log: mut stderr } =
+        common::LoggingServer::start(&args, &env).await;
     let metrics_url = loop {
         let line = stderr.next_line().await.unwrap().expect("the server says where");
         let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -145,7 +136,7 @@ async fn a_metrics_port_serves_a_scraper_without_a_token() {
     assert!(metrics.contains("tether_sessions "), "{metrics}");
     assert!(get(address.clone(), "/readyz").await.starts_with("HTTP/1.1 200"));
     assert!(get(address, "/").await.starts_with("HTTP/1.1 404"), "no WebSocket there");
-    let main = url.trim().trim_start_matches("ws://").to_owned();
+    let main = url.trim_start_matches("ws://").to_owned();
     let guarded = get(main, "/metrics").await;
     assert!(guarded.starts_with("HTTP/1.1 401"), "the main port still asks: {guarded}");
     server.kill().await.unwrap();

@@ -264,20 +264,9 @@ fn rustix_pid(pid: u32) -> rustix::process::Pid {
 /// they name sessions by a short digest, which still lets an operator follow one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_ids_stay_out_of_the_default_log() {
-    let tether = tether_testkit::server::tether_binary().unwrap();
-    let mut server = tokio::process::Command::new(&tether)
-        .args(["serve", "--listen", "ws://127.0.0.1:0"])
-        .env_remove("TETHER_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap());
-    let mut url = String::new();
-    stdout.read_line(&mut url).await.unwrap();
-    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
-    let (client, init) = RpcClient::connect_initialized(url.trim()).await.unwrap();
+    let common::LoggingServer { child: mut server, url, log: mut stderr } =
+        common::LoggingServer::start(&[], &[("TETHER_LOG", None)]).await;
+    let (client, init) = RpcClient::connect_initialized(&url).await.unwrap();
     let session_id = init["sessionId"].as_str().unwrap().to_owned();
     drop(client);
     let mut log = String::new();
@@ -303,27 +292,16 @@ async fn session_ids_stay_out_of_the_default_log() {
 /// instead of silencing every log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_started_process_leaves_an_audit_line_in_json() {
-    let tether = tether_testkit::server::tether_binary().unwrap();
-    let mut server = tokio::process::Command::new(&tether)
-        .args(["serve", "--listen", "ws://127.0.0.1:0"])
-        .env("TETHER_LOG", "json")
-        .env("TETHER_LOG_FORMAT", "json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(server.stdout.take().unwrap());
-    let mut url = String::new();
-    stdout.read_line(&mut url).await.unwrap();
-    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let env = [("TETHER_LOG", Some("json")), ("TETHER_LOG_FORMAT", Some("json"))];
+    let common::LoggingServer { child: mut server, url, log: mut stderr } =
+        common::LoggingServer::start(&[], &env).await;
     let first = stderr.next_line().await.unwrap().unwrap();
     assert_eq!(
         first,
         "tether: TETHER_LOG takes a filter (info, debug, tether=debug, …), not \"json\"; the \
          default is used. For JSON lines, set TETHER_LOG_FORMAT=json"
     );
-    let (mut client, init) = RpcClient::connect_initialized(url.trim()).await.unwrap();
+    let (mut client, init) = RpcClient::connect_initialized(&url).await.unwrap();
     let session_id = init["sessionId"].as_str().unwrap().to_owned();
     let mut params = json!({"processId": "audited", "argv": ["/bin/sh", "-c", "exit 0"],
         "cwd": "file:///tmp", "env": {"API_TOKEN": "not-for-the-log"}, "tty": false});

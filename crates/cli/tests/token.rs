@@ -58,6 +58,29 @@ fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
+/// Returns once the whole-second clock is past `exp`: a token expiring is the event, and the
+/// server, which refuses a token once its own clock is past its `exp`, reads the clock after
+/// this does.
+async fn past(exp: i64) {
+    while now() <= exp {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A server taking signed tokens with no clock skew, so a token is refused the second it
+/// expires.
+async fn strict_server(secret: &Path) -> ServerProcess {
+    let args = [
+        "--ws-auth",
+        "signed-bearer-token",
+        "--ws-shared-secret-file",
+        secret.to_str().unwrap(),
+        "--ws-max-clock-skew-seconds",
+        "0",
+    ];
+    ServerProcess::start_with(Target::Tether, &args).await.unwrap()
+}
+
 /// A minted token with the server's issuer and audience opens a connection — by hand and
 /// through `tether exec` with `TETHER_TOKEN`, as the README shows — and one for another
 /// audience is refused with the server's own words.
@@ -123,25 +146,13 @@ async fn a_minted_token_is_accepted_and_a_wrong_audience_is_not() {
 async fn a_token_expires_when_its_ttl_has_passed() {
     let scratch = Scratch::new("token-expiry");
     let secret = scratch.file("secret", SECRET.as_bytes());
-    let args = [
-        "--ws-auth",
-        "signed-bearer-token",
-        "--ws-shared-secret-file",
-        secret.to_str().unwrap(),
-        "--ws-max-clock-skew-seconds",
-        "0",
-    ];
-    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let server = strict_server(&secret).await;
     let token = mint(&secret, &["--ttl", "1s"]).await;
     let seen = claims(&token);
     let exp = seen["exp"].as_i64().unwrap();
     assert_eq!(exp - seen["iat"].as_i64().unwrap(), 1, "{seen}");
 
-    // The server refuses once its whole-second clock is past `exp`; it reads the clock after
-    // this test does.
-    while now() <= exp {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    past(exp).await;
     assert_eq!(
         upgrade(&server.url, Some(&format!("Bearer {token}"))).await,
         (401, "expired websocket jwt".to_owned())
@@ -270,15 +281,7 @@ async fn a_token_renewed_while_a_command_runs_carries_its_recovery() {
 
     let scratch = Scratch::new("token-renewal");
     let secret = scratch.file("secret", SECRET.as_bytes());
-    let args = [
-        "--ws-auth",
-        "signed-bearer-token",
-        "--ws-shared-secret-file",
-        secret.to_str().unwrap(),
-        "--ws-max-clock-skew-seconds",
-        "0",
-    ];
-    let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
+    let server = strict_server(&secret).await;
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let token_file = scratch.path("token");
     let go_on = scratch.path("go-on");
@@ -306,11 +309,7 @@ async fn a_token_renewed_while_a_command_runs_carries_its_recovery() {
         if renewed {
             renew(&token_file, &mint(&secret, &["--ttl", "10m"]).await);
         }
-        // The short token is refused once the server's whole-second clock is past its `exp`.
-        let exp = claims(&short)["exp"].as_i64().unwrap();
-        while now() <= exp {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        past(claims(&short)["exp"].as_i64().unwrap()).await;
         proxy.cut();
         std::fs::write(&go_on, "").unwrap();
         let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())

@@ -81,17 +81,8 @@ pub struct CpArgs {
     #[arg(long, env = "TETHER_URL", value_name = "URL|NAME")]
     url: Option<String>,
 
-    /// Read the exec-server's bearer token from this file (default: TETHER_TOKEN).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-
-    /// For `wss://`: trust only this CA certificate (PEM), or the server's own.
-    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
-    tls_ca_file: Option<PathBuf>,
-
-    /// For `wss://`: trust exactly the certificate with this fingerprint.
-    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
-    tls_fingerprint: Option<tether_client::TlsFingerprint>,
+    #[command(flatten)]
+    trust: crate::executors::TrustFlags,
 
     /// Copy directories and what they hold (as `cp -r`, `scp -r`).
     #[arg(short, long)]
@@ -332,11 +323,7 @@ async fn connect(args: &CpArgs, named: Option<&str>) -> anyhow::Result<ExecServe
     let Some(url) = named.or(args.url.as_deref()) else {
         bail!("which executor? give --url (or TETHER_URL), or write the remote path as NAME:/path");
     };
-    let executor = crate::executors::resolve(url)?.with_flags(
-        args.token_file.clone(),
-        args.tls_ca_file.clone(),
-        args.tls_fingerprint,
-    );
+    let executor = args.trust.over(crate::executors::resolve(url)?);
     let options = executor.client_options("tether-cp")?;
     crate::report::connect(&executor.url, options).await
 }
@@ -357,6 +344,22 @@ fn progress_bar() -> ProgressBar {
 
 fn uri(path: &Path) -> anyhow::Result<PathUri> {
     PathUri::from_path(path).with_context(|| format!("{}: not an absolute path", path.display()))
+}
+
+/// Removes the file or link `path` on the executor if it is there (a temporary file given up),
+/// whatever comes of it: nothing more can be done about one that stays.
+async fn remove_remote_file(client: &ExecServerClient, path: &Path) {
+    use tether_engine::fs::FileSystem as _;
+    if let Ok(path) = uri(path) {
+        let params = tether_protocol::fs::FsRemoveParams {
+            path,
+            recursive: Some(false),
+            force: Some(true),
+            follow_symlinks: Some(false),
+            sandbox: None,
+        };
+        let _ = client.remove(params).await;
+    }
 }
 
 /// An error from the executor about `path`, in one line.

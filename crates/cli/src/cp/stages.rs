@@ -14,8 +14,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tether_client::ExecServerClient;
-use tether_engine::fs::FileSystem as _;
-use tether_protocol::fs::FsRemoveParams;
 
 /// How long removing the stages on the executor may take once interrupted: the person is
 /// waiting for the prompt, and the executor answers a removal at once when it is reachable.
@@ -61,17 +59,7 @@ impl Stages {
             let _ = rustix::fs::unlinkat(directory.as_fd(), &name, rustix::fs::AtFlags::empty());
         }
         let remote = std::mem::take(&mut *self.remote.lock().unwrap_or_else(|p| p.into_inner()));
-        let removals = remote.into_iter().filter_map(|path| {
-            let path = tether_protocol::PathUri::from_path(&path)?;
-            let params = FsRemoveParams {
-                path,
-                recursive: Some(false),
-                force: Some(true),
-                follow_symlinks: Some(false),
-                sandbox: None,
-            };
-            Some(client.remove(params))
-        });
+        let removals = remote.iter().map(|path| super::remove_remote_file(client, path));
         let all = futures_util::future::join_all(removals);
         let _ = tokio::time::timeout(CLEANUP_DEADLINE, all).await;
     }

@@ -12,7 +12,7 @@ use tether_engine::fs::{FileSystem as _, FsErrorKind};
 use tether_protocol::ByteChunk;
 use tether_protocol::fs::{
     FsCopyParams, FsCreateDirectoryParams, FsCreateSymlinkParams, FsGetMetadataParams,
-    FsPutFileParams, FsRemoveParams, FsRenameParams, FsSetMetadataParams,
+    FsPutFileParams, FsRenameParams, FsSetMetadataParams,
 };
 use tokio::sync::mpsc;
 
@@ -353,16 +353,7 @@ impl Copier<'_> {
     }
 
     async fn remove_remote(&self, path: &Path) {
-        if let Ok(path) = uri(path) {
-            let params = FsRemoveParams {
-                path,
-                recursive: Some(false),
-                force: Some(true),
-                follow_symlinks: Some(false),
-                sandbox: None,
-            };
-            let _ = self.client.remove(params).await;
-        }
+        super::remove_remote_file(self.client, path).await;
     }
 }
 

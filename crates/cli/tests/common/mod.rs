@@ -191,3 +191,37 @@ pub fn workspace_write(project: &std::path::Path, policy_context: bool) -> Value
     }
     intent
 }
+
+/// A `tether serve` whose log a test reads: started on `ws://127.0.0.1:0` with `args` and
+/// `env` (`None` removes the variable), its URL read from its first line of output.
+pub struct LoggingServer {
+    pub child: tokio::process::Child,
+    pub url: String,
+    pub log: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+}
+
+impl LoggingServer {
+    pub async fn start(args: &[&str], env: &[(&str, Option<&str>)]) -> Self {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut command =
+            tokio::process::Command::new(tether_testkit::server::tether_binary().unwrap());
+        command.args(["serve", "--listen", "ws://127.0.0.1:0"]).args(args);
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
+        let mut url = String::new();
+        stdout.read_line(&mut url).await.unwrap();
+        let log = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        Self { child, url: url.trim().to_owned(), log }
+    }
+}
