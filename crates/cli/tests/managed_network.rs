@@ -11,10 +11,11 @@ use serde_json::{Value, json};
 use tether_testkit::client::output_of;
 use tether_testkit::http_peer::{HttpPeer, host_address};
 use tether_testkit::process_stats::{open_fds, serving_pid};
-use tether_testkit::{RpcClient, Target, against_both};
+use tether_testkit::{RpcClient, ServerProcess, Target, ToolCall, Verdict, against_both};
 
 mod common;
 use common::ExecutorHome;
+use common::codex::Workspace;
 use common::origins::{TlsOrigin, UpstreamProxy};
 
 against_both!(
@@ -31,6 +32,7 @@ against_both!(
     a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
     transparent_tcp_carries_what_ignores_the_proxy_variables,
     the_servers_transparent_flag_makes_every_sandboxed_launch_transparent,
+    codex_asks_its_reviewer_about_a_destination_the_allow_list_misses,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -1153,4 +1155,77 @@ for s in held:
         "no datagram left the sandbox"
     );
     assert_eq!(peer.requests().last().map(String::as_str), Some("GET /after"));
+}
+
+/// End to end with Codex 0.171, its own reviewer deciding: with managed requirements
+/// (`/etc/codex/requirements.toml` `[experimental_network] enabled`, seen by that Codex run
+/// alone) and `approvals_reviewer = "auto_review"`, Codex launches a sandboxed command's proxy
+/// with a decider (`policyDecisionTimeoutMs`), so the command's request to a name the allow
+/// list misses is asked of Codex (`network/policyRequest`), and Codex asks its reviewer (the
+/// scripted model) about exactly that destination. Allowed, the command gets the origin's
+/// answer (the name carried by an upstream proxy of the test's own to a local origin); denied,
+/// Codex reports the reviewer's refusal, in its words, and nothing reached the origin.
+async fn codex_asks_its_reviewer_about_a_destination_the_allow_list_misses(target: Target) {
+    let mut allowed = Workspace::new(target, "reviewer-allows");
+    if !allowed.can_have_own_requirements() {
+        eprintln!("skipped: needs root, `unshare` and overlay mounts for a private /etc/codex");
+        return;
+    }
+    let mut denied = Workspace::new(target, "reviewer-denies");
+    let peer = HttpPeer::start().await.unwrap();
+    let upstream = UpstreamProxy::start(port_of(&peer)).await;
+    let url = format!("http://127.0.0.1:{}", upstream.port);
+    let env = [("HTTP_PROXY", url.as_str()), ("NO_PROXY", "127.0.0.1")];
+    let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    // An unresolvable name reaches the upstream proxy only with local destinations allowed
+    // (it counts as local); the name is on no list.
+    let config = "[sandbox_workspace_write]\nnetwork_access = true\n\n\
+                  [features.network_proxy]\nenabled = true\nallow_local_binding = true\n\n\
+                  [features.network_proxy.domains]\n\"api.example.test\" = \"allow\"\n";
+    let cmd = "curl -sS -w '\\nstatus %{http_code}\\n' http://reviewed.example.test/reviewed";
+    let calls = || vec![ToolCall::Exec { cmd: cmd.into() }];
+    for workspace in [&mut allowed, &mut denied] {
+        workspace.requirements = Some("[experimental_network]\nenabled = true\n".into());
+        workspace.top_level =
+            "approval_policy = \"on-request\"\napprovals_reviewer = \"auto_review\"\n".into();
+    }
+
+    let verdict = Verdict::Allow("the user asked for this fetch".into());
+    let (outputs, reviews) =
+        allowed.run_reviewed(&server, "workspace-write", calls(), config, verdict).await;
+    assert!(outputs[0].contains(r#""path":"/reviewed""#), "the origin answered: {}", outputs[0]);
+    assert!(outputs[0].contains("status 200"), "{}", outputs[0]);
+    assert_reviewed_once(&reviews);
+    assert_eq!(upstream.seen(), ["GET http://reviewed.example.test/reviewed HTTP/1.1"]);
+
+    let verdict = Verdict::Deny("nothing asked for reviewed.example.test".into());
+    let (outputs, reviews) =
+        denied.run_reviewed(&server, "workspace-write", calls(), config, verdict).await;
+    let refusal = &outputs[0];
+    assert!(refusal.contains("This action was rejected due to unacceptable risk."), "{refusal}");
+    assert!(refusal.contains("Reason: nothing asked for reviewed.example.test"), "{refusal}");
+    assert!(!refusal.contains("/reviewed\""), "the origin's answer reached the command: {refusal}");
+    assert_reviewed_once(&reviews);
+    assert_eq!(upstream.seen().len(), 1, "the denied request went nowhere");
+    assert_eq!(peer.requests(), ["GET /reviewed"]);
+}
+
+/// The reviewer was asked once, about the network access the command's request needed.
+fn assert_reviewed_once(reviews: &[Value]) {
+    assert_eq!(reviews.len(), 1, "{reviews:?}");
+    let asked: String = reviews[0]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|item| item["content"].as_array().into_iter().flatten())
+        .filter_map(|part| part["text"].as_str())
+        .collect();
+    for fact in [
+        r#""tool": "network_access""#,
+        r#""host": "reviewed.example.test""#,
+        r#""port": 80"#,
+        r#""protocol": "http""#,
+    ] {
+        assert!(asked.contains(fact), "{fact} not in what the reviewer was asked: {asked}");
+    }
 }

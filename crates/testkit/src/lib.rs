@@ -19,7 +19,7 @@ pub mod suites;
 pub use client::{RpcClient, RpcError};
 pub use http_peer::HttpPeer;
 pub use mcp_peer::{McpEverything, McpTestServer, McpTestServerStats};
-pub use model::{MockModel, ToolCall};
+pub use model::{MockModel, ToolCall, Verdict};
 pub use params::shell_params;
 pub use proxy::FaultProxy;
 pub use server::{ServerProcess, Target};

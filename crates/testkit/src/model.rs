@@ -4,12 +4,17 @@
 //! The model follows a script: on each turn it makes the next scripted tool call (run a command,
 //! apply a patch, view an image); when the script is done it answers "done". The tool outputs
 //! Codex sends back are kept, so a test can check what happened on the executor.
+//!
+//! It also stands in for Codex's approvals reviewer (`approvals_reviewer = "auto_review"`):
+//! Codex asks the reviewer in requests of their own (header `x-openai-subagent: guardian`, a
+//! JSON schema for the answer), which are kept apart from the script's turns and answered with
+//! the scripted [`Verdict`].
 
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
@@ -47,11 +52,36 @@ impl ToolCall {
     }
 }
 
+/// What the stand-in reviewer answers every review with: the assessment Codex's reviewer
+/// must give (`{risk_level, user_authorization, outcome, rationale}`), its rationale as given.
+/// Codex quotes a denial's rationale to the model (`Reason: …`).
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    Allow(String),
+    Deny(String),
+}
+
+impl Verdict {
+    fn assessment(&self) -> String {
+        let (risk, authorization, outcome, rationale) = match self {
+            Verdict::Allow(rationale) => ("low", "high", "allow", rationale),
+            Verdict::Deny(rationale) => ("high", "unknown", "deny", rationale),
+        };
+        json!({"risk_level": risk, "user_authorization": authorization, "outcome": outcome,
+               "rationale": rationale})
+        .to_string()
+    }
+}
+
 #[derive(Clone)]
 struct Script {
     calls: Vec<ToolCall>,
+    /// `None`: a review is answered with text that is no assessment, which Codex takes as a
+    /// failed review (and refuses what was reviewed).
+    verdict: Option<Verdict>,
     outputs: Arc<Mutex<Vec<Value>>>,
     requests: Arc<Mutex<Vec<Value>>>,
+    reviews: Arc<Mutex<Vec<Value>>>,
 }
 
 /// A running mock model server on `127.0.0.1:0`; stops when dropped.
@@ -59,6 +89,7 @@ pub struct MockModel {
     pub base_url: String,
     outputs: Arc<Mutex<Vec<Value>>>,
     requests: Arc<Mutex<Vec<Value>>>,
+    reviews: Arc<Mutex<Vec<Value>>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -70,9 +101,28 @@ impl MockModel {
 
     /// Serves a model that makes `calls` one per turn, in order, then answers "done".
     pub async fn scripted(calls: Vec<ToolCall>) -> anyhow::Result<Self> {
+        Self::serve(calls, None).await
+    }
+
+    /// As [`Self::scripted`], the reviewer answering every review with `verdict`.
+    pub async fn scripted_reviewing(
+        calls: Vec<ToolCall>,
+        verdict: Verdict,
+    ) -> anyhow::Result<Self> {
+        Self::serve(calls, Some(verdict)).await
+    }
+
+    async fn serve(calls: Vec<ToolCall>, verdict: Option<Verdict>) -> anyhow::Result<Self> {
         let outputs = Arc::new(Mutex::new(Vec::new()));
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let script = Script { calls, outputs: outputs.clone(), requests: requests.clone() };
+        let reviews = Arc::new(Mutex::new(Vec::new()));
+        let script = Script {
+            calls,
+            verdict,
+            outputs: outputs.clone(),
+            requests: requests.clone(),
+            reviews: reviews.clone(),
+        };
         let app = Router::new()
             .route("/v1/responses", post(respond))
             .route(
@@ -87,7 +137,7 @@ impl MockModel {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Self { base_url, outputs, requests, server })
+        Ok(Self { base_url, outputs, requests, reviews, server })
     }
 
     /// The text of each tool output Codex sent back, in order.
@@ -106,10 +156,15 @@ impl MockModel {
         self.outputs.lock().unwrap().clone()
     }
 
-    /// Every request Codex sent, in order: what the model was told (instructions, context,
-    /// the tools it may call).
+    /// Every request Codex sent for the script's turns, in order: what the model was told
+    /// (instructions, context, the tools it may call).
     pub fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// Every request Codex sent its reviewer, in order: what it was asked to assess.
+    pub fn reviews(&self) -> Vec<Value> {
+        self.reviews.lock().unwrap().clone()
     }
 
     /// A `config.toml` for `CODEX_HOME` that points Codex at this model, plus `extra` TOML.
@@ -133,8 +188,22 @@ impl Drop for MockModel {
     }
 }
 
-async fn respond(State(script): State<Script>, body: String) -> impl IntoResponse {
+async fn respond(
+    State(script): State<Script>,
+    headers: HeaderMap,
+    body: String,
+) -> impl IntoResponse {
     let request: Value = serde_json::from_str(&body).unwrap_or_default();
+    if headers.get("x-openai-subagent").is_some_and(|agent| agent == "guardian") {
+        script.reviews.lock().unwrap().push(request);
+        let text = match &script.verdict {
+            Some(verdict) => verdict.assessment(),
+            None => "no verdict scripted".to_owned(),
+        };
+        let item = json!({"type": "message", "role": "assistant", "id": "msg_review",
+                          "content": [{"type": "output_text", "text": text}]});
+        return stream("review", item);
+    }
     script.requests.lock().unwrap().push(request.clone());
     let outputs: Vec<Value> = request["input"]
         .as_array()
@@ -155,12 +224,17 @@ async fn respond(State(script): State<Script>, body: String) -> impl IntoRespons
         None => json!({"type": "message", "role": "assistant", "id": "msg_1",
                        "content": [{"type": "output_text", "text": "done"}]}),
     };
+    stream(&turn.to_string(), item)
+}
+
+/// A streamed response (server-sent events) whose one output is `item`.
+fn stream(id: &str, item: Value) -> ([(header::HeaderName, &'static str); 1], String) {
     let usage = json!({"input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
                        "output_tokens_details": null, "total_tokens": 2});
     let events = [
-        json!({"type": "response.created", "response": {"id": format!("resp_{turn}")}}),
+        json!({"type": "response.created", "response": {"id": format!("resp_{id}")}}),
         json!({"type": "response.output_item.done", "item": item}),
-        json!({"type": "response.completed", "response": {"id": format!("resp_{turn}"), "usage": usage}}),
+        json!({"type": "response.completed", "response": {"id": format!("resp_{id}"), "usage": usage}}),
     ];
     let body: String = events
         .iter()

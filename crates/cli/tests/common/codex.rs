@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tether_testkit::server::{previous_codex_binary, reference_binary};
-use tether_testkit::{MockModel, ServerProcess, Target, ToolCall};
+use tether_testkit::{MockModel, ServerProcess, Target, ToolCall, Verdict};
 
 /// How Codex reaches its executor.
 #[derive(Clone, Copy)]
@@ -32,7 +32,23 @@ pub struct Workspace {
     /// Top-level settings written before the model's tables in `config.toml` (`extra` can
     /// only add tables after them).
     pub top_level: String,
+    /// Codex's machine-wide `/etc/codex/requirements.toml`, as this workspace's Codex run alone
+    /// sees it (see [`PRIVATE_ETC`]); none unless set.
+    pub requirements: Option<String>,
 }
+
+/// How one Codex run sees a `/etc/codex` of its own while the machine's `/etc` stays as it is
+/// (`sh -c` with `$0`, a directory holding `codex/requirements.toml`, and the command after it).
+///
+/// `/etc/codex` is machine-wide, and other tests run Codex at the same time: none of them may
+/// see these requirements, and a test that dies must leave nothing behind. So nothing is written
+/// in the real `/etc` (not even a mount point: `/etc/codex` need not exist, so a bind mount
+/// over it would first have to create it there). Instead, in a mount namespace of the run's
+/// own (`unshare --mount`, private propagation, so no mount reaches the host's namespace),
+/// `/etc` is covered by a read-only overlay: the run's directory on top of the real `/etc`. The
+/// run sees every file of `/etc` plus `codex/requirements.toml`; the overlay ends with the
+/// namespace, when the run's last process exits.
+pub const PRIVATE_ETC: &str = r#"mount -t overlay overlay -o "lowerdir=$0:/etc" /etc && exec "$@""#;
 
 impl Workspace {
     pub fn new(target: Target, name: &str) -> Self {
@@ -41,7 +57,12 @@ impl Workspace {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("home")).unwrap();
         std::fs::create_dir_all(root.join("work")).unwrap();
-        Self { root, codex: reference_binary().unwrap(), top_level: String::new() }
+        Self {
+            root,
+            codex: reference_binary().unwrap(),
+            top_level: String::new(),
+            requirements: None,
+        }
     }
 
     /// As [`Self::new`], run by Codex CLI 0.169.0.
@@ -53,6 +74,20 @@ impl Workspace {
 
     pub fn work(&self) -> PathBuf {
         self.root.join("work")
+    }
+
+    /// Whether this machine lets a run have requirements of its own ([`PRIVATE_ETC`]: `unshare`,
+    /// mount namespaces, overlays; root).
+    pub fn can_have_own_requirements(&self) -> bool {
+        let layer = self.root.join("probe-etc");
+        std::fs::create_dir_all(&layer).unwrap();
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", PRIVATE_ETC])
+            .arg(&layer)
+            .arg("true")
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
     }
 
     /// Writes Codex's `$CODEX_HOME/environments.toml`.
@@ -109,7 +144,36 @@ impl Workspace {
         extra: &str,
     ) -> (Vec<String>, Vec<serde_json::Value>) {
         let model = MockModel::scripted(calls.clone()).await.unwrap();
-        let run = self.command(executor, sandbox, &model, extra).output();
+        let outputs = self.finish(executor, sandbox, &model, calls.len(), extra).await;
+        (outputs, model.requests())
+    }
+
+    /// As [`Self::run`], Codex's approvals reviewer (with `approvals_reviewer = "auto_review"`)
+    /// answering every review with `verdict`; also returns every request the reviewer received.
+    pub async fn run_reviewed<'a>(
+        &self,
+        executor: impl Into<Reach<'a>>,
+        sandbox: &str,
+        calls: Vec<ToolCall>,
+        extra: &str,
+        verdict: Verdict,
+    ) -> (Vec<String>, Vec<serde_json::Value>) {
+        let model = MockModel::scripted_reviewing(calls.clone(), verdict).await.unwrap();
+        let outputs = self.finish(executor, sandbox, &model, calls.len(), extra).await;
+        (outputs, model.reviews())
+    }
+
+    /// Runs `codex exec` to its end with `model`, which makes `calls` tool calls; returns the
+    /// tool outputs Codex reported to the model.
+    async fn finish<'a>(
+        &self,
+        executor: impl Into<Reach<'a>>,
+        sandbox: &str,
+        model: &MockModel,
+        calls: usize,
+        extra: &str,
+    ) -> Vec<String> {
+        let run = self.command(executor, sandbox, model, extra).output();
         let output = tokio::time::timeout(Duration::from_secs(120), run)
             .await
             .expect("codex finished")
@@ -117,8 +181,8 @@ impl Workspace {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "codex exec failed: {stderr}");
         let outputs = model.tool_outputs();
-        assert_eq!(outputs.len(), calls.len(), "one output per call: {outputs:?}\n{stderr}");
-        (outputs, model.requests())
+        assert_eq!(outputs.len(), calls, "one output per call: {outputs:?}\n{stderr}");
+        outputs
     }
 
     /// Starts `codex exec` against `executor` with the model scripted to make `calls`, in
@@ -134,7 +198,8 @@ impl Workspace {
         (command.spawn().unwrap(), model)
     }
 
-    /// `codex exec` in the workspace, `model` and `extra` in its `config.toml`.
+    /// `codex exec` in the workspace, `model` and `extra` in its `config.toml`, run with
+    /// [`PRIVATE_ETC`] when the workspace has requirements.
     fn command<'a>(
         &self,
         executor: impl Into<Reach<'a>>,
@@ -144,7 +209,20 @@ impl Workspace {
     ) -> tokio::process::Command {
         let config = format!("{}{}", self.top_level, model.codex_config_with(extra));
         std::fs::write(self.root.join("home/config.toml"), config).unwrap();
-        let mut command = tokio::process::Command::new(&self.codex);
+        let mut command = match &self.requirements {
+            None => tokio::process::Command::new(&self.codex),
+            Some(requirements) => {
+                let layer = self.root.join("etc");
+                std::fs::create_dir_all(layer.join("codex")).unwrap();
+                std::fs::write(layer.join("codex/requirements.toml"), requirements).unwrap();
+                let mut command = tokio::process::Command::new("unshare");
+                command
+                    .args(["--mount", "--propagation", "private", "sh", "-c", PRIVATE_ETC])
+                    .arg(layer)
+                    .arg(&self.codex);
+                command
+            }
+        };
         command
             .args(["exec", "--skip-git-repo-check", "--sandbox", sandbox, "go"])
             .current_dir(self.work())
