@@ -33,6 +33,9 @@ against_both!(
     transparent_tcp_carries_what_ignores_the_proxy_variables,
     the_servers_transparent_flag_makes_every_sandboxed_launch_transparent,
     codex_asks_its_reviewer_about_a_destination_the_allow_list_misses,
+    local_binding_still_needs_the_allow_list,
+    with_local_binding_a_wildcard_allows_local_destinations_as_it_allows_names,
+    with_local_binding_the_client_decides_local_destinations_the_list_misses,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -158,6 +161,55 @@ fn port_of(peer: &HttpPeer) -> u16 {
     peer.base_url.rsplit(':').next().unwrap().parse().unwrap()
 }
 
+/// The JSON body of the proxy's `403` for a plain HTTP request, as the reference writes it.
+fn blocked_body(host: &str, reason: &str, source: &str, port: u16, message: &str) -> String {
+    format!(
+        "{{\"status\":\"blocked\",\"host\":\"{host}\",\"reason\":\"{reason}\",\"decision\":\"deny\",\
+         \"source\":\"{source}\",\"protocol\":\"http\",\"port\":{port},\"message\":\"{message}\"}}"
+    )
+}
+
+/// The proxy's `403` as `curl -D -` prints it (`\r` and `date:` removed), then an `echo`.
+fn forbidden(error: &str, body: String) -> String {
+    format!(
+        "HTTP/1.1 403 Forbidden\ncontent-type: application/json\nx-proxy-error: {error}\n\
+         content-length: {}\n\n{body}\n\n",
+        body.len()
+    )
+}
+
+/// Each report's `(host, protocol, decision, source, reason, policyOverride)`.
+fn reported(decisions: &[Value]) -> Vec<(String, String, String, String, String, bool)> {
+    decisions
+        .iter()
+        .map(|d| {
+            let text = |key: &str| d[key].as_str().unwrap().to_owned();
+            let overridden = d["policyOverride"].as_bool().unwrap();
+            (
+                text("host"),
+                text("protocol"),
+                text("decision"),
+                text("source"),
+                text("reason"),
+                overridden,
+            )
+        })
+        .collect()
+}
+
+/// A report as [`reported`] reads it.
+fn report(
+    host: &str,
+    protocol: &str,
+    decision: &str,
+    source: &str,
+    reason: &str,
+    overridden: bool,
+) -> (String, String, String, String, String, bool) {
+    let owned = |text: &str| text.to_owned();
+    (owned(host), owned(protocol), owned(decision), owned(source), owned(reason), overridden)
+}
+
 /// A destination the policy allows is reached through the HTTP proxy (GET and POST, headers
 /// and body as sent, no proxy header passed on) and through SOCKS5, confined or not; each
 /// request is one `allow` report, in the reference's words.
@@ -238,27 +290,20 @@ async fn refused_destinations_get_the_proxys_403(target: Target) {
     let params = proxied("p", &script, &home, Confined::No, launch(domains, json!({})));
     let finished = run(&mut client, params).await;
     let body = |host: &str, reason: &str, port: u16, message: &str| {
-        format!(
-            "{{\"status\":\"blocked\",\"host\":\"{host}\",\"reason\":\"{reason}\",\"decision\":\"deny\",\
-             \"source\":\"baseline_policy\",\"protocol\":\"http\",\"port\":{port},\"message\":\"{message}\"}}"
-        )
+        blocked_body(host, reason, "baseline_policy", port, message)
     };
     let local = "Sandbox policy blocks local/private network addresses.";
-    let refused = |error: &str, body: String| {
-        format!(
-            "HTTP/1.1 403 Forbidden\ncontent-type: application/json\nx-proxy-error: {error}\n\
-             content-length: {}\n\n{body}\n\n",
-            body.len()
-        )
-    };
     let expected = [
-        refused(
+        forbidden(
             "blocked-by-denylist",
             body("blocked.example.test", "denied", 80, "Domain denied by the sandbox policy."),
         ),
-        refused("blocked-by-allowlist", body("other.example.test", "not_allowed_local", 81, local)),
-        refused("blocked-by-allowlist", body("::1", "not_allowed_local", port, local)),
-        refused("blocked-by-allowlist", body("localhost", "not_allowed_local", port, local)),
+        forbidden(
+            "blocked-by-allowlist",
+            body("other.example.test", "not_allowed_local", 81, local),
+        ),
+        forbidden("blocked-by-allowlist", body("::1", "not_allowed_local", port, local)),
+        forbidden("blocked-by-allowlist", body("localhost", "not_allowed_local", port, local)),
     ]
     .concat();
     assert_eq!(finished.stdout, format!("{expected}socks: 97\n"));
@@ -1228,4 +1273,155 @@ fn assert_reviewed_once(reviews: &[Value]) {
     ] {
         assert!(asked.contains(fact), "{fact} not in what the reviewer was asked: {asked}");
     }
+}
+
+/// `allowLocalBinding` lifts only the refusal of a local destination as local, as on the
+/// reference: `127.0.0.1`, `localhost` and the host's own address, on no allow list, are
+/// `not_allowed` like any name the list misses — the same `403` over plain HTTP, a refused
+/// `CONNECT`, a refused SOCKS5 request — and neither origin sees a connection. (`--noproxy ''`:
+/// with local binding the child's `NO_PROXY` exempts the local ranges, and the command must go
+/// through its proxy to be decided.)
+async fn local_binding_still_needs_the_allow_list(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let lan = host_address().unwrap();
+    let lan_peer = HttpPeer::start_at(lan).await.unwrap();
+    let (port, lan_port) = (port_of(&peer), port_of(&lan_peer));
+    let home = ExecutorHome::new("network", target, "local-unlisted");
+    let (_server, mut client) = home.started(target).await;
+    let script = format!(
+        "for url in {local}/x http://localhost:{port}/x {lan_url}/x; do \
+           curl -sS --noproxy '' -x \"$HTTP_PROXY\" -D - \"$url\" | tr -d '\\r' | grep -iv '^date:'; echo; done; \
+         curl -s --noproxy '' -p -x \"$HTTP_PROXY\" -o /dev/null -w 'tunnel %{{http_connect}}\\n' {local}/tunnel; \
+         curl -sS --noproxy '' --proxy \"$ALL_PROXY\" {local}/socks; echo \"socks: $?\"",
+        local = peer.base_url,
+        lan_url = lan_peer.base_url,
+    );
+    let domains = json!({"allowed.example.test": "allow"});
+    let launch = launch(domains, json!({"allowLocalBinding": true}));
+    let finished = run(&mut client, proxied("p", &script, &home, Confined::No, launch)).await;
+    let not_allowed = |host: &str, port: u16| {
+        let body =
+            blocked_body(host, "not_allowed", "baseline_policy", port, "Domain not in allowlist.");
+        forbidden("blocked-by-allowlist", body)
+    };
+    let lan = lan.to_string();
+    let expected = [
+        not_allowed("127.0.0.1", port),
+        not_allowed("localhost", port),
+        not_allowed(&lan, lan_port),
+    ]
+    .concat();
+    assert_eq!(finished.stdout, format!("{expected}tunnel 403\nsocks: 97\n"));
+    let refused = |host: &str, protocol: &str| {
+        report(host, protocol, "deny", "baseline_policy", "not_allowed", false)
+    };
+    assert_eq!(
+        reported(&finished.decisions),
+        [
+            refused("127.0.0.1", "http"),
+            refused("localhost", "http"),
+            refused(&lan, "http"),
+            refused("127.0.0.1", "https_connect"),
+            refused("127.0.0.1", "socks5_tcp"),
+        ]
+    );
+    assert_eq!((peer.connections(), lan_peer.connections()), (0, 0), "nothing reached an origin");
+}
+
+/// A wildcard allows a local destination it matches once local binding lifts the refusal as
+/// local, as on the reference: `*.0.0.1` reaches `127.0.0.1`, `**.localhost` reaches
+/// `localhost`, `*` reaches the host's own address too, while an address no pattern matches
+/// is `not_allowed`. Without local binding the same wildcards let no local destination
+/// through (only an exact entry does).
+async fn with_local_binding_a_wildcard_allows_local_destinations_as_it_allows_names(
+    target: Target,
+) {
+    let peer = HttpPeer::start().await.unwrap();
+    let lan = host_address().unwrap();
+    let lan_peer = HttpPeer::start_at(lan).await.unwrap();
+    let lan = lan.to_string();
+    let port = port_of(&peer);
+    let home = ExecutorHome::new("network", target, "local-wildcards");
+    let (_server, mut client) = home.started(target).await;
+    let script = format!(
+        "for url in {local}/x http://localhost:{port}/x {lan_url}/x; do \
+           curl -s --noproxy '' -x \"$HTTP_PROXY\" -o /dev/null -w '%{{http_code}}\\n' \"$url\"; done",
+        local = peer.base_url,
+        lan_url = lan_peer.base_url,
+    );
+    let scoped = json!({"*.0.0.1": "allow", "**.localhost": "allow"});
+    let cases = [
+        (scoped.clone(), true, "200\n200\n403\n", ["allow", "allow", "not_allowed"]),
+        (scoped, false, "403\n403\n403\n", ["not_allowed_local"; 3]),
+        (json!({"*": "allow"}), true, "200\n200\n200\n", ["allow"; 3]),
+    ];
+    for (n, (domains, allow_local, codes, reasons)) in cases.into_iter().enumerate() {
+        let id = format!("p{n}");
+        let launch = launch(domains, json!({"allowLocalBinding": allow_local}));
+        let finished = run(&mut client, proxied(&id, &script, &home, Confined::No, launch)).await;
+        assert_eq!(finished.stdout, codes, "case {n}");
+        let decided: Vec<(String, String)> = reported(&finished.decisions)
+            .into_iter()
+            .map(|(host, _, _, _, reason, _)| (host, reason))
+            .collect();
+        let expected: Vec<(String, String)> = ["127.0.0.1", "localhost", lan.as_str()]
+            .into_iter()
+            .zip(reasons)
+            .map(|(host, reason)| (host.to_owned(), reason.to_owned()))
+            .collect();
+        assert_eq!(decided, expected, "case {n}");
+    }
+    assert_eq!((peer.connections(), lan_peer.connections()), (4, 1));
+}
+
+/// With local binding allowed and a decider (`policyDecisionTimeoutMs`), a local destination
+/// the allow list misses is asked of the client like any other, as on the reference: approved,
+/// it reaches the origin, reported as the decider's override of `not_allowed`; denied, it gets
+/// the decider's `403`. Without local binding the same destinations are refused as local and
+/// nobody is asked.
+async fn with_local_binding_the_client_decides_local_destinations_the_list_misses(target: Target) {
+    let peer = HttpPeer::start().await.unwrap();
+    let port = port_of(&peer);
+    let home = ExecutorHome::new("network", target, "local-decider");
+    let (_server, mut client) = home.started(target).await;
+    let script = format!(
+        "curl -sS --noproxy '' -x \"$HTTP_PROXY\" -o /dev/null -w '%{{http_code}}\\n' {local}/approved; \
+         curl -sS --noproxy '' -x \"$HTTP_PROXY\" -D - http://localhost:{port}/refused | tr -d '\\r' | grep -iv '^date:'; echo",
+        local = peer.base_url,
+    );
+    let decide = |host: &str| match host {
+        "127.0.0.1" => json!({"type": "allow"}),
+        _ => json!({"type": "deny", "reason": "not_allowed"}),
+    };
+    let domains = json!({"allowed.example.test": "allow"});
+
+    let mut bound = launch(domains.clone(), json!({"allowLocalBinding": true}));
+    bound["policyDecisionTimeoutMs"] = json!(60_000);
+    client.ok("process/start", proxied("p", &script, &home, Confined::No, bound)).await.unwrap();
+    let (finished, questions) = finish(&mut client, "p", decide).await;
+    let asked: Vec<Value> = questions.iter().map(|q| json!([q["id"], q["params"]])).collect();
+    let question = |host: &str| json!({"processId": "p", "request": {"protocol": "http", "host": host, "port": port}});
+    assert_eq!(asked, [json!([1, question("127.0.0.1")]), json!([2, question("localhost")])]);
+    let body =
+        blocked_body("localhost", "not_allowed", "decider", port, "Domain not in allowlist.");
+    assert_eq!(finished.stdout, format!("200\n{}", forbidden("blocked-by-allowlist", body)));
+    assert_eq!(
+        reported(&finished.decisions),
+        [
+            report("127.0.0.1", "http", "allow", "decider", "not_allowed", true),
+            report("localhost", "http", "deny", "decider", "not_allowed", false),
+        ]
+    );
+    assert_eq!(peer.requests(), ["GET /approved"]);
+
+    let mut unbound = launch(domains, json!({}));
+    unbound["policyDecisionTimeoutMs"] = json!(60_000);
+    client.ok("process/start", proxied("q", &script, &home, Confined::No, unbound)).await.unwrap();
+    let (finished, questions) = finish(&mut client, "q", decide).await;
+    assert!(questions.is_empty(), "asked about a local refusal: {questions:?}");
+    assert!(finished.stdout.starts_with("403\n"), "{}", finished.stdout);
+    let refused =
+        |host: &str| report(host, "http", "deny", "baseline_policy", "not_allowed_local", false);
+    assert_eq!(reported(&finished.decisions), [refused("127.0.0.1"), refused("localhost")]);
+    assert_eq!(peer.requests(), ["GET /approved"], "the refused requests reached nothing");
 }

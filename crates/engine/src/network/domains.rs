@@ -9,10 +9,13 @@
 //! - A deny pattern wins over every allow.
 //! - A local destination — `localhost`, a loopback, private, link-local or unspecified address —
 //!   is refused as local (`not_allowed_local`) unless that very name or address is allowed
-//!   exactly, or local binding is allowed for the launch.
-//! - Any other name must match an allow pattern (`not_allowed` otherwise). A name that matches
-//!   is then resolved, and refused as local when it resolves to a local address or not at all:
-//!   a name the proxy cannot place could be anything, so it fails closed.
+//!   exactly (a wildcard does not count), or local binding is allowed for the launch.
+//! - Every destination, local ones included, must then match an allow pattern (`not_allowed`
+//!   otherwise, which a decider may still approve). Local binding only lifts the refusal as
+//!   local; it allows no destination of its own.
+//! - A name that matches is then resolved, and refused as local when it resolves to a local
+//!   address or not at all: a name the proxy cannot place could be anything, so it fails
+//!   closed.
 //!
 //! The decision is split in two ([`DomainPolicy::decide`] on the name, then
 //! [`DomainPolicy::admit_addresses`] on what it resolved to), so the proxy connects to exactly
@@ -109,7 +112,8 @@ impl Pattern {
 pub struct DomainPolicy {
     allow: Vec<Pattern>,
     deny: Vec<Pattern>,
-    /// `allowLocalBinding`: local destinations are not refused as local.
+    /// `allowLocalBinding`: local destinations are not refused as local (an allow pattern must
+    /// still match them).
     allow_local: bool,
 }
 
@@ -151,6 +155,12 @@ impl DomainPolicy {
     }
 
     /// The verdict on `host` (a name or an address literal) before anything is resolved.
+    ///
+    /// `allowLocalBinding` is not an allow: the reference (Codex 0.171's proxy, measured on
+    /// the wire) lets it lift only the refusal of a local destination as local. `127.0.0.1`,
+    /// `localhost` or the host's own LAN address on no allow list is still `not_allowed` (and
+    /// asked of a decider, when the launch has one), so a command reaches no service on the
+    /// executor's side of the network that the policy, or its decider, did not name.
     pub fn decide(&self, host: &str) -> Verdict {
         let host = normalized(host);
         if self.deny.iter().any(|pattern| pattern.matches(&host)) {
@@ -158,19 +168,20 @@ impl DomainPolicy {
         }
         let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
         let local_literal = host == "localhost" || literal.is_some_and(is_local);
-        if local_literal {
+        if local_literal && !self.allow_local {
             let exactly = self.allow.iter().any(|pattern| *pattern == Pattern::Exact(host.clone()));
-            return match exactly || self.allow_local {
-                true => Verdict::Connect,
-                false => Verdict::Refused(Refusal::NotAllowedLocal),
-            };
+            if !exactly {
+                return Verdict::Refused(Refusal::NotAllowedLocal);
+            }
         }
         if !self.allow.iter().any(|pattern| pattern.matches(&host)) {
             return Verdict::Refused(Refusal::NotAllowed);
         }
-        match literal {
-            Some(_) => Verdict::Connect,
-            None => Verdict::Resolve,
+        // `localhost` is local by its name: it is reached as it is, never refused for what it
+        // resolves to.
+        match local_literal || literal.is_some() {
+            true => Verdict::Connect,
+            false => Verdict::Resolve,
         }
     }
 
@@ -349,8 +360,6 @@ mod tests {
         assert_eq!(policy.admit_addresses(&[mapped]), Err(Refusal::NotAllowedLocal));
         let open = DomainPolicy::new(None, true).unwrap();
         assert_eq!(open.admit_addresses(&[private]), Ok(()));
-        assert_eq!(open.decide("localhost"), Verdict::Connect);
-        assert_eq!(open.decide("example.com"), Verdict::Refused(Refusal::NotAllowed));
     }
 
     #[test]
@@ -379,6 +388,49 @@ mod tests {
     fn policy(pairs: &[(&str, &str)]) -> Result<DomainPolicy, String> {
         let domains = pairs.iter().map(|(p, d)| (p.to_string(), d.to_string())).collect();
         DomainPolicy::new(Some(&domains), false).map_err(|error| error.to_string())
+    }
+
+    /// Patterns that allow, with local binding allowed or not.
+    fn allowing(patterns: &[&str], allow_local: bool) -> DomainPolicy {
+        let domains = patterns.iter().map(|p| (p.to_string(), "allow".to_owned())).collect();
+        DomainPolicy::new(Some(&domains), allow_local).unwrap()
+    }
+
+    /// Local binding lifts only the refusal as local, as on the reference: a local destination
+    /// must still match an allow pattern (a wildcard counts), or it is `not_allowed`, which a
+    /// decider may approve; without local binding only an exact entry lets it through.
+    #[test]
+    fn local_binding_lifts_only_the_refusal_as_local() {
+        let refused = Verdict::Refused;
+        let local = ["127.0.0.1", "localhost", "192.168.1.10", "[::1]"];
+        let unlisted = allowing(&["allowed.example.test"], true);
+        for host in local {
+            assert_eq!(unlisted.decide(host), refused(Refusal::NotAllowed), "{host}");
+        }
+        assert_eq!(unlisted.decide("allowed.example.test"), Verdict::Resolve);
+        let nothing = DomainPolicy::new(None, true).unwrap();
+        for host in local {
+            assert_eq!(nothing.decide(host), refused(Refusal::NotAllowed), "{host}");
+        }
+
+        let wildcards = ["*.0.0.1", "**.localhost"];
+        let bound = allowing(&wildcards, true);
+        assert_eq!(bound.decide("127.0.0.1"), Verdict::Connect);
+        assert_eq!(bound.decide("localhost"), Verdict::Connect);
+        assert_eq!(bound.decide("192.168.1.10"), refused(Refusal::NotAllowed));
+        let unbound = allowing(&wildcards, false);
+        for host in ["127.0.0.1", "localhost", "192.168.1.10"] {
+            assert_eq!(unbound.decide(host), refused(Refusal::NotAllowedLocal), "{host}");
+        }
+
+        for host in local {
+            assert_eq!(allowing(&["*"], true).decide(host), Verdict::Connect, "{host}");
+        }
+        for allow_local in [false, true] {
+            let exact = allowing(&["127.0.0.1", "localhost"], allow_local);
+            assert_eq!(exact.decide("127.0.0.1"), Verdict::Connect, "{allow_local}");
+            assert_eq!(exact.decide("localhost"), Verdict::Connect, "{allow_local}");
+        }
     }
 
     /// `none` decides nothing, `*` allows every name (a local one is still refused as local),

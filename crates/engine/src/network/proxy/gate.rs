@@ -2,8 +2,8 @@
 //!
 //! 1. the launch's policy on the name ([`DomainPolicy::decide`]); a name the allow list
 //!    misses goes to the client's decider when the launch has one (`network/policyRequest`),
-//!    whose answer stands in for the policy's (`source: decider`, `policyOverride` when it
-//!    allows);
+//!    whose answer stands in for the policy's (`source: decider`; an approval keeps the
+//!    reason `not_allowed`, with `policyOverride`);
 //! 2. the name resolved, once, and the addresses checked ([`DomainPolicy::admit_addresses`]):
 //!    the proxy connects to exactly these, so a name that resolves differently a moment later
 //!    changes nothing;
@@ -83,7 +83,14 @@ impl Proxy {
                 addresses
             }
         };
-        let allowed = (Decision::Allow, decided.source, "allow", DecisionScope::Domain);
+        // A decider's approval is reported with the reason the policy refused for (the only
+        // one a decider is asked about, `not_allowed`), `policyOverride` saying it was
+        // overridden: the reference's report of it.
+        let reason = match decided.overridden {
+            true => Refusal::NotAllowed.reason(),
+            false => "allow",
+        };
+        let allowed = (Decision::Allow, decided.source, reason, DecisionScope::Domain);
         self.report(target, allowed, decided.overridden).await;
         if self.config.mode == NetworkMode::Limited
             && !target.method.is_some_and(|method| LIMITED_METHODS.contains(&method))
