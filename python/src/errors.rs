@@ -1,0 +1,173 @@
+//! The client's failures as Python exceptions: Python's own where one fits
+//! (`FileNotFoundError`, `PermissionError`, `TimeoutError` through `tether.TimeoutExpired`,
+//! `ConnectionError` through `tether.ConnectError` and `tether.SessionLost`), the classes of
+//! `tether._errors` otherwise. Decided on kinds and codes, never on the message.
+
+use pyo3::exceptions::{PyFileNotFoundError, PyPermissionError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use tether_client::ClientError;
+use tether_client::error::{ConnectErrorKind, DisconnectKind};
+use tether_engine::fs::{FsError, FsErrorKind};
+use tether_protocol::process::SpawnFailureKind;
+
+/// `ENOENT` and `EACCES`: the errno Python's own exceptions carry for these failures.
+const ENOENT: i32 = 2;
+const EACCES: i32 = 13;
+
+/// Why a native call failed, kept as data until the GIL is held to raise it.
+#[derive(Debug)]
+pub(crate) enum NativeError {
+    Client(ClientError),
+    /// A file operation failed; the path it was about, for the exception's `filename`.
+    Fs {
+        error: FsError,
+        path: String,
+    },
+    /// `process/start` could not run the program: the program named, for the exception.
+    Spawn {
+        error: ClientError,
+        program: String,
+    },
+    /// `run(timeout=…)` expired; the command was terminated. What it wrote until then.
+    Timeout {
+        argv: Vec<String>,
+        timeout: f64,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
+    /// The process can no longer be followed (the session was lost, or its output was).
+    ProcessLost(String),
+    /// The caller asked for something this server cannot do.
+    Unsupported(String),
+    /// An argument Python passed is not acceptable.
+    InvalidArgument(String),
+    /// The call was cancelled before it ended.
+    Cancelled,
+}
+
+impl From<ClientError> for NativeError {
+    fn from(error: ClientError) -> Self {
+        NativeError::Client(error)
+    }
+}
+
+impl NativeError {
+    pub(crate) fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        match self.raise(py) {
+            Ok(error) | Err(error) => error,
+        }
+    }
+
+    fn raise(self, py: Python<'_>) -> PyResult<PyErr> {
+        let errors = py.import("tether._errors")?;
+        let made = |class: &str, message: String| -> PyResult<PyErr> {
+            Ok(PyErr::from_value(errors.getattr(class)?.call1((message,))?))
+        };
+        match self {
+            NativeError::Client(error) => client_error(py, &errors, error),
+            NativeError::Spawn { error, program } => {
+                // Python's own words frame it (`[Errno 2] …: 'prog'`): the server's message
+                // alone, not the client's "rejected the request" around it.
+                let message = match &error {
+                    ClientError::Server { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                match error.spawn_failure() {
+                    Some(SpawnFailureKind::SpawnNotFound) => {
+                        Ok(PyFileNotFoundError::new_err((ENOENT, message, program)))
+                    }
+                    Some(SpawnFailureKind::SpawnPermissionDenied) => {
+                        Ok(PyPermissionError::new_err((EACCES, message, program)))
+                    }
+                    _ => client_error(py, &errors, error),
+                }
+            }
+            NativeError::Fs { error, path } => match error.kind {
+                FsErrorKind::NotFound => {
+                    Ok(PyFileNotFoundError::new_err((ENOENT, error.message, path)))
+                }
+                FsErrorKind::PermissionDenied => {
+                    Ok(PyPermissionError::new_err((EACCES, error.message, path)))
+                }
+                FsErrorKind::Unsupported => made("UnsupportedError", error.message),
+                FsErrorKind::InvalidInput | FsErrorKind::Other => {
+                    made("FileSystemError", error.message)
+                }
+            },
+            NativeError::Timeout { argv, timeout, stdout, stderr } => {
+                let class = errors.getattr("TimeoutExpired")?;
+                let kwargs = pyo3::types::PyDict::new(py);
+                kwargs.set_item("output", PyBytes::new(py, &stdout))?;
+                kwargs.set_item("stderr", PyBytes::new(py, &stderr))?;
+                Ok(PyErr::from_value(class.call((argv, timeout), Some(&kwargs))?))
+            }
+            NativeError::ProcessLost(message) => made("ProcessLost", message),
+            NativeError::Unsupported(message) => made("UnsupportedError", message),
+            NativeError::InvalidArgument(message) => {
+                Ok(pyo3::exceptions::PyValueError::new_err(message))
+            }
+            NativeError::Cancelled => Ok(pyo3::exceptions::PyRuntimeError::new_err(
+                "the call was cancelled before it ended",
+            )),
+        }
+    }
+}
+
+fn client_error(
+    py: Python<'_>,
+    errors: &Bound<'_, PyModule>,
+    error: ClientError,
+) -> PyResult<PyErr> {
+    let message = error.to_string();
+    let exception = match &error {
+        ClientError::Connect(connect) => {
+            let (kind, status) = connect_kind(connect.kind);
+            errors.getattr("ConnectError")?.call1((message, kind, status))?
+        }
+        ClientError::Disconnected(end) => {
+            let kind = match end.kind {
+                DisconnectKind::Closed => "closed",
+                DisconnectKind::GoingAway => "going_away",
+                DisconnectKind::Silent => "silent",
+                DisconnectKind::Transport => "transport",
+            };
+            errors.getattr("Disconnected")?.call1((message, kind))?
+        }
+        ClientError::Failed(_) => errors.getattr("SessionLost")?.call1((message,))?,
+        ClientError::Server { code, data, .. } => {
+            let data = match data {
+                Some(data) => json_to_python(py, data)?,
+                None => py.None().into_bound(py),
+            };
+            errors.getattr("ServerError")?.call1((message, *code, data))?
+        }
+        ClientError::Unsupported(_) => errors.getattr("UnsupportedError")?.call1((message,))?,
+        ClientError::Protocol(_) => errors.getattr("ProtocolError")?.call1((message,))?,
+    };
+    Ok(PyErr::from_value(exception))
+}
+
+/// A connection failure's kind as `ConnectError.kind`, and the HTTP status when refused.
+fn connect_kind(kind: ConnectErrorKind) -> (&'static str, Option<u16>) {
+    match kind {
+        ConnectErrorKind::InvalidUrl => ("invalid_url", None),
+        ConnectErrorKind::InvalidToken => ("invalid_token", None),
+        ConnectErrorKind::TlsSetup => ("tls_setup", None),
+        ConnectErrorKind::Timeout => ("timeout", None),
+        ConnectErrorKind::Refused { status } => ("refused", Some(status)),
+        ConnectErrorKind::UntrustedCertificate => ("untrusted_certificate", None),
+        ConnectErrorKind::WrongFingerprint => ("wrong_fingerprint", None),
+        ConnectErrorKind::NotTls => ("not_tls", None),
+        ConnectErrorKind::NotHttp => ("not_http", None),
+        ConnectErrorKind::Tls => ("tls", None),
+        ConnectErrorKind::Network => ("network", None),
+        ConnectErrorKind::Handshake => ("handshake", None),
+        _ => ("other", None),
+    }
+}
+
+/// A JSON value (an error's `data`) as Python data, through Python's own `json`.
+fn json_to_python<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (value.to_string(),))
+}

@@ -1,0 +1,268 @@
+//! [`Pending`]: one call running on the client's runtime, and the two ways Python waits for
+//! it — a thread blocking with the GIL released ([`Pending::wait`]), or an asyncio loop told
+//! through a [`Completions`] queue whose descriptor the loop watches.
+//!
+//! Tokio's worker threads never take the GIL: a finished call is either handed to the thread
+//! that waits on it, or queued for the loop, which converts it to Python objects itself. So a
+//! busy Python program never stalls the client (its keepalives, its catch-ups), and a
+//! thousand calls finishing together cost the loop one wake-up, not a thousand.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use pyo3::IntoPyObjectExt;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::errors::NativeError;
+
+/// How often a thread blocked in [`Pending::wait`] looks for a signal Python has to act on
+/// (Ctrl-C): short enough that Ctrl-C feels immediate, long enough to cost nothing.
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Threads of the client's runtime: the client's own work (frames, reorder, catch-up) is light;
+/// two keep one slow conversion from delaying the connection on a two-core machine and up.
+const RUNTIME_THREADS: usize = 2;
+
+/// The runtime every connection of this Python process runs on, made on first use.
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("tether-client")
+            .enable_all()
+            .build()
+            .expect("the tokio runtime starts")
+    })
+}
+
+/// Makes the Python value of a finished call; run where the GIL is held.
+pub(crate) type Convert = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// A finished call: its value to convert, or why it failed.
+pub(crate) type Outcome = Result<Convert, NativeError>;
+
+/// Wraps a value that converts to Python as a finished call's outcome.
+pub(crate) fn value<T>(value: T) -> Outcome
+where
+    T: for<'py> IntoPyObject<'py> + Send + 'static,
+{
+    Ok(Box::new(move |py| value.into_py_any(py)))
+}
+
+enum Slot {
+    Running { notify: Option<(Arc<Queue>, u64)> },
+    Done(Outcome),
+    Taken,
+}
+
+struct Shared {
+    slot: Mutex<Slot>,
+    done: Condvar,
+}
+
+impl Shared {
+    fn finish(&self, outcome: Outcome) {
+        let mut slot = self.slot.lock().expect("a pending call's lock");
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Running { notify: Some((queue, id)) } => {
+                drop(slot);
+                queue.push(id, outcome);
+            }
+            Slot::Running { notify: None } => {
+                *slot = Slot::Done(outcome);
+                self.done.notify_all();
+            }
+            // Cancelled already: nobody wants it.
+            other => *slot = other,
+        }
+    }
+}
+
+/// A call in flight on the client's runtime.
+#[pyclass(frozen, module = "tether._native")]
+pub struct Pending {
+    shared: Arc<Shared>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Pending {
+    /// Runs `call` on the client's runtime.
+    pub(crate) fn spawn<F>(call: F) -> Self
+    where
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            slot: Mutex::new(Slot::Running { notify: None }),
+            done: Condvar::new(),
+        });
+        let finisher = shared.clone();
+        let task = runtime().spawn(async move { finisher.finish(call.await) });
+        Self { shared, task: task.abort_handle() }
+    }
+}
+
+#[pymethods]
+impl Pending {
+    /// Blocks until the call ends, with the GIL released, and returns its value (or raises).
+    ///
+    /// `timeout` (seconds): raise `TimeoutError` after that long, the call still running, so
+    /// that it can be waited for again. A signal Python must handle (Ctrl-C's
+    /// `KeyboardInterrupt`) is raised at once; with `cancel_on_interrupt` it also cancels the
+    /// call (a cancelled `run` interrupts its remote command), otherwise the call goes on.
+    #[pyo3(signature = (timeout=None, cancel_on_interrupt=true))]
+    fn wait(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        cancel_on_interrupt: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let deadline = match timeout {
+            Some(seconds) => Some(
+                Instant::now()
+                    + Duration::try_from_secs_f64(seconds).map_err(|_| {
+                        pyo3::exceptions::PyValueError::new_err(format!(
+                            "timeout must be a non-negative number of seconds, not {seconds}"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        loop {
+            let slice = match deadline {
+                Some(deadline) => {
+                    deadline.saturating_duration_since(Instant::now()).min(SIGNAL_CHECK_INTERVAL)
+                }
+                None => SIGNAL_CHECK_INTERVAL,
+            };
+            let outcome = py.detach(|| {
+                let slot = self.shared.slot.lock().expect("a pending call's lock");
+                let (mut slot, _) = self
+                    .shared
+                    .done
+                    .wait_timeout_while(slot, slice, |slot| matches!(slot, Slot::Running { .. }))
+                    .expect("a pending call's lock");
+                match std::mem::replace(&mut *slot, Slot::Taken) {
+                    Slot::Done(outcome) => Some(Some(outcome)),
+                    Slot::Taken => Some(None),
+                    running => {
+                        *slot = running;
+                        None
+                    }
+                }
+            });
+            match outcome {
+                Some(Some(outcome)) => return into_python(py, outcome),
+                Some(None) => return Err(NativeError::Cancelled.into_pyerr(py)),
+                None => {}
+            }
+            if let Err(interrupted) = py.check_signals() {
+                if cancel_on_interrupt {
+                    self.cancel();
+                }
+                return Err(interrupted);
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(pyo3::exceptions::PyTimeoutError::new_err(
+                    "the call had not ended when the timeout expired",
+                ));
+            }
+        }
+    }
+
+    /// Has the outcome queued on `completions` under `id` when the call ends (at once if it
+    /// has), for an asyncio loop that watches the queue's descriptor.
+    fn notify(&self, completions: &Completions, id: u64) {
+        let mut slot = self.shared.slot.lock().expect("a pending call's lock");
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Done(outcome) => {
+                drop(slot);
+                completions.queue.push(id, outcome);
+            }
+            Slot::Running { .. } => {
+                *slot = Slot::Running { notify: Some((completions.queue.clone(), id)) };
+            }
+            Slot::Taken => {}
+        }
+    }
+
+    /// Stops the call: its future is dropped where it stands (a `run` interrupts its remote
+    /// command; a start in flight is terminated once it is known). Its outcome is never given.
+    fn cancel(&self) {
+        *self.shared.slot.lock().expect("a pending call's lock") = Slot::Taken;
+        self.task.abort();
+    }
+}
+
+fn into_python(py: Python<'_>, outcome: Outcome) -> PyResult<Py<PyAny>> {
+    match outcome {
+        Ok(convert) => convert(py),
+        Err(error) => Err(error.into_pyerr(py)),
+    }
+}
+
+/// Finished calls waiting for an asyncio loop, and the pipe that wakes it.
+struct Queue {
+    finished: Mutex<VecDeque<(u64, Outcome)>>,
+    wake_read: OwnedFd,
+    wake_write: OwnedFd,
+}
+
+impl Queue {
+    fn push(&self, id: u64, outcome: Outcome) {
+        let mut finished = self.finished.lock().expect("a completion queue's lock");
+        let was_empty = finished.is_empty();
+        finished.push_back((id, outcome));
+        drop(finished);
+        // One byte per batch: the loop drains everything queued each time it wakes, so the
+        // pipe never holds more than one and a write never blocks.
+        if was_empty {
+            let _ = rustix::io::write(&self.wake_write, &[1]);
+        }
+    }
+}
+
+/// Where an asyncio loop collects its finished calls: watch [`Completions::fileno`] for
+/// reading, then [`Completions::drain`].
+#[pyclass(frozen, module = "tether._native")]
+pub struct Completions {
+    queue: Arc<Queue>,
+}
+
+#[pymethods]
+impl Completions {
+    #[new]
+    fn new() -> PyResult<Self> {
+        let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
+        let (wake_read, wake_write) = rustix::pipe::pipe_with(flags)
+            .map_err(|error| pyo3::exceptions::PyOSError::new_err(error.to_string()))?;
+        Ok(Self {
+            queue: Arc::new(Queue { finished: Mutex::new(VecDeque::new()), wake_read, wake_write }),
+        })
+    }
+
+    /// The descriptor that becomes readable when calls have finished.
+    fn fileno(&self) -> i32 {
+        self.queue.wake_read.as_raw_fd()
+    }
+
+    /// Every finished call as `(id, ok, value_or_exception)`.
+    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut wake = [0u8; 64];
+        while matches!(rustix::io::read(&self.queue.wake_read, &mut wake), Ok(n) if n > 0) {}
+        let finished: Vec<_> =
+            self.queue.finished.lock().expect("a completion queue's lock").drain(..).collect();
+        let list = PyList::empty(py);
+        for (id, outcome) in finished {
+            match into_python(py, outcome) {
+                Ok(value) => list.append((id, true, value))?,
+                Err(error) => list.append((id, false, error.into_value(py)))?,
+            }
+        }
+        Ok(list)
+    }
+}

@@ -1,0 +1,50 @@
+"""Tether for Python: processes and files on a remote executor, through Tether's own client,
+so a dropped network connection loses nothing.
+
+    import tether
+
+    with tether.connect("ws://127.0.0.1:4500") as ex:
+        r = ex.run(["sh", "-c", "echo hi; exit 3"])
+        r.returncode, r.stdout          # 3, b"hi\\n"
+
+The blocking API is here; :mod:`tether.aio` has the same calls as coroutines. It speaks the
+exec-server protocol, so it drives a ``tether serve`` or Codex's own ``codex exec-server``
+(where a call needs a Tether extension, the reference raises :class:`UnsupportedError`).
+"""
+
+from . import aio
+from ._errors import (
+    CalledProcessError,
+    ConnectError,
+    Disconnected,
+    FileSystemError,
+    ProcessLost,
+    ProtocolError,
+    ServerError,
+    SessionLost,
+    TetherError,
+    TimeoutExpired,
+    UnsupportedError,
+)
+from ._sync import Executor, Process, connect
+from ._types import CompletedProcess, Output
+
+__all__ = [
+    "aio",
+    "connect",
+    "Executor",
+    "Process",
+    "CompletedProcess",
+    "Output",
+    "TetherError",
+    "ConnectError",
+    "SessionLost",
+    "Disconnected",
+    "ProcessLost",
+    "ServerError",
+    "ProtocolError",
+    "UnsupportedError",
+    "FileSystemError",
+    "CalledProcessError",
+    "TimeoutExpired",
+]

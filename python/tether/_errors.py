@@ -1,0 +1,88 @@
+"""Exceptions raised by tether.
+
+Python's own exceptions are raised where one fits: ``FileNotFoundError`` for a program or file
+that is not there, ``PermissionError`` for one that may not be run or read. Everything else
+derives from :class:`TetherError`; the classes that mean a lost link also derive from
+``ConnectionError``, and :class:`TimeoutExpired` from ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any, Optional
+
+
+class TetherError(Exception):
+    """Base of the exceptions tether defines."""
+
+
+class ConnectError(TetherError, ConnectionError):
+    """No session could be made: nobody listening, the token refused, the certificate not
+    trusted.
+
+    ``kind`` says which, for a program to decide on: ``"network"``, ``"timeout"``,
+    ``"refused"`` (``status`` holds the HTTP status; 401: the token), ``"invalid_url"``,
+    ``"invalid_token"``, ``"untrusted_certificate"``, ``"wrong_fingerprint"``, ``"not_tls"``,
+    ``"not_http"``, ``"tls"``, ``"tls_setup"``, ``"handshake"``.
+    """
+
+    def __init__(self, message: str, kind: str = "other", status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+class SessionLost(TetherError, ConnectionError):
+    """The client gave up on its session (the server stayed unreachable past the recovery
+    time, or the session is gone); every later call raises it too."""
+
+
+class Disconnected(TetherError, ConnectionError):
+    """The connection dropped while a call that cannot safely be repeated was in flight: it
+    may or may not have taken effect. ``kind``: ``"closed"``, ``"going_away"``, ``"silent"``
+    or ``"transport"``."""
+
+    def __init__(self, message: str, kind: str = "closed") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ProcessLost(TetherError):
+    """A process can no longer be followed: its session was lost, or output it had not
+    delivered is no longer held by the server. It may still be running."""
+
+
+class ServerError(TetherError):
+    """The server refused a request. ``code`` is the JSON-RPC error code, ``data`` its
+    details (or ``None``)."""
+
+    def __init__(self, message: str, code: int = 0, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+
+class ProtocolError(TetherError):
+    """The server sent something this client does not understand."""
+
+
+class UnsupportedError(TetherError, NotImplementedError):
+    """The server does not offer what was asked (a Tether extension the reference lacks);
+    nothing was sent."""
+
+
+class FileSystemError(TetherError, OSError):
+    """A file operation failed otherwise than not found or permission denied (not a file,
+    a directory not empty, …)."""
+
+
+class CalledProcessError(TetherError, subprocess.CalledProcessError):
+    """``run(…, check=True)`` and the command exited non-zero."""
+
+
+class TimeoutExpired(TetherError, subprocess.TimeoutExpired, TimeoutError):
+    """``run(…, timeout=…)`` expired (the command was killed), or ``wait(timeout=…)`` did
+    (the process goes on). ``output`` and ``stderr`` hold what ``run`` had collected."""
+
+    def __str__(self) -> str:
+        return subprocess.TimeoutExpired.__str__(self)

@@ -1,0 +1,47 @@
+"""Values tether returns: a finished command, one piece of a process's output."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any, List, NamedTuple, Sequence, Union
+
+from ._errors import CalledProcessError
+
+
+class Output(NamedTuple):
+    """One chunk of a process's output, in the order the process wrote it. ``stream`` is
+    ``"stdout"``, ``"stderr"``, or ``"pty"`` for a process on a terminal."""
+
+    stream: str
+    data: bytes
+
+
+class CompletedProcess(subprocess.CompletedProcess):  # type: ignore[type-arg]
+    """What :meth:`tether.Executor.run` returns: ``args``, ``returncode``, ``stdout`` and
+    ``stderr`` (bytes, or str with ``text=True``), as ``subprocess.run`` returns them."""
+
+    def check_returncode(self) -> None:
+        """Raises :class:`tether.CalledProcessError` if the command exited non-zero."""
+        if self.returncode:
+            raise CalledProcessError(self.returncode, self.args, self.stdout, self.stderr)
+
+
+Args = Union[str, Sequence[str]]
+
+
+def argv(args: Args, shell: bool) -> List[str]:
+    """The argument vector for ``args``: a string is one program (or, with ``shell=True``,
+    a command line for ``/bin/sh -c``), as ``subprocess`` reads it."""
+    if shell:
+        if not isinstance(args, str):
+            args = " ".join(args)
+        return ["/bin/sh", "-c", args]
+    if isinstance(args, (str, bytes)):
+        return [args.decode() if isinstance(args, bytes) else args]
+    return [str(arg) for arg in args]
+
+
+def decoded(data: bytes, text: bool, encoding: Any, errors: Any) -> Any:
+    if not (text or encoding or errors):
+        return data
+    return data.decode(encoding or "utf-8", errors or "strict")
