@@ -9,6 +9,7 @@ use pyo3::types::PyBytes;
 use tether_client::ClientError;
 use tether_client::error::{ConnectErrorKind, DisconnectKind};
 use tether_engine::fs::{FsError, FsErrorKind};
+use tether_engine::http::HttpError;
 use tether_protocol::process::SpawnFailureKind;
 
 /// `ENOENT` and `EACCES`: the errno Python's own exceptions carry for these failures.
@@ -24,6 +25,8 @@ pub(crate) enum NativeError {
         error: FsError,
         path: String,
     },
+    /// An `http/request` failed: its parameters, the connection to the origin, its body.
+    Http(HttpError),
     /// `process/start` could not run the program: the program named, for the exception.
     Spawn {
         error: ClientError,
@@ -101,6 +104,17 @@ impl NativeError {
                 kwargs.set_item("output", PyBytes::new(py, &stdout))?;
                 kwargs.set_item("stderr", PyBytes::new(py, &stderr))?;
                 Ok(PyErr::from_value(class.call((argv, timeout), Some(&kwargs))?))
+            }
+            NativeError::Http(error) => {
+                let kind = match &error {
+                    HttpError::Invalid(_) => "invalid",
+                    HttpError::Failed(_) => "failed",
+                    HttpError::Body(_) => "body",
+                    HttpError::Remote(_) => "remote",
+                };
+                Ok(PyErr::from_value(
+                    errors.getattr("HttpRequestError")?.call1((error.to_string(), kind))?,
+                ))
             }
             NativeError::ProcessLost(message) => made("ProcessLost", message),
             NativeError::Unsupported(message) => made("UnsupportedError", message),

@@ -308,6 +308,60 @@ impl NativeExecutor {
         }))
     }
 
+    /// An HTTP request made from the executor (`http/request`, its body buffered):
+    /// `(status, [(name, value)…], body)`. `headers` as `(name, value)` pairs, in order;
+    /// `value_env_var` headers are left to the Rust client.
+    #[pyo3(signature = (method, url, headers=Vec::new(), body=None, timeout=None, follow_redirects=true))]
+    fn http_request(
+        &self,
+        method: String,
+        url: String,
+        headers: Vec<(String, String)>,
+        body: Option<Vec<u8>>,
+        timeout: Option<f64>,
+        follow_redirects: bool,
+    ) -> PyResult<Pending> {
+        use tether_engine::http::HttpClient;
+        use tether_protocol::http::{HttpHeader, HttpRedirectPolicy, HttpRequestParams};
+        let client = self.client()?;
+        let timeout_ms = seconds("timeout", timeout)?
+            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1));
+        let params = HttpRequestParams {
+            method,
+            url,
+            headers: headers
+                .into_iter()
+                .map(|(name, value)| HttpHeader { name, value, value_env_var: None })
+                .collect(),
+            body_base64: body.map(tether_protocol::ByteChunk::from),
+            timeout_ms,
+            redirect_policy: match follow_redirects {
+                true => HttpRedirectPolicy::Follow,
+                false => HttpRedirectPolicy::Stop,
+            },
+            request_id: format!(
+                "py-{}-{}",
+                std::process::id(),
+                NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)
+            ),
+            stream_response: false,
+            attach_body: false,
+        };
+        Ok(Pending::spawn(async move {
+            let response = client.request(params).await.map_err(NativeError::Http)?;
+            let headers: Vec<(String, String)> =
+                response.headers.into_iter().map(|header| (header.name, header.value)).collect();
+            let body = response.body_base64.into_bytes();
+            let status = response.status;
+            Ok(Box::new(move |py: Python<'_>| {
+                Ok((status, headers, PyBytes::new(py, &body))
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind())
+            }) as crate::pending::Convert)
+        }))
+    }
+
     fn write_file(&self, path: std::path::PathBuf, data: Vec<u8>) -> PyResult<Pending> {
         let client = self.client()?;
         let shown = path.display().to_string();
@@ -321,6 +375,9 @@ impl NativeExecutor {
         }))
     }
 }
+
+/// Tells `http/request` ids of this Python process apart within a session.
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
 fn absolute(path: &Path) -> PyResult<PathUri> {
     PathUri::from_path(path).ok_or_else(|| {

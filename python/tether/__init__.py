@@ -18,6 +18,7 @@ from ._errors import (
     ConnectError,
     Disconnected,
     FileSystemError,
+    HttpRequestError,
     ProcessLost,
     ProtocolError,
     ServerError,
@@ -27,7 +28,7 @@ from ._errors import (
     UnsupportedError,
 )
 from ._sync import Executor, Process, connect
-from ._types import CompletedProcess, Output
+from ._types import CompletedProcess, HttpResponse, Output
 
 __all__ = [
     "aio",
@@ -36,6 +37,7 @@ __all__ = [
     "Process",
     "CompletedProcess",
     "Output",
+    "HttpResponse",
     "TetherError",
     "ConnectError",
     "SessionLost",
@@ -45,6 +47,7 @@ __all__ = [
     "ProtocolError",
     "UnsupportedError",
     "FileSystemError",
+    "HttpRequestError",
     "CalledProcessError",
     "TimeoutExpired",
 ]

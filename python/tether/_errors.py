@@ -76,6 +76,16 @@ class FileSystemError(TetherError, OSError):
     a directory not empty, …)."""
 
 
+class HttpRequestError(TetherError):
+    """An HTTP request made from the executor failed: ``kind`` is ``"invalid"`` (nothing was
+    sent), ``"failed"`` (no response: connection, TLS, timeout, redirects) or ``"body"`` (the
+    body broke off)."""
+
+    def __init__(self, message: str, kind: str = "failed") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class CalledProcessError(TetherError, subprocess.CalledProcessError):
     """``run(…, check=True)`` and the command exited non-zero."""
 

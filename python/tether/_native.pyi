@@ -40,6 +40,15 @@ class NativeExecutor:
     def processes(self) -> Pending: ...
     def read_file(self, path: str) -> Pending: ...
     def write_file(self, path: str, data: bytes) -> Pending: ...
+    def http_request(
+        self,
+        method: str,
+        url: str,
+        headers: List[Tuple[str, str]] = ...,
+        body: Optional[bytes] = None,
+        timeout: Optional[float] = None,
+        follow_redirects: bool = True,
+    ) -> Pending: ...
 
 class NativeProcess:
     @property

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import signal as _signal
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union, cast
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from . import _native
 from ._errors import ProcessLost, TimeoutExpired, UnsupportedError
-from ._types import Args, CompletedProcess, Output, argv, decoded
+from ._types import Args, CompletedProcess, HttpResponse, Output, argv, decoded, header_pairs
 
 PathLike = Union[str, "os.PathLike[str]"]
 Token = Union[str, Callable[[], Optional[str]], None]
@@ -174,6 +174,26 @@ class Executor:
     def read_file(self, path: PathLike) -> bytes:
         """The whole file at ``path`` on the executor. ``FileNotFoundError`` when missing."""
         return cast(bytes, self._native.read_file(os.fspath(path)).wait())
+
+    def http_request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Union[Mapping[str, str], Sequence[Tuple[str, str]], None] = None,
+        body: Optional[bytes] = None,
+        timeout: Optional[float] = None,
+        follow_redirects: bool = True,
+    ) -> HttpResponse:
+        """Makes an HTTP request from the executor (its network, its DNS) and returns the
+        whole response. ``timeout`` covers the whole exchange; without it there is none.
+        Raises :class:`tether.HttpRequestError` when no response arrives."""
+        data = None if body is None else bytes(body)
+        pending = self._native.http_request(
+            method, url, header_pairs(headers), data, timeout, follow_redirects
+        )
+        status, pairs, received = pending.wait()
+        return HttpResponse(status, pairs, received)
 
     def write_file(self, path: PathLike, data: bytes) -> None:
         """Creates or replaces the file at ``path`` on the executor with ``data``."""

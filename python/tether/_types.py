@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-from typing import Any, List, NamedTuple, Sequence, Union
+import json
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ._errors import CalledProcessError
 
@@ -14,6 +15,31 @@ class Output(NamedTuple):
 
     stream: str
     data: bytes
+
+
+class HttpResponse(NamedTuple):
+    """An HTTP response received on the executor: ``headers`` as ``(name, value)`` pairs in
+    the order they came (names lower-cased), the whole ``body``."""
+
+    status: int
+    headers: List[Tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> Optional[str]:
+        """The first value of header ``name`` (any case), or ``None``."""
+        name = name.lower()
+        return next((value for key, value in self.headers if key == name), None)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def header_pairs(headers: Union[Mapping[str, str], Sequence[Tuple[str, str]], None]) -> List[Tuple[str, str]]:
+    if headers is None:
+        return []
+    if isinstance(headers, Mapping):
+        return [(str(k), str(v)) for k, v in headers.items()]
+    return [(str(k), str(v)) for k, v in headers]
 
 
 class CompletedProcess(subprocess.CompletedProcess):  # type: ignore[type-arg]

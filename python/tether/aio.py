@@ -13,12 +13,24 @@ import itertools
 import os
 import signal as _signal
 import weakref
-from typing import Any, AsyncIterator, Dict, Generator, List, Mapping, Optional, Tuple, cast
+from typing import (
+    Any,
+    AsyncIterator,
+    Dict,
+    Generator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 from . import _native
 from ._errors import ProcessLost, TimeoutExpired, UnsupportedError
 from ._sync import PathLike, Token, _env, _path
-from ._types import Args, CompletedProcess, Output, argv, decoded
+from ._types import Args, CompletedProcess, HttpResponse, Output, argv, decoded, header_pairs
 
 __all__ = ["connect", "Executor", "Process"]
 
@@ -211,6 +223,26 @@ class Executor:
 
     async def read_file(self, path: PathLike) -> bytes:
         return cast(bytes, await _call(self._native.read_file(os.fspath(path))))
+
+    async def http_request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Union[Mapping[str, str], Sequence[Tuple[str, str]], None] = None,
+        body: Optional[bytes] = None,
+        timeout: Optional[float] = None,
+        follow_redirects: bool = True,
+    ) -> HttpResponse:
+        """Makes an HTTP request from the executor (its network, its DNS) and returns the
+        whole response. ``timeout`` covers the whole exchange; without it there is none.
+        Raises :class:`tether.HttpRequestError` when no response arrives."""
+        data = None if body is None else bytes(body)
+        pending = self._native.http_request(
+            method, url, header_pairs(headers), data, timeout, follow_redirects
+        )
+        status, pairs, received = await _call(pending)
+        return HttpResponse(status, pairs, received)
 
     async def write_file(self, path: PathLike, data: bytes) -> None:
         await _call(self._native.write_file(os.fspath(path), bytes(data)))
