@@ -198,10 +198,13 @@ impl NativeExecutor {
         &self.session_id
     }
 
-    /// `"connected"`, `"recovering"` or `"failed"`.
+    /// `"connected"`, `"recovering"`, `"failed"` or `"closed"`.
     #[getter]
     fn status(&self) -> PyResult<&'static str> {
-        Ok(match self.client()?.status() {
+        let Some(client) = self.client.lock().expect("the executor's lock").clone() else {
+            return Ok("closed");
+        };
+        Ok(match client.status() {
             tether_client::ConnectionStatus::Connected => "connected",
             tether_client::ConnectionStatus::Recovering => "recovering",
             tether_client::ConnectionStatus::Failed(_) => "failed",
@@ -283,8 +286,15 @@ impl NativeExecutor {
     }
 
     /// The session's processes (a Tether extension): a list of dicts.
-    fn processes(&self) -> PyResult<Pending> {
+    fn processes(&self, py: Python<'_>) -> PyResult<Pending> {
         let client = self.client()?;
+        if !client.tether_extensions().process_list {
+            return Err(NativeError::Unsupported(
+                "this exec-server does not list a session's processes (the processList extension)"
+                    .into(),
+            )
+            .into_pyerr(py));
+        }
         Ok(Pending::spawn(async move {
             let processes = client.list_processes().await?;
             let text = serde_json::to_string(&processes).expect("process summaries serialise");

@@ -88,7 +88,7 @@ class Executor:
     @property
     def status(self) -> str:
         """``"connected"``, ``"recovering"`` (the connection dropped; it is being made
-        again) or ``"failed"``."""
+        again), ``"failed"`` or ``"closed"``."""
         return self._native.status
 
     def extensions(self) -> Dict[str, Any]:
