@@ -47,6 +47,11 @@ pub(crate) use retained::RetainedOutput;
 use spill::DiskRead;
 use stdin::StdinQueue;
 
+/// Largest chunk of output read at once: what the pump reads from a pipe, and what a PTY's
+/// reader ([`pty_io`]) hands over without lingering. A pipe holds 64 KiB, so one read can take
+/// all of it: fewer, larger chunks mean fewer notifications and less framing per byte.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
 /// How many `writeId`s each process remembers, so a retried write is applied once.
 ///
 /// A client retries only the writes whose answers it lost in a reconnect, which is a handful;

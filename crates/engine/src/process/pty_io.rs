@@ -14,8 +14,9 @@
 //!
 //! A terminal that streams would still be a chunk (a notification to every client) per read, a
 //! few KiB each. So while it streams, output is handed over at most once per [`PTY_LINGER`]
-//! unless a whole chunk ([`CHUNK_BYTES`]) is ready: a terminal printing flat out sends full
-//! chunks, and the first output after a pause — an echo, a prompt — goes at once.
+//! unless a whole chunk (the pump's, which [`split`] is given) is ready: a terminal printing
+//! flat out sends full chunks, and the first output after a pause — an echo, a prompt — goes at
+//! once.
 //!
 //! **Input** goes through an [`AsyncFd`] registered for writability only: the thread owns the
 //! reads, and the runtime is not woken by every burst of output.
@@ -37,17 +38,14 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
 /// Output handed to the pump but not yet taken by it. Two of the pump's chunks (64 KiB each):
 /// one being published while the next is read. Beyond it the thread waits with its batch (less
-/// than a chunk and a read more, [`CHUNK_BYTES`] + [`READ_BYTES`]), and the program writing to
-/// the terminal is held back by the kernel.
+/// than a chunk and a read more, [`READ_BYTES`]), and the program writing to the terminal is
+/// held back by the kernel.
 pub const PTY_BUFFERED_BYTES: usize = 128 * 1024;
 
 /// While a terminal streams, how long output may wait for more before it is handed over: a
 /// millisecond is far below what a person at a terminal notices (a screen refreshes every 16),
 /// and a terminal printing flat out fills a whole chunk in less.
 pub const PTY_LINGER: Duration = Duration::from_millis(1);
-
-/// Output ready to be handed over at once, however recently the last was: the pump's chunk.
-const CHUNK_BYTES: usize = super::pump::READ_CHUNK_BYTES;
 
 /// Bytes asked of each read: more than the PTY layer ever hands out at once (a few KiB).
 const READ_BYTES: usize = 16 * 1024;
@@ -56,8 +54,9 @@ const READ_BYTES: usize = 16 * 1024;
 const READER_STACK_BYTES: usize = 64 * 1024;
 
 /// Splits a PTY master (non-blocking, not registered with the runtime) into its output, read by
-/// a thread started here, and its input.
-pub(crate) fn split(master: OwnedFd) -> io::Result<(PtyReader, PtyWriter)> {
+/// a thread started here, and its input. `chunk_bytes` is what the reader's caller takes at
+/// once: that much output is handed over without lingering, however recently the last was.
+pub(crate) fn split(master: OwnedFd, chunk_bytes: usize) -> io::Result<(PtyReader, PtyWriter)> {
     let input = master.try_clone()?;
     // SAFETY: `input` is an open descriptor the `AsyncFd` owns, so it stays open and names the
     // same file description for the `AsyncFd`'s whole life.
@@ -67,6 +66,7 @@ pub(crate) fn split(master: OwnedFd) -> io::Result<(PtyReader, PtyWriter)> {
     let (stop_read, stop_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
+            chunk_bytes,
             buffer: BytesMut::with_capacity(PTY_BUFFERED_BYTES),
             ended: false,
             dropped: false,
@@ -80,7 +80,7 @@ pub(crate) fn split(master: OwnedFd) -> io::Result<(PtyReader, PtyWriter)> {
     std::thread::Builder::new()
         .name("tether-pty".into())
         .stack_size(READER_STACK_BYTES)
-        .spawn(move || read_terminal(&master, &stop_read, &thread_shared))?;
+        .spawn(move || read_terminal(&master, &stop_read, &thread_shared, chunk_bytes))?;
     let linger = Box::pin(tokio::time::sleep(Duration::ZERO));
     Ok((PtyReader { shared, linger, _stop: stop_write }, writer))
 }
@@ -102,6 +102,8 @@ impl Shared {
 }
 
 struct State {
+    /// Output handed over at once when this much is buffered ([`split`]'s `chunk_bytes`).
+    chunk_bytes: usize,
     buffer: BytesMut,
     /// The terminal is finished (every holder of its other side closed it) or unreadable.
     ended: bool,
@@ -122,7 +124,7 @@ impl State {
             return None;
         }
         let now = Instant::now();
-        if self.buffer.len() >= CHUNK_BYTES || self.ended || eager {
+        if self.buffer.len() >= self.chunk_bytes || self.ended || eager {
             return Some(now);
         }
         Some(self.last_handed.map_or(now, |last| (last + PTY_LINGER).max(now)))
@@ -140,11 +142,11 @@ impl State {
 }
 
 /// The reading thread: reads into its batch while the terminal has output, hands the batch over
-/// at a whole chunk or when the terminal has nothing more for now, waits in `poll` when it has
-/// nothing, and stops at the terminal's end or when the reader is dropped (its stop pipe
-/// closes).
-fn read_terminal(master: &OwnedFd, stop: &OwnedFd, shared: &Shared) {
-    let mut batch = BytesMut::with_capacity(CHUNK_BYTES + READ_BYTES);
+/// at a whole chunk (`chunk_bytes`) or when the terminal has nothing more for now, waits in
+/// `poll` when it has nothing, and stops at the terminal's end or when the reader is dropped
+/// (its stop pipe closes).
+fn read_terminal(master: &OwnedFd, stop: &OwnedFd, shared: &Shared, chunk_bytes: usize) {
+    let mut batch = BytesMut::with_capacity(chunk_bytes + READ_BYTES);
     loop {
         batch.reserve(READ_BYTES);
         let spare = batch.spare_capacity_mut();
@@ -155,7 +157,7 @@ fn read_terminal(master: &OwnedFd, stop: &OwnedFd, shared: &Shared) {
                 let n = read.len();
                 // SAFETY: `read` filled the first `n` bytes of the spare capacity.
                 unsafe { batch.set_len(batch.len() + n) };
-                let due = batch.len() >= CHUNK_BYTES || shared.eager.load(Ordering::Relaxed);
+                let due = batch.len() >= chunk_bytes || shared.eager.load(Ordering::Relaxed);
                 if due && !hand_over(&mut batch, shared) {
                     return;
                 }

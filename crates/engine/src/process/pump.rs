@@ -17,11 +17,7 @@ use tracing::{debug, trace};
 use super::retained::SpillStep;
 use super::spawn::{Reader, Spawned};
 use super::spill::SpillFile;
-use super::{LocalProcess, ProcessEvent};
-
-/// Largest chunk read at once. A pipe holds 64 KiB, so one read can take all of it: fewer,
-/// larger chunks mean fewer notifications and less framing per byte.
-pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+use super::{LocalProcess, ProcessEvent, READ_CHUNK_BYTES};
 
 /// After a PTY process exits, how long the terminal may stay quiet before it is considered
 /// finished. A background job may keep the terminal open forever; the exited process's own

@@ -304,7 +304,7 @@ fn spawn_pty(request: &SpawnRequest<'_>, line: &CommandLine) -> std::io::Result<
     let side = super::terminal::open_side(&path)?;
     // The master leaves the runtime: its output is read by a thread of its own (`pty_io`).
     let resizer = master.try_clone()?;
-    let (reader, writer) = super::pty_io::split(master)?;
+    let (reader, writer) = super::pty_io::split(master, super::READ_CHUNK_BYTES)?;
     let pty_eager = reader.eager_handle();
     // A terminal session gets a SHELL even from an empty environment, as the reference's PTY
     // layer gives it: programs that open a subshell look there.
