@@ -5,6 +5,7 @@
 //! a sandbox ([`crate::fs::sandboxed`]). A binary calls [`run_if_helper`] first thing in `main`,
 //! before any runtime or logging starts.
 
+use crate::sandbox::exit_status::EXEC_FAILED_STATUS;
 use crate::sandbox::inner::{self, ExecArgs, HELPER_ARG};
 use crate::sandbox::mounted;
 
@@ -39,5 +40,5 @@ pub fn run_if_helper() {
 
 fn fail(why: &str) -> ! {
     eprintln!("tether sandbox: {why}");
-    std::process::exit(inner::EXEC_FAILED_STATUS)
+    std::process::exit(EXEC_FAILED_STATUS)
 }

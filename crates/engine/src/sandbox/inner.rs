@@ -35,6 +35,7 @@ use std::process::Command;
 
 use super::PidNamespace;
 use super::exec::PreparedExec;
+use super::exit_status::EXEC_FAILED_STATUS;
 use super::forwarders::{Forwarders, Route};
 use super::seccomp::{self, Guarded, NetworkRule};
 use super::transparent;
@@ -43,9 +44,6 @@ use crate::proc_stat;
 
 /// The first argument that makes the `tether` binary this stage instead of its CLI.
 pub const HELPER_ARG: &str = "__tether-sandbox";
-
-/// Exit status when the command cannot be started inside the sandbox (the reference's).
-pub const EXEC_FAILED_STATUS: i32 = 101;
 
 /// Signals the server may send the command (`process/signal`), forwarded as they come.
 const FORWARDED: [i32; 7] = [

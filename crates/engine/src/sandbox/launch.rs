@@ -6,7 +6,7 @@
 //! - the full sandbox: `bwrap <mounts and namespaces> -- <tether> __tether-sandbox exec … --
 //!   <command>` ([`Launch::Wrapped`]);
 //! - a full sandbox this host cannot build: `/bin/sh` printing why, and exiting
-//!   [`inner::EXEC_FAILED_STATUS`] ([`BUILD_REFUSED_STATUS`] when the reference's helper would
+//!   [`EXEC_FAILED_STATUS`] ([`BUILD_REFUSED_STATUS`] when the reference's helper would
 //!   refuse it too: an unfit app-server socket directory, a `none` glob it will not search) —
 //!   the start is answered as the reference answers it, and the command never runs.
 
@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use seccompiler::BpfProgram;
 use tether_protocol::sandbox::{NetworkAccess, SandboxContext};
 
+use super::exit_status::{BUILD_REFUSED_STATUS, EXEC_FAILED_STATUS};
 use super::inner::{self, ExecArgs};
 use super::mounts::{self, PlanError};
 use super::policy::{self, Confinement, Context, PolicyError};
@@ -43,11 +44,6 @@ pub struct Start<'a> {
     /// namespace of its own whose only way out is that proxy.
     pub proxy: Option<&'a ProxyRoute>,
 }
-
-/// How a start whose sandbox is refused ([`PlanError::refusal`]: the app-server socket
-/// directory, a `none` glob) exits: as the reference's helper exits when it will not build
-/// bubblewrap's command.
-pub const BUILD_REFUSED_STATUS: i32 = 1;
 
 /// What to run instead of, or around, the command.
 pub enum Launch {
@@ -108,7 +104,7 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Laun
             "tether sandbox: filesystem-restricted execution requires bubblewrap; \
              `useLegacyLandlock` (Landlock alone) cannot confine it as asked: send the intent \
              without it",
-            inner::EXEC_FAILED_STATUS,
+            EXEC_FAILED_STATUS,
         ),
         Confinement::Full(full) => {
             match (sandboxing.unavailable(), &sandboxing.bwrap, &sandboxing.helper) {
@@ -120,7 +116,7 @@ pub fn prepare(start: Start<'_>, sandboxing: &Sandboxing) -> Result<Launch, Laun
                         }
                         Err(error) => fail_closed(
                             &format!("tether sandbox: failed to prepare process sandbox: {error}"),
-                            inner::EXEC_FAILED_STATUS,
+                            EXEC_FAILED_STATUS,
                         ),
                     }
                 }
@@ -254,19 +250,19 @@ fn info_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// A child that says, as the inner stage would, that `name` could not be executed for `error`,
-/// and exits [`inner::EXEC_FAILED_STATUS`]: for a sandboxed start whose command could not be
+/// and exits [`EXEC_FAILED_STATUS`]: for a sandboxed start whose command could not be
 /// executed outside bubblewrap (the network filter alone, or no confinement).
 pub fn failed_exec(name: &std::ffi::OsStr, error: &std::io::Error) -> Launch {
     fail_closed(
         &format!("tether sandbox: {}", inner::exec_failure(name, error)),
-        inner::EXEC_FAILED_STATUS,
+        EXEC_FAILED_STATUS,
     )
 }
 
-/// A child that says `why` on stderr and exits [`inner::EXEC_FAILED_STATUS`]: a sandboxed
+/// A child that says `why` on stderr and exits [`EXEC_FAILED_STATUS`]: a sandboxed
 /// start this executor will not build, answered as a start whose sandbox failed.
 pub fn refused(why: &str) -> Launch {
-    fail_closed(why, inner::EXEC_FAILED_STATUS)
+    fail_closed(why, EXEC_FAILED_STATUS)
 }
 
 /// A child that says `why` on stderr and exits with `status`.

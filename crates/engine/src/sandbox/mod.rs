@@ -29,6 +29,8 @@
 //! - [`denied`]: the `sandboxDenied` guess at exit.
 //! - [`launch`]: how a start becomes a command line (bubblewrap, the inner stage, the
 //!   command), or a child that fails with a message when this host cannot sandbox.
+//! - [`exit_status`]: how the helper exits when nothing ran (the command could not be
+//!   started, the sandbox was refused, a mount target changed), for the server to tell why.
 //!
 //! **Invariant:** nothing sandboxed ever runs unconfined. Whatever is missing (bubblewrap,
 //! user namespaces, the helper), the start is answered and the child fails, saying what is
@@ -38,6 +40,7 @@
 
 pub mod denied;
 pub mod exec;
+pub mod exit_status;
 pub mod forwarders;
 pub mod globs;
 pub mod grants;

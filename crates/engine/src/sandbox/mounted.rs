@@ -19,13 +19,10 @@ use std::path::PathBuf;
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxAttributes, StatxFlags};
 
+use super::exit_status::{BUILD_REFUSED_STATUS, CHANGED_STATUS};
+
 /// The argument that introduces one expectation: `--mounted <DEV:INO|fresh> <TARGET>`.
 pub const FLAG: &str = "--mounted";
-
-/// The helper's exit status when a target does not hold what it must: sysexits' `EX_TEMPFAIL`,
-/// since nothing was done and the same call, built again, may well pass (the server builds a
-/// file operation's sandbox again on it, [`crate::fs::sandboxed`]).
-pub const CHANGED_STATUS: i32 = 75;
 
 /// `statfs`'s magic number for tmpfs: what bubblewrap's fresh directories and empty files
 /// (`--tmpfs`, `--ro-bind-data`) are made on.
@@ -93,7 +90,7 @@ impl Unsound {
     pub fn status(&self) -> i32 {
         match self {
             Unsound::Changed(_) => CHANGED_STATUS,
-            Unsound::Unverifiable(_) => crate::sandbox::launch::BUILD_REFUSED_STATUS,
+            Unsound::Unverifiable(_) => BUILD_REFUSED_STATUS,
         }
     }
 }

@@ -30,7 +30,7 @@ use wire::Answer;
 
 use super::FsError;
 use crate::sandbox::Sandboxing;
-use crate::sandbox::mounted::CHANGED_STATUS;
+use crate::sandbox::exit_status::{BUILD_REFUSED_STATUS, CHANGED_STATUS};
 use crate::sandbox::mounts::{self, Purpose};
 use crate::sandbox::policy::FullPolicy;
 
@@ -127,7 +127,7 @@ async fn in_sandbox_once(
             // In the words of the reference's helper, which will not build this sandbox either.
             Some(words) => FsError::other(format!(
                 "fs sandbox helper failed with status exit status: {}: {words}",
-                crate::sandbox::launch::BUILD_REFUSED_STATUS
+                BUILD_REFUSED_STATUS
             )),
             None => FsError::other(format!("failed to prepare fs sandbox: {error}")),
         })?;
