@@ -2,9 +2,12 @@
 //!
 //! `tether __tether-sandbox [--mounted …] exec …` is a sandboxed command's inner stage
 //! ([`crate::sandbox::inner`]); `tether __tether-sandbox fs` performs one file operation inside
-//! a sandbox ([`crate::fs::sandboxed`]). A binary calls [`run_if_helper`] first thing in `main`,
+//! a sandbox ([`crate::fs::sandboxed`]), and `tether __tether-sandbox discover` one capability
+//! discovery ([`crate::capabilities::sandboxed`]). A binary calls [`run_if_helper`] first thing in `main`,
 //! before any runtime or logging starts.
 
+use crate::capabilities::sandboxed::DiscoveryOp;
+use crate::fs::sandboxed::{FileOp, HelperOp};
 use crate::sandbox::exit_status::EXEC_FAILED_STATUS;
 use crate::sandbox::inner::{self, ExecArgs, HELPER_ARG};
 use crate::sandbox::mounted;
@@ -33,7 +36,8 @@ pub fn run_if_helper() {
             Ok(exec) => inner::exec_main(exec),
             Err(error) => fail(&format!("bad inner-stage arguments: {error}")),
         },
-        Some("fs") => crate::fs::sandboxed::serve_one(),
+        Some(mode) if mode == FileOp::MODE => crate::fs::sandboxed::serve_one::<FileOp>(),
+        Some(mode) if mode == DiscoveryOp::MODE => crate::capabilities::sandboxed::serve_one(),
         _ => fail(&format!("unknown helper mode {:?}", mode.unwrap_or_default())),
     }
 }

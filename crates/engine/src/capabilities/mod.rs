@@ -13,7 +13,8 @@ mod cache;
 mod front_matter;
 mod inventory;
 mod plugin_cache;
-pub(crate) mod scan;
+pub(crate) mod sandboxed;
+mod scan;
 mod skill_metadata;
 
 use std::sync::Arc;
@@ -24,13 +25,13 @@ use tether_protocol::capabilities::{
 };
 
 pub use cache::InventoryCache;
-pub(crate) use inventory::{Locations, inventory};
+use inventory::Locations;
 
 use crate::codex_config::Sources;
 use crate::fs::FsError;
 use crate::fs::blocking::blocking;
 use crate::fs::request::{Admission, Work, admit};
-use crate::fs::sandboxed::FileOp;
+use sandboxed::DiscoveryOp;
 
 /// The encoded size of one `capabilityRoots/discoverV1` answer, so it stays one frame below
 /// the 64 MiB message bound whatever the roots hold: a root that would pass it is answered
@@ -79,7 +80,7 @@ pub async fn discover_installed(
             let cache = Arc::clone(cache);
             Ok(blocking(move || Ok(cache.inventory(&locations))).await?)
         }
-        confined => Ok(Arc::new(confined.perform(FileOp::Inventory { locations }).await?)),
+        confined => Ok(Arc::new(confined.perform(DiscoveryOp::Inventory { locations }).await?)),
     }
 }
 
@@ -139,8 +140,8 @@ async fn discover_root(root: CapabilityRootRequest) -> CapabilityRootDiscovery {
         Ok(admission) => admission,
         Err(error) => return failed(id, path, error),
     };
-    let op = FileOp::DiscoverRoot { id: id.clone(), path: path.clone() };
-    match admission.perform::<CapabilityRootDiscovery>(op).await {
+    let op = DiscoveryOp::Root { id: id.clone(), path: path.clone() };
+    match admission.perform::<_, CapabilityRootDiscovery>(op).await {
         Ok(discovered) => discovered,
         Err(error) => failed(id, path, error),
     }

@@ -8,7 +8,7 @@ use tether_protocol::sandbox::SandboxContext;
 
 use super::FsError;
 use super::blocking::blocking;
-use super::sandboxed::{self, FileOp, FromOutcome};
+use super::sandboxed::{self, FromOutcome, HelperOp};
 use crate::sandbox::policy::{self, Confinement, Context, FullPolicy, PolicyError};
 
 /// Where a request's work may run.
@@ -22,9 +22,9 @@ pub(crate) enum Admission {
 
 impl Admission {
     /// Runs `op` where the admission says, and answers what it yields.
-    pub(crate) async fn perform<T: FromOutcome + Send + 'static>(
+    pub(crate) async fn perform<Op: HelperOp, T: FromOutcome + Send + 'static>(
         self,
-        op: FileOp,
+        op: Op,
     ) -> Result<T, FsError> {
         match self {
             Admission::InProcess => T::expect(blocking(move || op.apply()).await?),

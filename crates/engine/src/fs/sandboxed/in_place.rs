@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
-use super::op::{FileOp, Outcome};
+use super::op::{FileOp, Outcome, Tried};
 use crate::fs::{FsError, piecewise};
 use crate::sandbox::host_view::{self, InPlace};
 use crate::sandbox::policy::FullPolicy;
@@ -46,17 +46,9 @@ pub(super) fn prove() {
     PROVEN.store(true, Ordering::Relaxed);
 }
 
-/// What became of an operation offered here.
-pub(super) enum Tried {
-    /// Answered here.
-    Answered(Result<Outcome, FsError>),
-    /// For the sandbox, given back whole.
-    Sandbox(FileOp),
-}
-
 /// Makes `op` here if it is a change the sandbox `policy` describes would make as the host
 /// would.
-pub(super) async fn try_here(policy: &FullPolicy, op: FileOp) -> Tried {
+pub(super) async fn try_here(policy: &FullPolicy, op: FileOp) -> Tried<FileOp> {
     let offered = matches!(
         op,
         FileOp::WriteFile { .. } | FileOp::CreateDirectory { .. } | FileOp::Remove { .. }

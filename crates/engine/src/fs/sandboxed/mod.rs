@@ -6,7 +6,8 @@
 //! The server side ([`run`]) starts `bwrap <mounts> -- <tether> __tether-sandbox fs`, writes
 //! one [`FileOp`] as JSON to its stdin, and reads one answer from its stdout, a Unix socket. The
 //! helper side ([`serve_one`]) performs the operation with the same code the in-process calls
-//! use. Opening a file is an operation too: the helper sends the open file back as a
+//! use. The transport serves any [`HelperOp`]: capability discovery brings its own
+//! (`crate::capabilities::sandboxed`, helper mode `discover`), so nothing here names it. Opening a file is an operation too: the helper sends the open file back as a
 //! descriptor, so a sandboxed `fs/readFile` or `fs/open` reads (or writes) it here, at full
 //! speed, with the access the sandbox granted when it was opened.
 //!
@@ -25,7 +26,7 @@ use std::process::{ExitStatus, Stdio};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub(crate) use op::{FileOp, FromOutcome, OpenHow, Outcome};
+pub(crate) use op::{FileOp, FromOutcome, HelperOp, OpenHow, Outcome, Tried};
 use wire::Answer;
 
 use super::FsError;
@@ -42,8 +43,27 @@ const MAX_REQUEST_BYTES: usize =
 /// What the helper's stderr may add to an error message.
 const MAX_STDERR_BYTES: usize = 4096;
 
-/// The helper: one operation from stdin, its answer on stdout. Never returns.
-pub fn serve_one() -> ! {
+impl HelperOp for FileOp {
+    const MODE: &'static str = "fs";
+    /// A full listing of the longest names with every byte escaped (`NAME_MAX` bytes at up to
+    /// six each, and the JSON around them and each entry's metadata). Every other answer is
+    /// smaller: a walk's is bounded at 4 MiB, and a file travels as a descriptor, not bytes.
+    const MAX_ANSWER_BYTES: usize =
+        tether_protocol::fs::FS_READ_DIRECTORY_MAX_ENTRIES * (255 * 6 + 192);
+
+    fn apply(self) -> std::io::Result<Outcome> {
+        self.apply_here()
+    }
+
+    /// A write, a new directory or a removed file at a path the sandbox would show as the
+    /// host has it is made here ([`in_place`]).
+    fn try_here(self, policy: &FullPolicy) -> impl Future<Output = Tried<Self>> + Send {
+        in_place::try_here(policy, self)
+    }
+}
+
+/// The helper: one operation of kind `Op` from stdin, its answer on stdout. Never returns.
+pub(crate) fn serve_one<Op: HelperOp>() -> ! {
     let mut request = Vec::new();
     let read = std::io::stdin().take(MAX_REQUEST_BYTES as u64 + 1).read_to_end(&mut request);
     let (answer, file) = match read {
@@ -52,7 +72,7 @@ pub fn serve_one() -> ! {
             Answer::failed(FsError::other(format!("request over {MAX_REQUEST_BYTES} bytes"))),
             None,
         ),
-        Ok(_) => match serde_json::from_slice::<FileOp>(&request) {
+        Ok(_) => match serde_json::from_slice::<Op>(&request) {
             Ok(op) => Answer::of(op.apply()),
             Err(error) => (Answer::failed(FsError::other(format!("bad request: {error}"))), None),
         },
@@ -67,14 +87,17 @@ pub fn serve_one() -> ! {
 }
 
 /// Runs `op` inside the sandbox `policy` describes, and answers what it yields.
-pub(crate) async fn run<T: FromOutcome>(policy: &FullPolicy, op: FileOp) -> Result<T, FsError> {
+pub(crate) async fn run<Op: HelperOp, T: FromOutcome>(
+    policy: &FullPolicy,
+    op: Op,
+) -> Result<T, FsError> {
     T::expect(perform(policy, op).await?)
 }
 
-async fn perform(policy: &FullPolicy, op: FileOp) -> Result<Outcome, FsError> {
-    let op = match in_place::try_here(policy, op).await {
-        in_place::Tried::Answered(answer) => return answer,
-        in_place::Tried::Sandbox(op) => op,
+async fn perform<Op: HelperOp>(policy: &FullPolicy, op: Op) -> Result<Outcome, FsError> {
+    let op = match op.try_here(policy).await {
+        Tried::Answered(answer) => return answer,
+        Tried::Sandbox(op) => op,
     };
     let sandboxing = Sandboxing::current();
     let (Some(bwrap), Some(helper)) = (&sandboxing.bwrap, &sandboxing.helper) else {
@@ -104,7 +127,12 @@ enum Attempt {
     Changed(FsError),
 }
 
-async fn in_sandbox(policy: &FullPolicy, op: &FileOp, bwrap: &Path, helper: &Path) -> Attempt {
+async fn in_sandbox<Op: HelperOp>(
+    policy: &FullPolicy,
+    op: &Op,
+    bwrap: &Path,
+    helper: &Path,
+) -> Attempt {
     let (status, result) = match in_sandbox_once(policy, op, bwrap, helper).await {
         Ok(done) => done,
         Err(error) => return Attempt::Done(Err(error)),
@@ -116,9 +144,9 @@ async fn in_sandbox(policy: &FullPolicy, op: &FileOp, bwrap: &Path, helper: &Pat
 }
 
 /// Builds the sandbox, runs the helper in it, and returns how it exited with what it answered.
-async fn in_sandbox_once(
+async fn in_sandbox_once<Op: HelperOp>(
     policy: &FullPolicy,
-    op: &FileOp,
+    op: &Op,
     bwrap: &Path,
     helper: &Path,
 ) -> Result<(ExitStatus, Result<Outcome, FsError>), FsError> {
@@ -142,7 +170,7 @@ async fn in_sandbox_once(
         .arg("--")
         .arg(helper)
         .args(plan.helper_args())
-        .arg("fs")
+        .arg(Op::MODE)
         .env_clear()
         .current_dir("/")
         .stdin(Stdio::piped())
@@ -171,7 +199,8 @@ async fn in_sandbox_once(
     let mut diagnostics = Vec::new();
     let read_errors =
         async { (&mut stderr).take(MAX_STDERR_BYTES as u64).read_to_end(&mut diagnostics).await };
-    let ((), received, _) = tokio::join!(write, wire::receive(&ours), read_errors);
+    let ((), received, _) =
+        tokio::join!(write, wire::receive(&ours, Op::MAX_ANSWER_BYTES), read_errors);
     let status = child.wait().await.map_err(FsError::from)?;
     // The plan's mount targets are let go only now that the helper is gone.
     drop(plan.synthetic);

@@ -8,15 +8,43 @@ use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tether_protocol::ByteChunk;
 use tether_protocol::capabilities::{CapabilityRootDiscovery, DiscoverV2Response};
 use tether_protocol::fs::{FsGetMetadataResponse, FsWalkOptions, FsWalkResponse};
-use tether_protocol::{ByteChunk, PathUri};
 
 use super::super::directory::{self, Listing};
 use super::super::{FsError, copy, metadata, put_file, regular_file, remove, set_metadata, walk};
-use crate::capabilities::scan::{ROOT_RULES, scan_root};
-use crate::capabilities::{Locations, inventory};
+use crate::sandbox::policy::FullPolicy;
+
+/// Work a helper performs inside a sandbox: sent to it as JSON, performed there by the same
+/// code that performs it in-process, answered as an [`Outcome`]. File operations are one kind
+/// ([`FileOp`]); capability discovery, which reads through a sandbox as a command would, is
+/// another, defined beside the discovery it serves, so this transport names no caller.
+pub(crate) trait HelperOp: Serialize + DeserializeOwned + Send + 'static {
+    /// The helper mode that performs it: `tether __tether-sandbox … MODE`.
+    const MODE: &'static str;
+    /// The largest answer the server reads back for it.
+    const MAX_ANSWER_BYTES: usize;
+
+    /// Performs the work here, in whatever sandbox this process is in.
+    fn apply(self) -> io::Result<Outcome>;
+
+    /// Answers the work without a helper where the host already shows what the sandbox
+    /// would; by default never.
+    fn try_here(self, _policy: &FullPolicy) -> impl Future<Output = Tried<Self>> + Send {
+        std::future::ready(Tried::Sandbox(self))
+    }
+}
+
+/// What became of work offered to be done here rather than in a helper.
+pub(crate) enum Tried<Op> {
+    /// Answered here.
+    Answered(Result<Outcome, FsError>),
+    /// For the sandbox, given back whole.
+    Sandbox(Op),
+}
 
 /// One operation, as the helper receives it. Paths travel as their bytes: a path need not be
 /// UTF-8.
@@ -109,10 +137,6 @@ pub(crate) enum FileOp {
         path: PathBuf,
         how: OpenHow,
     },
-    /// Scans one capability root (`capabilityRoots/discoverV1`).
-    DiscoverRoot { id: String, path: PathUri },
-    /// Inventories the installed plugins and skills (`capabilities/discoverV2`).
-    Inventory { locations: Locations },
 }
 
 /// How [`FileOp::Open`] opens its file.
@@ -140,7 +164,7 @@ pub(crate) enum Outcome {
 
 impl FileOp {
     /// Performs the operation here, in whatever sandbox this process is in.
-    pub(crate) fn apply(self) -> io::Result<Outcome> {
+    pub(crate) fn apply_here(self) -> io::Result<Outcome> {
         let done = |result: io::Result<()>| result.map(|()| Outcome::Done);
         match self {
             FileOp::WriteFile { path, data, follow } => {
@@ -179,12 +203,6 @@ impl FileOp {
                 OpenHow::Replace => regular_file::open_for_write(&path, true),
             }
             .map(Outcome::File),
-            FileOp::DiscoverRoot { id, path } => {
-                Ok(Outcome::Root(Box::new(scan_root(id, path, ROOT_RULES))))
-            }
-            FileOp::Inventory { locations } => {
-                Ok(Outcome::Inventory(Box::new(inventory(&locations))))
-            }
         }
     }
 }

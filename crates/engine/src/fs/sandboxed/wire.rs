@@ -13,27 +13,13 @@ use rustix::net::{
 };
 use serde::{Deserialize, Serialize};
 use tether_protocol::capabilities::{CapabilityRootDiscovery, DiscoverV2Response};
-use tether_protocol::fs::{
-    FS_READ_DIRECTORY_MAX_ENTRIES, FsGetMetadataResponse, FsReadDirectoryEntry, FsWalkResponse,
-};
+use tether_protocol::fs::{FsGetMetadataResponse, FsReadDirectoryEntry, FsWalkResponse};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
 use super::super::directory::Listing;
 use super::super::{FsError, FsErrorKind};
 use super::op::{Outcome, path_bytes};
-
-/// The largest answer the server reads: the larger of a full listing of the longest names with
-/// every byte escaped (`NAME_MAX` bytes at up to six each, and the JSON around them and each
-/// entry's metadata) and a
-/// capability root's files (16 MiB of text, escaped at up to six bytes a byte, and its paths).
-/// Every other answer is smaller: a walk's is bounded at 4 MiB, an inventory's at 4 MiB, and a
-/// file travels as a descriptor, not bytes.
-pub(super) const MAX_ANSWER_BYTES: usize = {
-    let listing = FS_READ_DIRECTORY_MAX_ENTRIES * (255 * 6 + 192);
-    let root = crate::capabilities::scan::MAX_ROOT_BYTES as usize * 6 + 4 * 1024 * 1024;
-    if listing > root { listing } else { root }
-};
 
 /// How much of the answer one `recvmsg` takes.
 const RECEIVE_CHUNK_BYTES: usize = 64 * 1024;
@@ -140,10 +126,14 @@ pub(super) fn send(socket: impl AsFd, bytes: &[u8], file: Option<&File>) -> io::
     Ok(())
 }
 
-/// Reads everything until the helper closes its end: the answer's bytes (at most
-/// [`MAX_ANSWER_BYTES`]) and the first descriptor that came with them. Descriptors arrive
+/// Reads everything until the helper closes its end: the answer's bytes (at most `max`, the
+/// operation's [`HelperOp::MAX_ANSWER_BYTES`](super::op::HelperOp::MAX_ANSWER_BYTES)) and the
+/// first descriptor that came with them. Descriptors arrive
 /// close-on-exec, so no child started meanwhile inherits them.
-pub(super) async fn receive(socket: &UnixStream) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+pub(super) async fn receive(
+    socket: &UnixStream,
+    max: usize,
+) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
     let mut bytes = Vec::new();
     let mut file = None;
     let mut chunk = vec![0u8; RECEIVE_CHUNK_BYTES];
@@ -179,9 +169,9 @@ pub(super) async fn receive(socket: &UnixStream) -> io::Result<(Vec<u8>, Option<
         if count == 0 {
             return Ok((bytes, file));
         }
-        if bytes.len() + count > MAX_ANSWER_BYTES {
+        if bytes.len() + count > max {
             return Err(io::Error::other(format!(
-                "the fs sandbox helper answered more than {MAX_ANSWER_BYTES} bytes"
+                "the fs sandbox helper answered more than {max} bytes"
             )));
         }
         bytes.extend_from_slice(&chunk[..count]);
