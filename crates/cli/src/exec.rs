@@ -49,6 +49,10 @@ Exit codes: the command's own; 128+N if signal N killed it; 127 the command is n
 stderr says why and what to do).
 Writing into a closed pipe (`| head`) stops the command and exits quietly, as ssh does.
 
+TLS: a wss:// certificate nothing vouches for is shown and asked about at a terminal, then
+remembered (known_fingerprints, beside the config file) and pinned, as ssh remembers host keys;
+--accept-new-fingerprint accepts it without asking; one that changed is refused (255).
+
 Ctrl-C: the first interrupts the command, a second kills it. SIGTERM, SIGHUP, SIGQUIT,
 SIGUSR1 and SIGUSR2 go to the command (on a Tether server).
 
@@ -80,6 +84,13 @@ pub struct ExecArgs {
     /// `tether serve --tls-self-signed` prints it; case and colons do not matter).
     #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
     tls_fingerprint: Option<tether_client::TlsFingerprint>,
+
+    /// For `wss://`: trust a certificate nothing vouches for, not yet known for this executor,
+    /// without asking, and remember it (known_fingerprints, beside the config file), as ssh's
+    /// StrictHostKeyChecking=accept-new; without it, tether asks at a terminal and refuses
+    /// elsewhere. A changed one is refused either way.
+    #[arg(long)]
+    accept_new_fingerprint: bool,
 
     /// Run the command on a pseudo-terminal (one merged output stream); `TERM` is passed on.
     #[arg(short, long)]
@@ -184,6 +195,7 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
         args.token_file.clone(),
         args.tls_ca_file.clone(),
         args.tls_fingerprint,
+        args.accept_new_fingerprint,
     );
     let url = executor.url.as_str();
     let options = ClientOptions {
@@ -198,7 +210,7 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
         ..executor.client_options("tether-exec")?
     };
     if let (Some(session), true) = (&args.resume, args.list) {
-        let client = resume(url, session, options).await?;
+        let client = resume(&executor, session, options).await?;
         if !client.tether_extensions().process_list {
             bail!("this server cannot list a session's processes (it does not serve process/list)");
         }
@@ -224,7 +236,7 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
     }
     let (client, mut process) = match (&args.resume, &args.process) {
         (Some(session), Some(process_id)) => {
-            let client = resume(url, session, options).await?;
+            let client = resume(&executor, session, options).await?;
             let (process, truncated) = client.attach(process_id.as_str()).await.map_err(|e| {
                 match e.code() {
                     Some(NOT_FOUND) | Some(INVALID_REQUEST) => anyhow::anyhow!(
@@ -242,7 +254,7 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
             (client, process)
         }
         _ => {
-            let client = crate::report::connect(url, options).await?;
+            let client = crate::report::connect(&executor, options).await?;
             let params = start_params(&args, &client)?;
             let process = match client.start(params.clone()).await {
                 Ok(process) => process,
@@ -427,18 +439,20 @@ fn humanize(ttl: Duration) -> String {
     }
 }
 
-/// Resumes `session`; a refusal says what became of it.
+/// Resumes `session` (trusting the executor's certificate on first use: [`crate::trust`]); a
+/// refusal says what became of it.
 async fn resume(
-    url: &str,
+    executor: &crate::executors::Executor,
     session: &str,
     options: ClientOptions,
 ) -> anyhow::Result<ExecServerClient> {
+    let url = executor.url.as_str();
     let with_token = options.bearer_token.is_some();
     // A client that just died still holds the session until the server sees its connection
     // go (at once for a closed socket, within the keepalive for a lost network): asked again
     // until then, as a recovery asks.
     let deadline = tokio::time::Instant::now() + options.recovery_timeout;
-    let resumed = loop {
+    let attempt = async |options: ClientOptions| loop {
         match ExecServerClient::resume(url, session, options.clone()).await {
             Err(error)
                 if error.code() == Some(SESSION_ALREADY_ATTACHED)
@@ -449,9 +463,8 @@ async fn resume(
             resumed => break resumed,
         }
     };
-    match resumed {
-        Ok(client) => Ok(client),
-        Err(error) => Err(match error.code() {
+    crate::trust::connect(executor, options, attempt, |error| {
+        match error.code() {
             Some(INVALID_REQUEST) => anyhow::anyhow!(
                 "{url} has no session {session}: it ended, it expired while no client held it (the server's --session-ttl-secs), or the server restarted"
             ),
@@ -459,8 +472,9 @@ async fn resume(
                 "session {session} is held by another client that is still connected; end that one, or wait until it detaches"
             ),
             _ => crate::report::connect_failure(url, error, with_token),
-        }),
-    }
+        }
+    })
+    .await
 }
 
 /// Our stdout is closed (`tether exec … | head`): nobody reads the command's output any more.

@@ -21,10 +21,15 @@ use tether_client::{ClientOptions, TlsFingerprint};
 /// Where an executor is and how to trust and reach it.
 #[derive(Debug, Clone, Default)]
 pub struct Executor {
+    /// Its name in the config file; `None` for one given as a URL.
+    pub name: Option<String>,
     pub url: String,
     pub token_file: Option<PathBuf>,
     pub tls_ca_file: Option<PathBuf>,
     pub tls_fingerprint: Option<TlsFingerprint>,
+    /// Remember a certificate nothing vouches for without asking, on its first use
+    /// (`--accept-new-fingerprint`; see [`crate::trust`]).
+    pub accept_new_fingerprint: bool,
 }
 
 /// The credential and trust flags that override a named executor's (`tether cp`, `tether
@@ -42,12 +47,22 @@ pub struct TrustFlags {
     /// For `wss://`: trust exactly the certificate with this fingerprint.
     #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
     pub tls_fingerprint: Option<TlsFingerprint>,
+
+    /// For `wss://`: a certificate not yet known for this executor is remembered and trusted
+    /// without asking (ssh's accept-new); a changed one is still refused.
+    #[arg(long)]
+    pub accept_new_fingerprint: bool,
 }
 
 impl TrustFlags {
     /// `executor` with these flags winning over its config entry.
     pub fn over(&self, executor: Executor) -> Executor {
-        executor.with_flags(self.token_file.clone(), self.tls_ca_file.clone(), self.tls_fingerprint)
+        executor.with_flags(
+            self.token_file.clone(),
+            self.tls_ca_file.clone(),
+            self.tls_fingerprint,
+            self.accept_new_fingerprint,
+        )
     }
 }
 
@@ -58,12 +73,15 @@ impl Executor {
         token_file: Option<PathBuf>,
         tls_ca_file: Option<PathBuf>,
         tls_fingerprint: Option<TlsFingerprint>,
+        accept_new_fingerprint: bool,
     ) -> Self {
         Self {
+            name: self.name,
             url: self.url,
             token_file: token_file.or(self.token_file),
             tls_ca_file: tls_ca_file.or(self.tls_ca_file),
             tls_fingerprint: tls_fingerprint.or(self.tls_fingerprint),
+            accept_new_fingerprint,
         }
     }
 
@@ -135,7 +153,7 @@ pub fn resolve(url_or_name: &str) -> anyhow::Result<Executor> {
         ReadError::Other(error) => error,
     })?;
     match executors.get(name) {
-        Some(Ok(executor)) => Ok(executor.clone()),
+        Some(Ok(executor)) => Ok(Executor { name: Some(name.to_owned()), ..executor.clone() }),
         Some(Err(why)) => bail!("{why}; fix it there, or give a ws:// or wss:// URL"),
         None => {
             let known: Vec<&str> = executors.keys().map(String::as_str).collect();
@@ -261,6 +279,7 @@ fn parse(text: &str, path: &Path) -> anyhow::Result<Executors> {
             token_file: entry.token_file.map(|file| expand(&file, dir)),
             tls_ca_file: entry.tls_ca_file.map(|file| expand(&file, dir)),
             tls_fingerprint,
+            ..Executor::default()
         };
         executors.insert(name, Ok(executor));
     }

@@ -6,6 +6,7 @@ mod credentials;
 mod exec;
 mod executors;
 mod guardian;
+mod known_fingerprints;
 mod mcp;
 mod report;
 mod serve;
@@ -13,6 +14,7 @@ mod sessions;
 mod start_failure;
 mod stdout;
 mod token;
+mod trust;
 
 use std::time::Duration;
 

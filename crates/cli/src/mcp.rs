@@ -64,6 +64,11 @@ pub struct McpArgs {
     #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT", requires = "url")]
     tls_fingerprint: Option<tether_client::TlsFingerprint>,
 
+    /// For a `wss://` exec-server: a certificate not yet known for it is remembered and
+    /// trusted without asking (ssh's accept-new); a changed one is still refused.
+    #[arg(long, requires = "url")]
+    accept_new_fingerprint: bool,
+
     /// Start a stdio MCP server with this command line (words split as a shell would, without
     /// expansions), e.g. `--stdio 'npx -y @modelcontextprotocol/server-everything'`.
     #[arg(
@@ -150,9 +155,10 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
                 args.token_file.clone(),
                 args.tls_ca_file.clone(),
                 args.tls_fingerprint,
+                args.accept_new_fingerprint,
             );
             let options = executor.client_options("tether-mcp")?;
-            Environment::remote(crate::report::connect(&executor.url, options).await?)
+            Environment::remote(crate::report::connect(&executor, options).await?)
         }
         None => Environment::local(),
     };

@@ -4,6 +4,8 @@
 use tether_client::error::{ConnectError, ConnectErrorKind};
 use tether_client::{ClientError, ClientOptions, ExecServerClient};
 
+use crate::executors::Executor;
+
 /// The error and its causes on one line. Libraries differ on whether an error's text includes
 /// its source's, so a cause already said is not said again.
 pub fn one_line(error: &anyhow::Error) -> String {
@@ -23,12 +25,21 @@ pub fn one_line(error: &anyhow::Error) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Connects to the exec-server at `url`; a failure names the URL and says what to try.
-pub async fn connect(url: &str, options: ClientOptions) -> anyhow::Result<ExecServerClient> {
+/// Connects to `executor` (trusting its certificate on first use: [`crate::trust`]); a failure
+/// names the URL and says what to try.
+pub async fn connect(
+    executor: &Executor,
+    options: ClientOptions,
+) -> anyhow::Result<ExecServerClient> {
+    let url = executor.url.as_str();
     let with_token = options.bearer_token.is_some();
-    ExecServerClient::connect(url, options)
-        .await
-        .map_err(|error| connect_failure(url, error, with_token))
+    crate::trust::connect(
+        executor,
+        options,
+        async |options| ExecServerClient::connect(url, options).await,
+        |error| connect_failure(url, error, with_token),
+    )
+    .await
 }
 
 /// A failure to connect to `url` (or to start or resume a session there), naming the URL and,
@@ -61,7 +72,7 @@ fn connect_hint(error: &ConnectError, with_token: bool) -> &'static str {
             "; if that fingerprint is your server's (`tether serve --tls-self-signed` prints it), pin it with --tls-fingerprint, or give --tls-ca-file PEM (the CA, or the server's own certificate)"
         }
         ConnectErrorKind::WrongFingerprint => {
-            "; a server restarted with --tls-self-signed has a new certificate: pin the fingerprint it printed, if you trust that it is the server"
+            "; a server restarted with --tls-self-signed has a new certificate (--tls-self-signed-dir keeps one): pin the fingerprint it printed, if you trust that it is the server"
         }
         ConnectErrorKind::NotTls => {
             "; the server speaks plain WebSocket: use ws:// instead of wss://"

@@ -30,6 +30,7 @@ use tether_server::config::{
     DEFAULT_SHUTDOWN_GRACE, MAX_SHUTDOWN_GRACE,
 };
 use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
+use tether_server::transport::kept_certificate::Kept;
 use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -140,9 +141,17 @@ pub struct ServeArgs {
 
     /// Serve `wss://` with a certificate made at startup, in memory only. Its fingerprint is
     /// printed on the line after the URL (`fingerprint SHA256:…`); clients trust it with
-    /// `--tls-fingerprint`, as ssh trusts a host key. A new one is made at every start.
+    /// `--tls-fingerprint`, or remember it on first use, as ssh trusts a host key. A new one is
+    /// made at every start (--tls-self-signed-dir keeps one).
     #[arg(long)]
     tls_self_signed: bool,
+
+    /// As --tls-self-signed, with the certificate kept in DIR (`cert.pem`, `key.pem`): made
+    /// and written there at the first start, served again at every later one, so its
+    /// fingerprint stays the same. DIR is made 0700 if missing; one open to group or others,
+    /// or a key that is, is refused.
+    #[arg(long, value_name = "DIR", conflicts_with = "tls_cert")]
+    tls_self_signed_dir: Option<PathBuf>,
 
     /// The private key (PEM) for --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
@@ -222,7 +231,8 @@ impl From<PidNamespaceMode> for PidNamespace {
 }
 
 /// The names a self-signed certificate carries: the listen address, and loopback's names —
-/// for clients that check names; a pinned fingerprint ignores them.
+/// for clients that check names; a pinned fingerprint ignores them. A kept one
+/// (`--tls-self-signed-dir`) carries those of the start that made it.
 fn certificate_names(listen: &ListenAddress) -> Vec<String> {
     let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     if let ListenAddress::WebSocket { addr, .. } = listen
@@ -323,7 +333,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
              with --remote (refused by Tether); ignored"
         );
     }
-    let tls_flags = args.tls_cert.is_some() || args.tls_self_signed;
+    let tls_flags =
+        args.tls_cert.is_some() || args.tls_self_signed || args.tls_self_signed_dir.is_some();
     match &listen {
         ListenAddress::Stdio if tls_flags => {
             bail!("TLS requires a WebSocket listener, not stdio; use --listen wss://HOST:PORT")
@@ -343,6 +354,23 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                      key, both PEM files this user can read, or use --tls-self-signed"
                 )
             })?)
+        }
+        _ if let Some(dir) = &args.tls_self_signed_dir => {
+            let (made, kept) = tether_server::transport::kept_certificate::kept_self_signed(
+                dir,
+                certificate_names(&listen),
+            )
+            .map_err(|error| anyhow::anyhow!("--tls-self-signed-dir: {error}"))?;
+            match kept {
+                Kept::Made => {
+                    tracing::info!(dir = %dir.display(), "made a self-signed certificate, kept there for later starts")
+                }
+                Kept::Loaded => {
+                    tracing::info!(dir = %dir.display(), "serving the self-signed certificate kept there")
+                }
+            }
+            fingerprint = Some(made.fingerprint);
+            Some(made.config)
         }
         _ if args.tls_self_signed => {
             let made = tether_server::transport::tls::self_signed(certificate_names(&listen))
@@ -553,9 +581,11 @@ async fn cancel_on_signal(
 }
 
 /// The server's own files, which no sandbox may read or write: the credentials that let a
-/// client in, the TLS key, and the output spilled for every session.
+/// client in, the TLS key (or the directory a self-signed one is kept in), and the output
+/// spilled for every session.
 fn private_files(args: &ServeArgs) -> Vec<PathBuf> {
-    let others = [&args.tls_key, &args.spill_output_dir].into_iter().flatten();
+    let others =
+        [&args.tls_key, &args.tls_self_signed_dir, &args.spill_output_dir].into_iter().flatten();
     args.ws_auth.secret_files().chain(others).cloned().collect()
 }
 

@@ -60,7 +60,7 @@ pub struct KillArgs {
 async fn connect(reach: &Reach) -> anyhow::Result<ExecServerClient> {
     let executor = reach.trust.over(crate::executors::resolve(&reach.url)?);
     let client =
-        crate::report::connect(&executor.url, executor.client_options("tether-sessions")?).await?;
+        crate::report::connect(&executor, executor.client_options("tether-sessions")?).await?;
     if !client.tether_extensions().sessions {
         client.disconnect();
         bail!(

@@ -273,15 +273,33 @@ async fn a_url_that_does_not_fit_the_server_says_what_would() {
     );
 
     // A certificate nobody vouches for: what it is (as ssh shows an unknown host key), and how
-    // to trust it.
-    let line = one_line(&tether(&["--url", &tls.url, "--", "true"], &[]).await);
+    // to trust it (the known fingerprints in a config directory of the test's own).
+    let config = tether_testkit::scratch::Scratch::new("exec-errors-config");
+    let config_home = config.path("");
+    let env = [("XDG_CONFIG_HOME", config_home.to_str().unwrap())];
+    let line = one_line(&tether(&["--url", &tls.url, "--", "true"], &env).await);
     let fingerprint = tls.fingerprint.as_deref().expect("a self-signed server prints it");
+    let address = tls.url.trim_start_matches("wss://");
     assert_eq!(
         line,
         format!(
-            "tether exec: cannot connect to {}: the server's certificate is not signed by a CA this client trusts (it presented {fingerprint}); if that fingerprint is your server's (`tether serve --tls-self-signed` prints it), pin it with --tls-fingerprint, or give --tls-ca-file PEM (the CA, or the server's own certificate)",
-            tls.url
+            "tether exec: cannot connect to {}: the server's certificate is not signed by a CA this client trusts (it presented {fingerprint}); if that fingerprint is your server's (`tether serve --tls-self-signed` prints it), accept it with --accept-new-fingerprint (remembered for {address} in {}), or pin it with --tls-fingerprint",
+            tls.url,
+            config.path("tether/known_fingerprints").display()
         )
+    );
+    // With a CA file given, the CA is the only way in: nothing to accept or remember.
+    let ca = config.file(
+        "ca.pem",
+        rcgen::generate_simple_self_signed(vec!["x".to_owned()]).unwrap().cert.pem().as_bytes(),
+    );
+    let line = one_line(
+        &tether(&["--url", &tls.url, "--tls-ca-file", ca.to_str().unwrap(), "--", "true"], &env)
+            .await,
+    );
+    assert!(
+        line.ends_with("; if that fingerprint is your server's (`tether serve --tls-self-signed` prints it), pin it with --tls-fingerprint, or give --tls-ca-file PEM (the CA, or the server's own certificate)"),
+        "{line}"
     );
 }
 

@@ -98,20 +98,6 @@ async fn a_terminal_starts_at_the_size_asked_and_follows_resizes() {
     assert!(unknown.message.contains("unknown process id nobody"), "{}", unknown.message);
 }
 
-/// Reads a terminal into `seen` until it holds `needle` (within 30 s).
-async fn read_until(reader: &mut (impl AsyncReadExt + Unpin), needle: &str, seen: &mut String) {
-    let mut buffer = [0u8; 4096];
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !seen.contains(needle) {
-            let n = reader.read(&mut buffer).await.unwrap();
-            assert!(n > 0, "the terminal closed; seen: {seen:?}");
-            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{needle:?} never came; seen: {seen:?}"));
-}
-
 /// `tether exec --tty` inside a real terminal: the remote terminal gets its size at the start
 /// and again whenever the window changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,10 +115,10 @@ async fn tether_exec_tty_carries_the_local_window_size() {
         .unwrap();
     let (mut reader, writer) = pty.into_split();
     let mut seen = String::new();
-    read_until(&mut reader, "ready", &mut seen).await;
+    common::read_until(&mut reader, "ready", &mut seen).await;
     assert!(seen.contains("33 111"), "{seen:?}");
     writer.resize(pty_process::Size::new(44, 120)).unwrap();
-    read_until(&mut reader, "44 120", &mut seen).await;
+    common::read_until(&mut reader, "44 120", &mut seen).await;
     let status =
         tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
@@ -158,11 +144,11 @@ async fn a_terminal_is_told_when_the_link_drops_and_comes_back() {
         .unwrap();
     let (mut reader, _writer) = pty.into_split();
     let mut seen = String::new();
-    read_until(&mut reader, "ready", &mut seen).await;
+    common::read_until(&mut reader, "ready", &mut seen).await;
     proxy.cut();
-    read_until(&mut reader, "[tether: reconnected]", &mut seen).await;
+    common::read_until(&mut reader, "[tether: reconnected]", &mut seen).await;
     std::fs::write(&go_on, "").unwrap();
-    read_until(&mut reader, "finished", &mut seen).await;
+    common::read_until(&mut reader, "finished", &mut seen).await;
     let status =
         tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0), "{seen:?}");

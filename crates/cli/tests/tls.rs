@@ -279,7 +279,7 @@ async fn a_self_signed_server_is_trusted_by_its_printed_fingerprint() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "tether exec: cannot connect to {url}: the server's certificate is {fingerprint}, not the pinned {other}; a server restarted with --tls-self-signed has a new certificate: pin the fingerprint it printed, if you trust that it is the server"
+            "tether exec: cannot connect to {url}: the server's certificate is {fingerprint}, not the pinned {other}; a server restarted with --tls-self-signed has a new certificate (--tls-self-signed-dir keeps one): pin the fingerprint it printed, if you trust that it is the server"
         )
     );
     let _ = server.start_kill();

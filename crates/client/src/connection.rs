@@ -419,9 +419,10 @@ fn connect_error(error: tungstenite::Error) -> ClientError {
 fn tls_error(error: &rustls::Error) -> ConnectError {
     match error {
         rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))
-            if other.0.is::<crate::tls::FingerprintMismatch>() =>
+            if let Some(mismatch) = other.0.downcast_ref::<crate::tls::FingerprintMismatch>() =>
         {
             ConnectError::new(ConnectErrorKind::WrongFingerprint, other.0.to_string())
+                .presenting(Some(mismatch.presented.0))
         }
         rustls::Error::InvalidCertificate(why) => {
             use rustls::CertificateError as Why;
@@ -454,6 +455,7 @@ fn tls_error(error: &rustls::Error) -> ConnectError {
                 ConnectErrorKind::UntrustedCertificate,
                 format!("the server's certificate {what}{pin}"),
             )
+            .presenting(presented.map(|fingerprint| fingerprint.0))
         }
         rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
             ConnectError::new(
@@ -563,5 +565,29 @@ mod tests {
         assert_eq!(outer, Outer { inner: Inner { f: 1.5 } });
         let error = decode_result::<Outer>("m", br#"{"g":1}"#).unwrap_err().to_string();
         assert!(error.contains("unexpected `m` result"), "{error}");
+    }
+
+    /// A refused certificate's fingerprint travels as a value, for a caller to show and pin.
+    #[test]
+    fn a_refused_certificate_carries_its_fingerprint() {
+        use crate::tls::{FingerprintMismatch, TlsFingerprint, Untrusted};
+        let refused = |other: Arc<dyn std::error::Error + Send + Sync>| {
+            tls_error(&rustls::Error::InvalidCertificate(rustls::CertificateError::Other(
+                rustls::OtherError(other),
+            )))
+        };
+        let (presented, expected) = (TlsFingerprint([1; 32]), TlsFingerprint([2; 32]));
+        let untrusted = refused(Arc::new(Untrusted {
+            why: rustls::CertificateError::UnknownIssuer,
+            presented,
+        }));
+        assert_eq!(untrusted.kind, ConnectErrorKind::UntrustedCertificate);
+        assert_eq!(untrusted.presented(), Some(presented));
+        let mismatch = refused(Arc::new(FingerprintMismatch { expected, presented }));
+        assert_eq!(mismatch.kind, ConnectErrorKind::WrongFingerprint);
+        assert_eq!(mismatch.presented(), Some(presented));
+        let expired =
+            tls_error(&rustls::Error::InvalidCertificate(rustls::CertificateError::Expired));
+        assert_eq!(expired.presented(), None);
     }
 }

@@ -71,6 +71,10 @@ pub struct ConnectError {
     message: String,
     #[source]
     source: Option<Cause>,
+    /// The SHA-256 of the certificate the server presented, for a certificate refused
+    /// (`UntrustedCertificate`, `WrongFingerprint`); read as a fingerprint in `tls`, which
+    /// imports this module.
+    pub(crate) presented: Option<[u8; 32]>,
 }
 
 /// What kind of thing kept the connection from being made.
@@ -108,7 +112,13 @@ pub enum ConnectErrorKind {
 
 impl ConnectError {
     pub(crate) fn new(kind: ConnectErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), source: None }
+        Self { kind, message: message.into(), source: None, presented: None }
+    }
+
+    /// The same error, for a certificate refused whose SHA-256 was `presented`.
+    pub(crate) fn presenting(mut self, presented: Option<[u8; 32]>) -> Self {
+        self.presented = presented;
+        self
     }
 
     pub(crate) fn caused_by(

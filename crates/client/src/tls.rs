@@ -47,6 +47,15 @@ impl fmt::Debug for TlsFingerprint {
     }
 }
 
+impl ConnectError {
+    /// The fingerprint of the certificate a refused server presented (`UntrustedCertificate`,
+    /// `WrongFingerprint`): what a person checks against the server's own, and pins — or
+    /// remembers, as ssh remembers a host key — once it is.
+    pub fn presented(&self) -> Option<TlsFingerprint> {
+        self.presented.map(TlsFingerprint)
+    }
+}
+
 /// Why a fingerprint could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

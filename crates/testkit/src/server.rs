@@ -20,7 +20,8 @@ pub enum Target {
 pub struct ServerProcess {
     pub target: Target,
     pub url: String,
-    /// With `--tls-self-signed`: the certificate's `SHA256:…` fingerprint, as printed.
+    /// With `--tls-self-signed` (or `--tls-self-signed-dir`): the certificate's `SHA256:…`
+    /// fingerprint, as printed.
     pub fingerprint: Option<String>,
     child: Child,
     scratch: PathBuf,
@@ -106,9 +107,10 @@ impl ServerProcess {
         if !first.starts_with("ws://") && !first.starts_with("wss://") {
             bail!("unexpected first line from {target:?}: {first}");
         }
-        // `--tls-self-signed` prints the certificate's fingerprint on the next line.
+        // A self-signed certificate's fingerprint is printed on the next line.
         let mut fingerprint = None;
-        if extra_args.contains(&"--tls-self-signed") {
+        if extra_args.iter().any(|arg| ["--tls-self-signed", "--tls-self-signed-dir"].contains(arg))
+        {
             let second = lines.next_line().await?.context("no fingerprint line")?;
             let pinned = second.strip_prefix("fingerprint ").context("no fingerprint line")?;
             fingerprint = Some(pinned.to_owned());

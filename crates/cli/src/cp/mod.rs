@@ -325,7 +325,7 @@ async fn connect(args: &CpArgs, named: Option<&str>) -> anyhow::Result<ExecServe
     };
     let executor = args.trust.over(crate::executors::resolve(url)?);
     let options = executor.client_options("tether-cp")?;
-    crate::report::connect(&executor.url, options).await
+    crate::report::connect(&executor, options).await
 }
 
 /// A progress bar on a terminal; nothing otherwise.

@@ -225,3 +225,21 @@ impl LoggingServer {
         Self { child, url: url.trim().to_owned(), log }
     }
 }
+
+/// Reads a terminal into `seen` until it holds `needle` (within 30 s).
+pub async fn read_until(
+    reader: &mut (impl tokio::io::AsyncReadExt + Unpin),
+    needle: &str,
+    seen: &mut String,
+) {
+    let mut buffer = [0u8; 4096];
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !seen.contains(needle) {
+            let n = reader.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the terminal closed; seen: {seen:?}");
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{needle:?} never came; seen: {seen:?}"));
+}

@@ -12,11 +12,13 @@
 //!   are made, when nothing queued is waiting to go out ahead of them; big messages cut into
 //!   frames.
 //! - [`tls`]: the certificate and key, or a self-signed certificate made at startup.
+//! - [`kept_certificate`]: a self-signed certificate kept in a directory across restarts.
 //! - Here: a connection's outbound queue ([`Outbound`]), its id, and what each transport can
 //!   carry ([`TransportKind`]).
 
 pub mod accept;
 pub(crate) mod direct;
+pub mod kept_certificate;
 pub(crate) mod liveness;
 pub mod tls;
 pub(crate) mod upgrade;

@@ -25,13 +25,30 @@ pub fn load_server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerC
     }
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| format!("cannot read the TLS private key {}: {e}", key.display()))?;
+    server_config(certs, key, "the TLS certificate and key do not go together")
+}
+
+/// The server's TLS settings for a certificate chain and its key; `mismatch` says what a
+/// refusal of the pair means.
+pub(crate) fn server_config(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    mismatch: &str,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let mut config = builder()?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("the TLS certificate and key do not go together: {e}"))?;
+        .map_err(|e| format!("{mismatch}: {e}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config.ignore_client_order = true;
     Ok(Arc::new(config))
+}
+
+/// `SHA256:` and the hex SHA-256 of a certificate's DER bytes, as clients'
+/// `--tls-fingerprint` takes it.
+pub(crate) fn fingerprint(der: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("SHA256:{}", hex::encode(sha2::Sha256::digest(der)))
 }
 
 /// A server certificate made for this run, and what clients pin it by.
@@ -47,21 +64,28 @@ pub struct SelfSigned {
 /// serve it. A client trusts it by pinning its fingerprint, as ssh trusts a host key; its names
 /// matter only to clients that check them.
 pub fn self_signed(names: Vec<String>) -> Result<SelfSigned, String> {
-    use sha2::Digest as _;
+    Ok(make_self_signed(names)?.0)
+}
+
+/// A fresh self-signed certificate for `names` and the settings to serve it, with the
+/// certificate and its key as PEM (for [`super::kept_certificate`] to write).
+pub(crate) fn make_self_signed(names: Vec<String>) -> Result<(SelfSigned, MadePem), String> {
     let certified = rcgen::generate_simple_self_signed(names)
         .map_err(|e| format!("cannot make a self-signed certificate: {e}"))?;
     let der = certified.cert.der().clone();
-    let digest = sha2::Sha256::digest(der.as_ref());
-    let fingerprint = format!("SHA256:{}", hex::encode(digest));
+    let fingerprint = fingerprint(der.as_ref());
+    let pem =
+        MadePem { certificate: certified.cert.pem(), key: certified.signing_key.serialize_pem() };
     let key = PrivateKeyDer::try_from(certified.signing_key.serialize_der())
         .map_err(|e| format!("cannot use the self-signed certificate's key: {e}"))?;
-    let mut config = builder()?
-        .with_no_client_auth()
-        .with_single_cert(vec![der], key)
-        .map_err(|e| format!("cannot use the self-signed certificate: {e}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    config.ignore_client_order = true;
-    Ok(SelfSigned { config: Arc::new(config), fingerprint })
+    let config = server_config(vec![der], key, "cannot use the self-signed certificate")?;
+    Ok((SelfSigned { config, fingerprint }, pem))
+}
+
+/// A made certificate and its private key, PEM-encoded.
+pub(crate) struct MadePem {
+    pub certificate: String,
+    pub key: String,
 }
 
 /// The server's settings on aws-lc-rs's safe defaults, preferring AES-128-GCM over the
