@@ -16,8 +16,9 @@ use tether_protocol::fs::{FsReadFileParams, FsWriteFileParams};
 use tether_protocol::process::{EnvInherit, EnvPolicy, ExecParams, PtySize};
 
 use crate::errors::NativeError;
+use crate::pending::Stop;
 use crate::pending::{Pending, value};
-use crate::process::{NativeProcess, RunGuard, collect};
+use crate::process::{INTERRUPT_GRACE, NativeProcess, RunGuard, collect, interrupt_then_kill};
 
 /// What `connect` was given, checked before anything is sent.
 #[derive(Default)]
@@ -224,7 +225,9 @@ impl NativeExecutor {
         self.client.lock().expect("the executor's lock").take();
     }
 
-    #[pyo3(signature = (argv, cwd=None, env=None, input=None, timeout=None, tty=false))]
+    #[pyo3(signature = (
+        argv, cwd=None, env=None, input=None, timeout=None, tty=false, interrupt_grace=None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -234,14 +237,15 @@ impl NativeExecutor {
         input: Option<Vec<u8>>,
         timeout: Option<f64>,
         tty: bool,
+        interrupt_grace: Option<f64>,
     ) -> PyResult<Pending> {
         let client = self.client()?;
         let timeout_duration = seconds("timeout", timeout)?;
+        let grace = seconds("interrupt_grace", interrupt_grace)?.unwrap_or(INTERRUPT_GRACE);
         let command = Command { argv, cwd, env, tty, stdin: input.is_some(), pty_size: None };
-        Ok(Pending::spawn(async move {
-            let (code, stdout, stderr) =
-                run(&client, command, input, timeout_duration.map(|d| (d, timeout.unwrap_or(0.0))))
-                    .await?;
+        Ok(Pending::spawn_stoppable(grace, move |stop| async move {
+            let limit = timeout_duration.map(|d| (d, timeout.unwrap_or(0.0)));
+            let (code, stdout, stderr) = run(&client, command, input, limit, grace, stop).await?;
             Ok(Box::new(move |py: Python<'_>| {
                 let stdout = PyBytes::new(py, &stdout);
                 let stderr = PyBytes::new(py, &stderr);
@@ -411,12 +415,16 @@ fn spawn_error(error: ClientError, program: String) -> NativeError {
 }
 
 /// Runs `command` to its end: its exit code and everything it wrote, `input` given to its
-/// stdin first. `timeout` (with the seconds as Python gave them, for the exception) ends it.
+/// stdin first. `timeout` (with the seconds as Python gave them, for the exception) ends it;
+/// a run asked to `stop` (Ctrl-C, a cancelled task) interrupts it, and kills it if it has not
+/// ended `grace` later; one dropped unfinished does the same in the background.
 async fn run(
     client: &ExecServerClient,
     command: Command,
     input: Option<Vec<u8>>,
     timeout: Option<(Duration, f64)>,
+    grace: Duration,
+    stop: Stop,
 ) -> Result<(i32, Vec<u8>, Vec<u8>), NativeError> {
     if input.is_some() && !client.tether_extensions().close_stdin {
         return Err(NativeError::Unsupported(
@@ -428,7 +436,7 @@ async fn run(
     let mut process =
         client.start(params).await.map_err(|error| spawn_error(error, argv[0].clone()))?;
     let control = process.control();
-    let guard = RunGuard::new(control.clone());
+    let guard = RunGuard::new(control.clone(), grace);
     let feed = async {
         if let Some(input) = input {
             // A command that exits without reading all of its input is not a failure, as
@@ -444,10 +452,22 @@ async fn run(
             let ((), code) = tokio::join!(feed, collected);
             code
         };
-        match timeout {
-            Some((limit, _)) => tokio::time::timeout(limit, both).await.ok(),
-            None => Some(both.await),
+        let limited = async {
+            match timeout {
+                Some((limit, _)) => tokio::time::timeout(limit, both).await.ok(),
+                None => Some(both.await),
+            }
+        };
+        tokio::select! {
+            biased;
+            () = stop.requested() => None,
+            outcome = limited => Some(outcome),
         }
+    };
+    let Some(outcome) = outcome else {
+        interrupt_then_kill(&mut process, &control, grace).await;
+        guard.disarm();
+        return Err(NativeError::Cancelled);
     };
     match outcome {
         Some(code) => {

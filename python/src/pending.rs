@@ -55,7 +55,12 @@ where
 }
 
 enum Slot {
-    Running { notify: Option<(Arc<Queue>, u64)> },
+    Running {
+        notify: Option<(Arc<Queue>, u64)>,
+    },
+    /// Cancelled, and ending on its own (a `run` interrupting its command, then killing it
+    /// after its grace): its outcome is not wanted, but its end wakes a thread waiting for it.
+    Ending,
     Done(Outcome),
     Taken,
 }
@@ -77,22 +82,65 @@ impl Shared {
                 *slot = Slot::Done(outcome);
                 self.done.notify_all();
             }
+            Slot::Ending => self.done.notify_all(),
             // Cancelled already: nobody wants it.
             other => *slot = other,
         }
     }
 }
 
+/// How long a thread whose Ctrl-C cancelled a stoppable call waits for it to end tidily,
+/// beyond what the call itself bounds (a `run`'s grace): the round trips of its SIGINT and its
+/// kill, on a connection that may be recovering. A second Ctrl-C stops waiting at once.
+const ENDING_MARGIN: Duration = Duration::from_secs(10);
+
 /// A call in flight on the client's runtime.
 #[pyclass(frozen, module = "tether._native")]
 pub struct Pending {
     shared: Arc<Shared>,
     task: tokio::task::AbortHandle,
+    /// For a call that ends tidily when asked ([`Pending::spawn_stoppable`]): how it is
+    /// asked, and how long its ending may take.
+    stop: Option<(Stop, Duration)>,
+}
+
+/// Asks a running call to end early and tidily; given to it by [`Pending::spawn_stoppable`].
+#[derive(Clone, Default)]
+pub(crate) struct Stop(Arc<tokio::sync::Notify>);
+
+impl Stop {
+    /// Ready once the call is asked to stop (at once if it has been already).
+    pub(crate) async fn requested(&self) {
+        self.0.notified().await;
+    }
 }
 
 impl Pending {
     /// Runs `call` on the client's runtime.
     pub(crate) fn spawn<F>(call: F) -> Self
+    where
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        let (shared, task) = Self::start(call);
+        Self { shared, task, stop: None }
+    }
+
+    /// Runs the call `make` makes on the client's runtime; cancelling it asks it to stop
+    /// through the [`Stop`] it is given, instead of dropping it, so it can undo what it
+    /// started (a `run` interrupts its command, and kills it after its grace). A thread whose
+    /// Ctrl-C cancels it waits for that, as `subprocess.run` waits for its child, at most
+    /// `ending` and [`ENDING_MARGIN`].
+    pub(crate) fn spawn_stoppable<F, M>(ending: Duration, make: M) -> Self
+    where
+        M: FnOnce(Stop) -> F,
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        let stop = Stop::default();
+        let (shared, task) = Self::start(make(stop.clone()));
+        Self { shared, task, stop: Some((stop, ending)) }
+    }
+
+    fn start<F>(call: F) -> (Arc<Shared>, tokio::task::AbortHandle)
     where
         F: Future<Output = Outcome> + Send + 'static,
     {
@@ -102,7 +150,43 @@ impl Pending {
         });
         let finisher = shared.clone();
         let task = runtime().spawn(async move { finisher.finish(call.await) });
-        Self { shared, task: task.abort_handle() }
+        (shared, task.abort_handle())
+    }
+
+    /// After a stoppable call was cancelled: blocks (the GIL released) until it has ended, at
+    /// most its ending time; a signal Python must handle meanwhile drops it where it stands.
+    fn wait_ending(&self, py: Python<'_>, ending: Duration) -> PyResult<()> {
+        let deadline = Instant::now() + ending + ENDING_MARGIN;
+        loop {
+            let slice =
+                deadline.saturating_duration_since(Instant::now()).min(SIGNAL_CHECK_INTERVAL);
+            let ended = py.detach(|| {
+                let slot = self.shared.slot.lock().expect("a pending call's lock");
+                let (slot, _) = self
+                    .shared
+                    .done
+                    .wait_timeout_while(slot, slice, |slot| matches!(slot, Slot::Ending))
+                    .expect("a pending call's lock");
+                !matches!(*slot, Slot::Ending)
+            });
+            if ended {
+                return Ok(());
+            }
+            if let Err(again) = py.check_signals() {
+                self.abort();
+                return Err(again);
+            }
+            if Instant::now() >= deadline {
+                self.abort();
+                return Ok(());
+            }
+        }
+    }
+
+    /// Drops the call where it stands; its outcome is never given.
+    fn abort(&self) {
+        *self.shared.slot.lock().expect("a pending call's lock") = Slot::Taken;
+        self.task.abort();
     }
 }
 
@@ -149,6 +233,10 @@ impl Pending {
                 match std::mem::replace(&mut *slot, Slot::Taken) {
                     Slot::Done(outcome) => Some(Some(outcome)),
                     Slot::Taken => Some(None),
+                    Slot::Ending => {
+                        *slot = Slot::Ending;
+                        Some(None)
+                    }
                     running => {
                         *slot = running;
                         None
@@ -163,6 +251,9 @@ impl Pending {
             if let Err(interrupted) = py.check_signals() {
                 if cancel_on_interrupt {
                     self.cancel();
+                    if let Some((_, ending)) = &self.stop {
+                        self.wait_ending(py, *ending)?;
+                    }
                 }
                 return Err(interrupted);
             }
@@ -186,15 +277,27 @@ impl Pending {
             Slot::Running { .. } => {
                 *slot = Slot::Running { notify: Some((completions.queue.clone(), id)) };
             }
+            Slot::Ending => *slot = Slot::Ending,
             Slot::Taken => {}
         }
     }
 
-    /// Stops the call: its future is dropped where it stands (a `run` interrupts its remote
-    /// command; a start in flight is terminated once it is known). Its outcome is never given.
+    /// Stops the call. Its outcome is never given. A stoppable call is asked to stop and
+    /// ends on its own (a `run` interrupts its remote command, and kills it after its grace);
+    /// any other is dropped where it stands (a start in flight is terminated once it is
+    /// known).
     fn cancel(&self) {
-        *self.shared.slot.lock().expect("a pending call's lock") = Slot::Taken;
-        self.task.abort();
+        let Some((stop, _)) = &self.stop else { return self.abort() };
+        let mut slot = self.shared.slot.lock().expect("a pending call's lock");
+        match &*slot {
+            Slot::Running { .. } => {
+                *slot = Slot::Ending;
+                drop(slot);
+                stop.0.notify_one();
+            }
+            Slot::Ending => {}
+            Slot::Done(_) | Slot::Taken => *slot = Slot::Taken,
+        }
     }
 }
 

@@ -19,9 +19,9 @@ use crate::pending::{Convert, Pending, runtime, value};
 /// whole.
 const BATCH_MAX_UPDATES: usize = 256;
 
-/// How long a cancelled `run`'s command has, after its SIGINT, before it is killed: the grace
-/// `subprocess.run` gives its own child on Ctrl-C.
-const INTERRUPT_GRACE: Duration = Duration::from_millis(250);
+/// How long a cancelled `run`'s command has, after its SIGINT, before it is killed, unless the
+/// caller says (`interrupt_grace=`): the grace `subprocess.run` gives its own child on Ctrl-C.
+pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_millis(250);
 
 /// One update as Python sees it.
 enum Item {
@@ -83,27 +83,49 @@ pub(crate) async fn collect(
     code.ok_or_else(|| NativeError::ProcessLost("the process closed without an exit code".into()))
 }
 
+/// Ends a run given up before its command ended, as `subprocess.run` ends its child on Ctrl-C:
+/// SIGINT, then up to `grace` for the command to end (its output read and dropped), then a
+/// kill.
+pub(crate) async fn interrupt_then_kill(
+    process: &mut RemoteProcess,
+    control: &ProcessControl,
+    grace: Duration,
+) {
+    let _ = control.interrupt().await;
+    let ended = tokio::time::timeout(grace, async {
+        while let Ok(Some(_)) = item(process.next_update().await) {}
+    })
+    .await;
+    if ended.is_err() {
+        let _ = process.terminate().await;
+    }
+}
+
 /// Interrupts a `run`'s command if the run is dropped before it ends (Ctrl-C in Python, an
-/// asyncio task cancelled): SIGINT, then a kill after [`INTERRUPT_GRACE`], as `subprocess.run`
-/// treats its child.
-pub(crate) struct RunGuard(Option<ProcessControl>);
+/// asyncio task cancelled): SIGINT, then a kill after its grace (by default
+/// [`INTERRUPT_GRACE`]), as `subprocess.run` treats its child.
+pub(crate) struct RunGuard {
+    control: Option<ProcessControl>,
+    grace: Duration,
+}
 
 impl RunGuard {
-    pub(crate) fn new(control: ProcessControl) -> Self {
-        Self(Some(control))
+    pub(crate) fn new(control: ProcessControl, grace: Duration) -> Self {
+        Self { control: Some(control), grace }
     }
 
     pub(crate) fn disarm(mut self) {
-        self.0 = None;
+        self.control = None;
     }
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        if let Some(control) = self.0.take() {
+        if let Some(control) = self.control.take() {
+            let grace = self.grace;
             runtime().spawn(async move {
                 let _ = control.interrupt().await;
-                tokio::time::sleep(INTERRUPT_GRACE).await;
+                tokio::time::sleep(grace).await;
                 let _ = control.terminate().await;
             });
         }

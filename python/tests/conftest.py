@@ -8,12 +8,14 @@ loopback port of its own, stopped when the test ends.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Iterator, List, Optional
 
@@ -188,3 +190,27 @@ def fifo(directory: Path, name: str) -> Path:
     path = directory / name
     os.mkfifo(path)
     return path
+
+
+#: How long a test waits for a command to write a line to its FIFO before failing: a
+#: command that never writes must fail its test, never hang the suite.
+FIFO_DEADLINE_SECONDS = 60.0
+
+
+def read_fifo(path: Path) -> str:
+    """The first line a command writes to the FIFO ``path``, with its newline.
+
+    Opened read-write, so the open never blocks waiting for a writer (Linux allows it on a
+    FIFO), and read with a deadline, so a command that never writes fails the test."""
+    deadline = time.monotonic() + FIFO_DEADLINE_SECONDS
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        seen = b""
+        while not seen.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"nothing written to {path} in {FIFO_DEADLINE_SECONDS} s; seen {seen!r}")
+            seen += os.read(fd, 4096)
+        return seen.decode()
+    finally:
+        os.close(fd)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import select
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import tether
-from conftest import fifo
+from conftest import FIFO_DEADLINE_SECONDS, fifo, read_fifo
 from test_run import STREAM_SCRIPT, expected_stream
 
 
@@ -88,16 +89,45 @@ def test_cancelling_a_run_interrupts_the_remote_command(server, fifo_dir):
                         "sh",
                         "-c",
                         f"trap 'echo got-int > {interrupted}; exit 9' INT; echo up > {started}; while :; do sleep 0.05; done",
-                    ]
+                    ],
+                    # Time enough for the trap on a loaded machine: the kill must not win.
+                    interrupt_grace=600,
                 )
             )
             loop = asyncio.get_running_loop()
-            assert await loop.run_in_executor(None, Path(started).read_text) == "up\n"
+            assert await loop.run_in_executor(None, read_fifo, started) == "up\n"
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             # The command heard SIGINT: its trap writes here.
-            assert await loop.run_in_executor(None, Path(interrupted).read_text) == "got-int\n"
+            assert await loop.run_in_executor(None, read_fifo, interrupted) == "got-int\n"
+
+    run(main())
+
+
+def test_a_cancelled_run_that_ignores_sigint_is_killed_after_its_grace(server, fifo_dir):
+    started = fifo(fifo_dir, "started")
+
+    async def main():
+        async with tether.aio.connect(server.url) as ex:
+            task = asyncio.ensure_future(
+                ex.run(["sh", "-c", f"trap '' INT; echo $$ > {started}; exec sleep 600"])
+            )
+            loop = asyncio.get_running_loop()
+            pid = int(await loop.run_in_executor(None, read_fifo, started))
+            # The executor runs here: its command's end is seen through a pidfd.
+            pidfd = os.pidfd_open(pid)
+            try:
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                # SIGINT changes nothing; the kill that follows 0.25 s later ends it.
+                ended = await loop.run_in_executor(
+                    None, lambda: select.select([pidfd], [], [], FIFO_DEADLINE_SECONDS)[0]
+                )
+                assert ended, f"the command (pid {pid}) was never killed"
+            finally:
+                os.close(pidfd)
 
     run(main())
 

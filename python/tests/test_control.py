@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from conftest import fifo
+from conftest import fifo, read_fifo
 
 
 def test_sigterm_reaches_the_command_on_tether(tether_server, fifo_dir):
@@ -18,7 +18,7 @@ def test_sigterm_reaches_the_command_on_tether(tether_server, fifo_dir):
         p = ex.spawn(
             ["sh", "-c", f"trap 'echo got-term; exit 7' TERM; echo up > {ready}; while :; do sleep 0.05; done"]
         )
-        assert Path(ready).read_text() == "up\n"
+        assert read_fifo(ready) == "up\n"
         p.terminate()
         # The whole group hears it: the shell's `sleep` too, which the shell reports on
         # stderr.
@@ -33,7 +33,7 @@ def test_sigint_reaches_the_command_on_both(server, fifo_dir):
         p = ex.spawn(
             ["sh", "-c", f"trap 'echo got-int; exit 8' INT; echo up > {ready}; while :; do sleep 0.05; done"]
         )
-        assert Path(ready).read_text() == "up\n"
+        assert read_fifo(ready) == "up\n"
         p.send_signal(signal.SIGINT)
         assert p.communicate() == (b"got-int\n", b"")
         assert p.returncode == 8
@@ -43,7 +43,7 @@ def test_other_signals_are_refused_unsent_by_the_reference(reference_server, fif
     ready = fifo(fifo_dir, "ready")
     with tether.connect(reference_server.url) as ex:
         p = ex.spawn(["sh", "-c", f"echo up > {ready}; exec sleep 600"])
-        assert Path(ready).read_text() == "up\n"
+        assert read_fifo(ready) == "up\n"
         with pytest.raises(tether.UnsupportedError):
             p.send_signal(signal.SIGTERM)
         with pytest.raises(tether.UnsupportedError):

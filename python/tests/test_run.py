@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from conftest import fifo
+from conftest import fifo, read_fifo
 
 # 20 MiB of a pattern both sides can make: a line number on every line, so a byte out of place
 # or lost shows.
@@ -187,16 +187,17 @@ def test_ctrl_c_in_a_blocking_run_interrupts_the_remote_command(server, fifo_dir
         f"""
         import tether
         with tether.connect({server.url!r}) as ex:
-            ex.run(["sh", "-c", "trap 'echo got-int > {interrupted}; exit 9' INT; echo up > {started}; while :; do sleep 0.05; done"])
+            # Time enough for the trap on a loaded machine: the kill must not win.
+            ex.run(["sh", "-c", "trap 'echo got-int > {interrupted}; exit 9' INT; echo up > {started}; while :; do sleep 0.05; done"], interrupt_grace=600)
         """
     )
     caller = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.PIPE)
     try:
         # The command is running once it has written here.
-        assert Path(started).read_text() == "up\n"
+        assert read_fifo(started) == "up\n"
         caller.send_signal(signal.SIGINT)
         # …and it was interrupted once it writes here.
-        assert Path(interrupted).read_text() == "got-int\n"
+        assert read_fifo(interrupted) == "got-int\n"
         _, err = caller.communicate(timeout=30)
     finally:
         caller.kill()

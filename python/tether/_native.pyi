@@ -26,6 +26,7 @@ class NativeExecutor:
         input: Optional[bytes] = None,
         timeout: Optional[float] = None,
         tty: bool = False,
+        interrupt_grace: Optional[float] = None,
     ) -> Pending: ...
     def spawn(
         self,

@@ -115,6 +115,7 @@ class Executor:
         encoding: Optional[str] = None,
         errors: Optional[str] = None,
         tty: bool = False,
+        interrupt_grace: float = 0.25,
     ) -> CompletedProcess:
         """Runs a command to its end and returns its exit code and output, as
         ``subprocess.run(…, capture_output=True)`` does.
@@ -125,13 +126,17 @@ class Executor:
         ``timeout`` kills it and raises :class:`tether.TimeoutExpired`; ``check`` raises
         :class:`tether.CalledProcessError` for a non-zero exit. A program that is not there
         raises ``FileNotFoundError``. ``tty`` runs it on a terminal (one ``stdout``).
+
+        Ctrl-C while it runs sends the remote command SIGINT, and kills it ``interrupt_grace``
+        seconds later if it has not ended (0.25, the grace ``subprocess.run`` gives its own
+        child; a command that cleans up on SIGINT may need longer).
         """
         if isinstance(input, str):
             input = input.encode(encoding or "utf-8")
         command = argv(args, shell)
         try:
             code, out, err = self._native.run(
-                command, _path(cwd), _env(env), input, timeout, tty
+                command, _path(cwd), _env(env), input, timeout, tty, interrupt_grace
             ).wait()
         except TimeoutExpired as expired:
             expired.cmd = args

@@ -181,11 +181,14 @@ class Executor:
         encoding: Optional[str] = None,
         errors: Optional[str] = None,
         tty: bool = False,
+        interrupt_grace: float = 0.25,
     ) -> CompletedProcess:
         """As :meth:`tether.Executor.run`. Cancelling it interrupts the remote command."""
         if isinstance(input, str):
             input = input.encode(encoding or "utf-8")
-        pending = self._native.run(argv(args, shell), _path(cwd), _env(env), input, timeout, tty)
+        pending = self._native.run(
+            argv(args, shell), _path(cwd), _env(env), input, timeout, tty, interrupt_grace
+        )
         try:
             code, out, err = await _call(pending)
         except TimeoutExpired as expired:
