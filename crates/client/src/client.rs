@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tether_protocol::ProcessId;
+use tether_protocol::error::SESSION_ALREADY_ATTACHED;
 use tether_protocol::process::{
     ExecParams, ExecResponse, ListParams, ListResponse, ProcessSummary, ReadParams, ReadResponse,
 };
@@ -73,6 +74,15 @@ impl StatusChanges {
 /// body of `#[tokio::main]`) waits for that thread to be woken for each answer: on a 2-CPU
 /// machine, an empty `process/read` took ~19 µs that way against ~12 µs from a task. For many
 /// small calls in a row, make them from a spawned task.
+/// How long [`ExecServerClient::resume`] keeps asking while the server says another connection
+/// holds the session: time enough for a connection that has just ended (a program killed
+/// and started again, a client just dropped) to be gone there, short enough that a session
+/// another client really holds is refused within a couple of seconds.
+pub const RESUME_WHILE_ATTACHED: Duration = Duration::from_millis(1600);
+
+/// The first pause between those asks; each next one is twice as long.
+const RESUME_FIRST_PAUSE: Duration = Duration::from_millis(25);
+
 #[derive(Clone)]
 pub struct ExecServerClient {
     pub(crate) session: Arc<Session>,
@@ -85,13 +95,29 @@ impl ExecServerClient {
     }
 
     /// Reattaches to an existing session — one this program started before it restarted, say.
-    /// The server refuses (`-32010`) while another connection still holds the session.
+    /// The server refuses (`-32010`) while another connection still holds the session: a
+    /// connection that has just ended may not be gone there yet, so that refusal is asked
+    /// again, with a growing pause, for about [`RESUME_WHILE_ATTACHED`] before it is the
+    /// answer.
     pub async fn resume(
         url: &str,
         session_id: &str,
         options: ClientOptions,
     ) -> Result<Self, ClientError> {
-        Self::open(url, options, Some(session_id)).await
+        let mut pause = RESUME_FIRST_PAUSE;
+        let mut waited = Duration::ZERO;
+        loop {
+            match Self::open(url, options.clone(), Some(session_id)).await {
+                Err(ClientError::Server { code, .. })
+                    if code == SESSION_ALREADY_ATTACHED && waited < RESUME_WHILE_ATTACHED =>
+                {
+                    tokio::time::sleep(pause).await;
+                    waited += pause;
+                    pause *= 2;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn open(
