@@ -8,6 +8,7 @@ mod executors;
 mod guardian;
 mod known_fingerprints;
 mod mcp;
+mod port_forward;
 mod report;
 mod serve;
 mod sessions;
@@ -45,6 +46,8 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Copy files and directory trees to or from an executor (`:/path`, `NAME:/path`).
     Cp(cp::CpArgs),
+    /// Forward a local port to a port on the executor's loopback, as `ssh -L` does.
+    PortForward(port_forward::PortForwardArgs),
     /// List your sessions on an executor (detached commands among them).
     Sessions(sessions::SessionsArgs),
     /// End one of your detached sessions on an executor, killing its processes.
@@ -98,7 +101,7 @@ fn parse() -> Cli {
     }
     let code = match std::env::args().nth(1).as_deref() {
         Some("exec") => exec::TETHER_FAILURE,
-        Some("mcp" | "cp" | "sessions" | "kill") => 1,
+        Some("mcp" | "cp" | "sessions" | "kill" | "port-forward") => 1,
         _ => 2,
     };
     let _ = error.print();
@@ -136,6 +139,7 @@ fn run() -> anyhow::Result<()> {
                     Command::Exec(_) => "error",
                     Command::Mcp(_) => "error,rmcp=off",
                     Command::Cp(_)
+                    | Command::PortForward(_)
                     | Command::Sessions(_)
                     | Command::Kill(_)
                     | Command::Executors { .. }
@@ -203,6 +207,7 @@ fn run() -> anyhow::Result<()> {
             std::process::exit(code);
         }
         // Their failures are one line, then exit 1 (the tail of `main`).
+        Command::PortForward(args) => runtime.block_on(port_forward::port_forward(args)),
         Command::Sessions(args) => runtime.block_on(sessions::sessions(args)),
         Command::Kill(args) => runtime.block_on(sessions::kill(args)),
         Command::Executors { .. } | Command::Token(_) | Command::Completions { .. } => {

@@ -20,15 +20,15 @@ one.
 Exit codes: 0 done; 1 the executor could not be reached, or has no such session of yours (one
 line on stderr says why).";
 
-/// How `sessions` and `kill` reach the executor.
+/// How `sessions`, `kill` and `port-forward` reach the executor.
 #[derive(Args)]
 pub struct Reach {
     /// The executor: `ws://HOST:PORT`, `wss://HOST:PORT`, or a name from the config file.
     #[arg(long, env = "TETHER_URL", value_name = "URL|NAME")]
-    url: String,
+    pub url: String,
 
     #[command(flatten)]
-    trust: crate::executors::TrustFlags,
+    pub trust: crate::executors::TrustFlags,
 }
 
 #[derive(Args)]

@@ -66,6 +66,9 @@ fn by_kind(kind: SpawnFailureKind, program: &str, tty: bool, error: ClientError)
         SpawnFailureKind::SpawnFailed => cannot_run(program, &words),
         SpawnFailureKind::SandboxUnavailable | SpawnFailureKind::SandboxPreparation => {
             anyhow::Error::new(error).context("the executor could not sandbox the command")
+        } // A forwarded connection's kinds, which no process start gives.
+        SpawnFailureKind::ConnectRefused | SpawnFailureKind::ConnectFailed => {
+            anyhow::Error::new(error)
         }
     }
 }

@@ -21,7 +21,7 @@ fn tether(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 #[test]
 fn every_flag_in_help_is_in_the_readme() {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    for command in ["serve", "exec", "mcp", "cp"] {
+    for command in ["serve", "exec", "mcp", "cp", "port-forward"] {
         let help = tether(&[command, "--help"], &[]);
         assert_eq!(help.status.code(), Some(0));
         let help = String::from_utf8(help.stdout).unwrap();

@@ -21,7 +21,8 @@ use serde::de::DeserializeOwned;
 use tether_protocol::ProcessId;
 use tether_protocol::error::SESSION_ALREADY_ATTACHED;
 use tether_protocol::process::{
-    ExecParams, ExecResponse, ListParams, ListResponse, ProcessSummary, ReadParams, ReadResponse,
+    ConnectParams, ConnectResponse, ExecParams, ExecResponse, ListParams, ListResponse,
+    ProcessSummary, ReadParams, ReadResponse,
 };
 use tether_protocol::session::{EnvironmentInfo, TetherExtensions};
 use tokio::sync::{Notify, mpsc, watch};
@@ -229,11 +230,42 @@ impl ExecServerClient {
     /// caller stops waiting (drops this future) once the request may have been sent.
     pub async fn start(&self, params: ExecParams) -> Result<RemoteProcess, ClientError> {
         let process_id = params.process_id.clone();
+        self.start_with::<_, ExecResponse>("process/start", &process_id, &params).await
+    }
+
+    /// Opens a TCP connection from the executor to `127.0.0.1:port` (or `[::1]:port`, with
+    /// `host`) on its own loopback, as a process (`process/connect`, the `portForward`
+    /// extension): its stdout is what the peer sends, [`ProcessControl::write`](crate::ProcessControl::write)
+    /// goes to the peer, [`close_stdin`](crate::ProcessControl::close_stdin) half-closes the
+    /// connection, and it exits 0 when the peer has finished sending
+    /// ([`tether_engine::process::BROKEN_EXIT_CODE`] when it broke). Being a process, it
+    /// survives network drops as any does. A server without the extension is refused here,
+    /// unsent, with [`ClientError::Unsupported`]; a port nothing listens on fails with the
+    /// kind [`SpawnFailureKind::ConnectRefused`](tether_protocol::process::SpawnFailureKind)
+    /// (see [`ClientError::spawn_failure`]). An ambiguous connect is handled as [`start`](Self::start)'s.
+    pub async fn connect_port(&self, params: ConnectParams) -> Result<RemoteProcess, ClientError> {
+        if !self.tether_extensions().port_forward {
+            return Err(ClientError::Unsupported(
+                "this exec-server cannot forward ports (the portForward extension)".into(),
+            ));
+        }
+        let process_id = params.process_id.clone();
+        self.start_with::<_, ConnectResponse>("process/connect", &process_id, &params).await
+    }
+
+    /// A start by `method` (`process/start`, `process/connect`) and its handle.
+    async fn start_with<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        process_id: &ProcessId,
+        params: &P,
+    ) -> Result<RemoteProcess, ClientError> {
+        let process_id = process_id.clone();
         let (registration, updates) = self.session.register(&process_id)?;
         let mut start = PendingStart::new(&self.session, registration.clone());
         let connection = self.connected().await?;
         start.sending();
-        match connection.call::<_, ExecResponse>("process/start", &params).await {
+        match connection.call::<_, R>(method, params).await {
             Ok(_) => {
                 registration.mark_started();
                 start.settle();
@@ -241,7 +273,7 @@ impl ExecServerClient {
             }
             Err(ClientError::Disconnected(end)) => {
                 let end = end.context(format_args!(
-                    "process/start for {process_id} may or may not have run; it is being terminated"
+                    "{method} for {process_id} may or may not have run; it is being terminated"
                 ));
                 start.abandon(end.to_string());
                 Err(ClientError::Disconnected(end))

@@ -27,6 +27,8 @@
 //!   [`RemoteProcess`] an `ExecProcess` — so one test suite runs on the engine and on a server.
 //!   `remote_write_stream` is a streamed file write's blocks, a few in flight.
 //! - `environment`: [`Environment`], the three surfaces as one value, local or remote.
+//! - `port_forward`: [`PortForward`], a local listener whose connections reach a port on the
+//!   executor's loopback, each a forwarded connection ([`ExecServerClient::connect_port`]).
 //!
 //! `reorder` and `reconcile` are pure (no I/O, no clocks), so every reorder, duplicate and gap
 //! case is tested deterministically.
@@ -44,6 +46,7 @@ mod environment;
 mod fs_errors;
 mod http_streams;
 mod options;
+mod port_forward;
 mod process;
 mod reader;
 mod recovery;
@@ -67,6 +70,7 @@ pub use options::{
     DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_RECOVERY_RETRY_INTERVAL, DEFAULT_RECOVERY_TIMEOUT,
     GOING_AWAY_RECOVERY, TokenSource,
 };
+pub use port_forward::{ForwardNote, MAX_FORWARDED_CONNECTIONS, PortForward, STOP_GRACE};
 pub use process::{ProcessControl, RemoteProcess};
 pub use remote_fs::READ_BLOCKS_AHEAD;
 pub use remote_write_stream::WRITE_BLOCKS_IN_FLIGHT;

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tether_protocol::process::{
-    ExecParams, ExecResponse, ProcessSignal, ReadParams, ReadResponse, SandboxType, WriteStatus,
+    ConnectParams, ConnectResponse, ExecParams, ExecResponse, ProcessSignal, ReadParams,
+    ReadResponse, SandboxType, WriteStatus,
 };
 use tether_protocol::{ByteChunk, ProcessId};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
 use crate::env_policy::child_env;
@@ -191,13 +193,7 @@ impl ProcessTable {
         // Spawning happens under the table lock: a fork/exec takes a millisecond, and holding
         // the lock makes "one id, one process" trivially true under concurrent starts.
         let mut processes = self.processes();
-        if processes.contains_key(&params.process_id) {
-            return Err(ProcessError::AlreadyExists(params.process_id));
-        }
-        // Counted under the table lock, like the spawn, so concurrent starts cannot overshoot.
-        if self.unfinished.load(Ordering::Relaxed) >= self.config.max_processes {
-            return Err(ProcessError::TooManyProcesses(self.config.max_processes));
-        }
+        self.admit(&processes, &params.process_id)?;
         let mut spawned = process::spawn(request).map_err(ProcessError::Spawn)?;
         spawned.proxy = running_proxy;
         let sandboxed = params.sandbox.is_some();
@@ -207,7 +203,7 @@ impl ProcessTable {
         let local = process::new_process(
             process::NewProcess {
                 id: params.process_id.clone(),
-                pgid: spawned.pid,
+                runner: process::Runner::child(spawned.pid),
                 output: process::RetainedOutput::new(
                     self.config.retained_output_bytes,
                     budget.clone(),
@@ -225,18 +221,50 @@ impl ProcessTable {
         self.unfinished.fetch_add(1, Ordering::Relaxed);
         drop(processes);
 
-        debug!(process_id = %params.process_id, pid = local.pid(), tty = params.tty, "process started");
-        let span = info_span!("process", process_id = %params.process_id, pid = local.pid());
-        let table = Arc::downgrade(self);
-        let events = self.events.clone();
-        let retention = self.config.closed_process_retention;
+        let pid = local.pid().unwrap_or_default();
+        debug!(process_id = %params.process_id, pid, tty = params.tty, "process started");
+        let span = info_span!("process", process_id = %params.process_id, pid);
         let tty = params.tty;
         if let Some(info) = inner_info {
             tokio::spawn(process::learn_inner_pid(local.clone(), info));
         }
+        let events = self.events.clone();
+        let pump = process::run_pump(local.clone(), spawned, tty, events);
+        self.follow(local, pump, span);
+        // Any intent at all is answered as the reference answers it, `disabled` included.
+        let sandbox_type = if sandboxed { SandboxType::LinuxSeccomp } else { SandboxType::None };
+        Ok(ExecResponse { process_id: params.process_id, sandbox_type: Some(sandbox_type) })
+    }
+
+    /// Refuses a new process whose id is taken, or past `max_processes`. Called under the
+    /// table lock, so concurrent starts cannot overshoot.
+    fn admit(
+        &self,
+        processes: &HashMap<ProcessId, Arc<LocalProcess>>,
+        id: &ProcessId,
+    ) -> Result<(), ProcessError> {
+        if processes.contains_key(id) {
+            return Err(ProcessError::AlreadyExists(id.clone()));
+        }
+        if self.unfinished.load(Ordering::Relaxed) >= self.config.max_processes {
+            return Err(ProcessError::TooManyProcesses(self.config.max_processes));
+        }
+        Ok(())
+    }
+
+    /// Runs a new process's pump, then records its close and, after the retention, forgets
+    /// it.
+    fn follow(
+        self: &Arc<Self>,
+        local: Arc<LocalProcess>,
+        pump: impl Future<Output = ()> + Send + 'static,
+        span: tracing::Span,
+    ) {
+        let table = Arc::downgrade(self);
+        let retention = self.config.closed_process_retention;
         tokio::spawn(
             async move {
-                process::run_pump(local.clone(), spawned, tty, events).await;
+                pump.await;
                 if let Some(table) = table.upgrade() {
                     table.closed(&local);
                 }
@@ -249,9 +277,50 @@ impl ProcessTable {
             }
             .instrument(span),
         );
-        // Any intent at all is answered as the reference answers it, `disabled` included.
-        let sandbox_type = if sandboxed { SandboxType::LinuxSeccomp } else { SandboxType::None };
-        Ok(ExecResponse { process_id: params.process_id, sandbox_type: Some(sandbox_type) })
+    }
+
+    /// Opens a forwarded connection (`process/connect`): a TCP connection to the executor's
+    /// loopback, served as a process ([`process::connect`]). The id and the limit are checked
+    /// before connecting and again once connected, under the table lock; a connection that
+    /// lost the race is closed unused.
+    pub async fn connect(
+        self: &Arc<Self>,
+        params: ConnectParams,
+    ) -> Result<ConnectResponse, ProcessError> {
+        let destination = process::destination(params.host.as_deref(), params.port)?;
+        self.admit(&self.processes(), &params.process_id)?;
+        let stream = process::connect(destination).await?;
+        let mut processes = self.processes();
+        self.admit(&processes, &params.process_id)?;
+        let (reader, writer) = stream.into_split();
+        let stop = CancellationToken::new();
+        let budget = &self.config.output_budget;
+        let local = process::new_process(
+            process::NewProcess {
+                id: params.process_id.clone(),
+                runner: process::Runner::Connection { destination, stop: stop.clone() },
+                output: process::RetainedOutput::new(
+                    self.config.retained_output_bytes,
+                    budget.clone(),
+                    self.config.spill.clone(),
+                ),
+                stdin: Some(process::start_stdin_writer_until(writer, stop.clone())),
+                terminal: None,
+                argv: Vec::new(),
+                tty: false,
+                sandboxed: false,
+            },
+            budget,
+        );
+        processes.insert(params.process_id.clone(), local.clone());
+        self.unfinished.fetch_add(1, Ordering::Relaxed);
+        drop(processes);
+
+        debug!(process_id = %params.process_id, %destination, "connection forwarded");
+        let span = info_span!("connection", process_id = %params.process_id, %destination);
+        let pump = process::run_connection_pump(local.clone(), reader, stop, self.events.clone());
+        self.follow(local, pump, span);
+        Ok(ConnectResponse { process_id: params.process_id })
     }
 
     /// Spawns what `params` describes (validated, environment built, sandbox applied) without

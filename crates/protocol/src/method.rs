@@ -39,6 +39,9 @@ pub enum Method {
     ProcessCloseStdin,
     /// Tether extension: the session's processes.
     ProcessList,
+    /// Tether extension (`portForward`): a TCP connection to the executor's loopback, served
+    /// as a process.
+    ProcessConnect,
     /// Tether extension (`fsMetadata`): `rename(2)`.
     FsRename,
     /// Tether extension (`fsMetadata`): a path's mode and modification time.
@@ -69,7 +72,7 @@ pub const FS_MISSING_CHANGED: &str = "fs/missingChanged";
 pub const HTTP_REQUEST_BODY_DELTA: &str = "http/request/bodyDelta";
 
 impl Method {
-    pub const ALL: [Method; 36] = [
+    pub const ALL: [Method; 37] = [
         Method::Initialize,
         Method::ProcessStart,
         Method::ProcessRead,
@@ -99,6 +102,7 @@ impl Method {
         Method::ProcessResize,
         Method::ProcessCloseStdin,
         Method::ProcessList,
+        Method::ProcessConnect,
         Method::FsRename,
         Method::FsSetMetadata,
         Method::FsCreateSymlink,
@@ -139,6 +143,7 @@ impl Method {
             Method::ProcessResize => "process/resize",
             Method::ProcessCloseStdin => "process/closeStdin",
             Method::ProcessList => "process/list",
+            Method::ProcessConnect => "process/connect",
             Method::FsRename => "fs/rename",
             Method::FsSetMetadata => "fs/setMetadata",
             Method::FsCreateSymlink => "fs/createSymlink",
@@ -165,7 +170,8 @@ impl Method {
             | Method::ProcessTerminate
             | Method::ProcessResize
             | Method::ProcessCloseStdin
-            | Method::ProcessList => "exec",
+            | Method::ProcessList
+            | Method::ProcessConnect => "exec",
             Method::EnvironmentInfo => "environment info",
             Method::EnvironmentStatus => "environment status",
             Method::EnvironmentConfigRead => "environment config",

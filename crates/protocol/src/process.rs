@@ -75,7 +75,8 @@ pub const WRITE_ID_MAX_BYTES: usize = 256;
 /// exec-server says it), so that a client decides on the kind, not the OS's words: a missing
 /// program or working directory, a program that may not be executed (or is a directory), any
 /// other failure to spawn; and for a sandboxed start, a host that cannot sandbox, or a sandbox
-/// that could not be prepared.
+/// that could not be prepared. Tether's `process/connect` (`portForward`) adds two: nothing
+/// listens on the port, and any other failure to connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SpawnFailureKind {
@@ -84,6 +85,8 @@ pub enum SpawnFailureKind {
     SpawnFailed,
     SandboxUnavailable,
     SandboxPreparation,
+    ConnectRefused,
+    ConnectFailed,
 }
 
 /// `error.data` of a failed `process/start`.
@@ -166,6 +169,34 @@ pub struct ProcessSummary {
     /// The sequence the next event will carry: a client that saw everything has seen this - 1.
     pub next_seq: u64,
     pub oldest_retained_seq: u64,
+    /// A forwarded connection's destination (`process/connect`); its `argv` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect: Option<std::net::SocketAddr>,
+}
+
+/// `process/connect` params (Tether extension, `tetherExtensions.portForward`): a TCP
+/// connection from the executor to a port on its own loopback, served as a process whose
+/// stdout is what the peer sends, whose stdin (`process/write`, `process/closeStdin`: a
+/// half-close) goes to the peer, and which exits when the peer has finished sending (0) or the
+/// connection broke (1). Answered as `process/start` is, `{processId}`.
+///
+/// Unknown members are refused, so a `sandbox` (or `argv`) sent along is never ignored: a
+/// connection runs nothing to confine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConnectParams {
+    pub process_id: ProcessId,
+    pub port: u16,
+    /// `127.0.0.1` (the default) or `::1`; any other address is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// `process/connect` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectResponse {
+    pub process_id: ProcessId,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -659,6 +690,8 @@ mod tests {
             (SpawnFailureKind::SpawnFailed, "spawnFailed"),
             (SpawnFailureKind::SandboxUnavailable, "sandboxUnavailable"),
             (SpawnFailureKind::SandboxPreparation, "sandboxPreparation"),
+            (SpawnFailureKind::ConnectRefused, "connectRefused"),
+            (SpawnFailureKind::ConnectFailed, "connectFailed"),
         ];
         for (kind, words) in kinds {
             let data = serde_json::to_value(SpawnFailure { kind }).unwrap();

@@ -155,6 +155,9 @@ pub struct TetherExtensions {
     /// `initialize {attachOutput}`: `process/output` chunks as raw bytes in binary WebSocket
     /// messages ([`crate::attached`]). Over WebSocket only.
     pub attached_output: bool,
+    /// `process/connect`: a TCP connection to a port on the executor's loopback, served as a
+    /// process (`tether port-forward`).
+    pub port_forward: bool,
 }
 
 /// `environment/status` result.

@@ -268,6 +268,9 @@ impl Processor {
                     Err(error) => Err(from_process_error(error)),
                 }
             }
+            Call::Process(ProcessCall::Connect(params)) => {
+                handlers::process::connect(&id, params, &session).await
+            }
             Call::Process(call) => handlers::process::run(&id, call, &session),
             Call::Fs(call) => return self.fs(id, *call).await,
             Call::Http(params) => return self.http(id, *params).await,

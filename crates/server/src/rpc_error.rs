@@ -38,7 +38,8 @@ pub(crate) fn from_process_error(error: ProcessError) -> JsonRpcError {
         | ProcessError::SandboxUnavailable(_)
         | ProcessError::StdinClosed
         | ProcessError::StdinQueueFull(..)
-        | ProcessError::Signal(_) => INTERNAL_ERROR,
+        | ProcessError::Signal(_)
+        | ProcessError::Connect(_) => INTERNAL_ERROR,
     };
     let data = error.spawn_failure().map(|kind| json!(SpawnFailure { kind }));
     JsonRpcError { data, ..JsonRpcError::new(code, error.to_string()) }

@@ -84,6 +84,7 @@ fn capabilities() -> Capabilities {
             attached_http_bodies: true,
             attached_output: true,
             sessions: true,
+            port_forward: true,
         }),
         ..Capabilities::default()
     }

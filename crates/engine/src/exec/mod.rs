@@ -128,7 +128,8 @@ impl From<ProcessError> for ExecError {
             | ProcessError::SandboxUnavailable(_)
             | ProcessError::StdinClosed
             | ProcessError::StdinQueueFull(..)
-            | ProcessError::Signal(_) => ExecErrorKind::Internal,
+            | ProcessError::Signal(_)
+            | ProcessError::Connect(_) => ExecErrorKind::Internal,
         };
         Self::new(kind, error.to_string())
     }

@@ -4,8 +4,13 @@
 //! one pump task ([`pump`]) that reads every stream and waits for the exit, so output, exit and
 //! close are numbered and published strictly in sequence order — a client never has to reorder
 //! what one Tether process sends.
+//!
+//! A forwarded connection (`process/connect`, [`connection`]) is a process too: a TCP
+//! connection to the executor's loopback instead of a child, the same numbered, retained and
+//! resumable stream.
 
 mod child;
+mod connection;
 mod output_budget;
 mod posix_spawn;
 mod pty_io;
@@ -34,6 +39,8 @@ use tracing::debug;
 
 use crate::proc_stat;
 
+pub use connection::{BROKEN_EXIT_CODE, CONNECT_TIMEOUT, ConnectFailure, STOPPED_EXIT_CODE};
+pub(crate) use connection::{connect, destination, run_connection_pump};
 pub use output_budget::{DEFAULT_MAX_RETAINED_OUTPUT_BYTES, OutputBudget};
 pub use retained::{DEFAULT_RETAINED_OUTPUT_BYTES, RETAINED_OUTPUT_CHUNKS, ReadWindow};
 pub use spawn::{PTY_COLS, PTY_ROWS};
@@ -124,6 +131,9 @@ pub enum ProcessError {
     StdinQueueFull(ProcessId, usize),
     #[error("failed to signal process: {0}")]
     Signal(std::io::Error),
+    /// A forwarded connection could not be made (`process/connect`).
+    #[error(transparent)]
+    Connect(#[from] ConnectFailure),
     /// The session already runs as many processes as it may.
     #[error(
         "too many processes in this session: the limit is {0} not yet finished (--max-processes-per-session); wait for some to finish, or terminate them"
@@ -140,6 +150,7 @@ impl ProcessError {
             ProcessError::SandboxUnavailable(_) => {
                 return Some(SpawnFailureKind::SandboxUnavailable);
             }
+            ProcessError::Connect(failure) => return Some(failure.kind()),
             _ => return None,
         };
         Some(match error.kind() {
@@ -152,12 +163,39 @@ impl ProcessError {
     }
 }
 
-/// One running or finished child process.
+/// What runs behind a process: a child, or a forwarded connection.
+pub(crate) enum Runner {
+    Child {
+        /// The child's pid, which is also its process group id: every child leads its own
+        /// group, so a signal to the group reaches the grandchildren a shell started.
+        pgid: rustix::process::Pid,
+        /// When the leader started (`/proc/<pid>/stat`, in clock ticks after boot), to tell
+        /// its group from another that later took the same id: see
+        /// [`LocalProcess::kill_leftovers`].
+        leader_started: Option<u64>,
+    },
+    /// A TCP connection to the executor's loopback ([`connection`]).
+    Connection {
+        destination: std::net::SocketAddr,
+        /// Cancelled to end the connection (terminate, a signal, the session's end): its pump
+        /// stops reading and drops its half; the write half goes with stdin.
+        stop: tokio_util::sync::CancellationToken,
+    },
+}
+
+impl Runner {
+    /// A child's runner, read while the child cannot have been reaped yet (nothing has waited
+    /// for it).
+    pub(crate) fn child(pgid: rustix::process::Pid) -> Self {
+        let leader_started = proc_stat::read(pgid.as_raw_nonzero().get()).map(|s| s.start_time);
+        Runner::Child { pgid, leader_started }
+    }
+}
+
+/// One running or finished child process, or forwarded connection.
 pub struct LocalProcess {
     id: ProcessId,
-    /// The child's pid, which is also its process group id: every child leads its own group, so
-    /// a signal to the group reaches the grandchildren a shell started.
-    pgid: rustix::process::Pid,
+    runner: Runner,
     state: Mutex<ProcessState>,
     /// Woken whenever the retained output, the exit or the close changes: long-polling readers
     /// wait on it.
@@ -175,9 +213,6 @@ pub struct LocalProcess {
     /// there, to be forwarded to the command. Unset until bubblewrap has said it, and for
     /// processes without one.
     inner_pid: std::sync::OnceLock<rustix::process::Pid>,
-    /// When the leader started (`/proc/<pid>/stat`, in clock ticks after boot), to tell its
-    /// group from another that later took the same id: see [`LocalProcess::kill_leftovers`].
-    leader_started: Option<u64>,
 }
 
 struct ProcessState {
@@ -191,9 +226,23 @@ impl LocalProcess {
         &self.id
     }
 
-    /// The OS process id of the child (and of its process group).
-    pub fn pid(&self) -> i32 {
-        self.pgid.as_raw_nonzero().get()
+    /// The OS process id of the child (and of its process group); `None` for a connection.
+    pub fn pid(&self) -> Option<i32> {
+        match &self.runner {
+            Runner::Child { pgid, .. } => Some(pgid.as_raw_nonzero().get()),
+            Runner::Connection { .. } => None,
+        }
+    }
+
+    /// Ends a forwarded connection: its pump stops reading, and its stdin closes (after what
+    /// is queued), which drops the write half. Nothing for a child.
+    fn stop_connection(&self) {
+        if let Runner::Connection { stop, .. } = &self.runner {
+            stop.cancel();
+            if let Some(stdin) = &self.stdin {
+                stdin.close();
+            }
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, ProcessState> {
@@ -223,6 +272,10 @@ impl LocalProcess {
             exit_code,
             next_seq: output.next_seq(),
             oldest_retained_seq: output.oldest_readable_seq(),
+            connect: match &self.runner {
+                Runner::Connection { destination, .. } => Some(*destination),
+                Runner::Child { .. } => None,
+            },
         }
     }
 
@@ -414,10 +467,19 @@ impl LocalProcess {
 
     /// Sends `signal` to the process group, so that the grandchildren a shell started get it
     /// too, as they would from a terminal. A process that already exited is left alone.
+    /// A connection ends on any signal, as a process ends on each of these signals' default
+    /// action.
     pub fn signal(&self, signal: ProcessSignal) -> Result<(), ProcessError> {
         if self.has_exited() {
             return Ok(());
         }
+        let pgid = match &self.runner {
+            Runner::Child { pgid, .. } => *pgid,
+            Runner::Connection { .. } => {
+                self.stop_connection();
+                return Ok(());
+            }
+        };
         use rustix::process::Signal;
         let number = match signal {
             ProcessSignal::Interrupt => Signal::INT,
@@ -433,7 +495,7 @@ impl LocalProcess {
         // is signalled, and the sandbox ends with it.
         let sent = match self.inner_pid.get() {
             Some(inner) if number != Signal::KILL => rustix::process::kill_process(*inner, number),
-            _ => rustix::process::kill_process_group(self.pgid, number),
+            _ => rustix::process::kill_process_group(pgid, number),
         };
         match sent {
             Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
@@ -448,18 +510,28 @@ impl LocalProcess {
 
     /// Kills the process group with SIGKILL if the process is still running; returns whether it
     /// was. A process that already exited is not touched, whatever it left behind.
+    ///
+    /// A connection's stdin is closed whether or not the peer has finished sending: its write
+    /// half is let go either way.
     pub fn terminate(&self) -> bool {
-        if self.has_exited() {
-            return false;
+        let running = !self.has_exited();
+        match &self.runner {
+            Runner::Connection { .. } => self.stop_connection(),
+            Runner::Child { .. } if running => self.kill_group(),
+            Runner::Child { .. } => {}
         }
-        self.kill_group();
-        true
+        running
     }
 
     /// SIGKILL to the whole group, whether or not the leader is still there: used when a session
     /// ends, so that nothing it started outlives it.
     pub(crate) fn kill_group(&self) {
-        let _ = rustix::process::kill_process_group(self.pgid, rustix::process::Signal::KILL);
+        match &self.runner {
+            Runner::Child { pgid, .. } => {
+                let _ = rustix::process::kill_process_group(*pgid, rustix::process::Signal::KILL);
+            }
+            Runner::Connection { .. } => self.stop_connection(),
+        }
     }
 
     /// SIGKILL to the group of a process that has closed, for what it left behind: a command
@@ -469,8 +541,12 @@ impl LocalProcess {
     /// exists and started at another time (the group emptied and the pid was reused), and then
     /// it is left alone.
     pub(crate) fn kill_leftovers(&self) {
-        let Some(ours) = self.leader_started else { return };
-        match proc_stat::read(self.pid()).map(|s| s.start_time) {
+        let (pgid, ours) = match &self.runner {
+            Runner::Child { pgid, leader_started: Some(ours) } => (*pgid, *ours),
+            Runner::Child { leader_started: None, .. } => return,
+            Runner::Connection { .. } => return self.stop_connection(),
+        };
+        match proc_stat::read(pgid.as_raw_nonzero().get()).map(|s| s.start_time) {
             Some(now) if now != ours => {}
             _ => self.kill_group(),
         }
@@ -576,7 +652,7 @@ impl WriteIds {
 /// What a started process is made of, for [`new_process`].
 pub(crate) struct NewProcess {
     pub id: ProcessId,
-    pub pgid: rustix::process::Pid,
+    pub runner: Runner,
     pub output: RetainedOutput,
     pub stdin: Option<StdinQueue>,
     pub terminal: Option<std::os::fd::OwnedFd>,
@@ -587,13 +663,10 @@ pub(crate) struct NewProcess {
 
 /// A started process, counted by `budget` (the one its retained output accounts to).
 pub(crate) fn new_process(parts: NewProcess, budget: &Arc<OutputBudget>) -> Arc<LocalProcess> {
-    let NewProcess { id, pgid, output, stdin, terminal, argv, tty, sandboxed } = parts;
-    // Read while the child cannot have been reaped yet (nothing has waited for it).
-    let leader_started = proc_stat::read(pgid.as_raw_nonzero().get()).map(|s| s.start_time);
+    let NewProcess { id, runner, output, stdin, terminal, argv, tty, sandboxed } = parts;
     let process = Arc::new(LocalProcess {
-        leader_started,
         id,
-        pgid,
+        runner,
         state: Mutex::new(ProcessState {
             output,
             write_ids: WriteIds::new(),
@@ -637,7 +710,7 @@ pub(crate) async fn learn_inner_pid(process: Arc<LocalProcess>, info: std::os::f
 }
 
 pub(crate) use pump::run_pump;
-pub(crate) use stdin::start_stdin_writer;
+pub(crate) use stdin::{start_stdin_writer, start_stdin_writer_until};
 
 #[cfg(test)]
 mod tests {

@@ -240,13 +240,14 @@ async fn wait_for_exit(child: &mut super::child::Child) -> i32 {
     }
 }
 
-struct Pump {
-    process: Arc<LocalProcess>,
-    events: mpsc::Sender<ProcessEvent>,
+/// Numbers and publishes one process's events (its output, exit and close), in one order.
+pub(super) struct Pump {
+    pub(super) process: Arc<LocalProcess>,
+    pub(super) events: mpsc::Sender<ProcessEvent>,
 }
 
 impl Pump {
-    async fn output(&self, stream: ExecOutputStream, chunk: Bytes) {
+    pub(super) async fn output(&self, stream: ExecOutputStream, chunk: Bytes) {
         let seq = self.process.state().output.push_output(stream, chunk.clone());
         self.spill().await;
         trace!(process_id = %self.process.id, seq, bytes = chunk.len(), "output");
@@ -263,7 +264,7 @@ impl Pump {
         settle_spill(&self.process).await;
     }
 
-    async fn exit(&self, exit_code: i32) {
+    pub(super) async fn exit(&self, exit_code: i32) {
         let (seq, sandbox_denied) = {
             let mut state = self.process.state();
             let denied = self.process.sandboxed && looks_denied(&state.output, exit_code);
@@ -280,7 +281,7 @@ impl Pump {
         .await;
     }
 
-    async fn close(&self) {
+    pub(super) async fn close(&self) {
         let seq = self.process.state().output.record_close();
         debug!(process_id = %self.process.id, seq, "process closed");
         self.publish(ProcessEvent::Closed { process_id: self.process.id.clone(), seq }).await;

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tether_protocol::ProcessId;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::ProcessError;
 
@@ -50,7 +51,16 @@ impl StdinQueue {
 /// Starts the writer task for `writer`. Once the child stops reading (its stdin broke), queued
 /// and later bytes are discarded, as a pipe to a dead reader would: the write was accepted, and
 /// the process's exit tells the rest.
-pub(crate) fn start_stdin_writer<W>(mut writer: W) -> StdinQueue
+pub(crate) fn start_stdin_writer<W>(writer: W) -> StdinQueue
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    start_stdin_writer_until(writer, CancellationToken::new())
+}
+
+/// [`start_stdin_writer`], whose writer is let go unflushed once `stop` is cancelled: a
+/// forwarded connection ended by its client must not wait for a peer that does not read.
+pub(crate) fn start_stdin_writer_until<W>(mut writer: W, stop: CancellationToken) -> StdinQueue
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -59,14 +69,21 @@ where
     let pending = queued.clone();
     tokio::spawn(async move {
         let mut broken = false;
-        while let Some(chunk) = rx.recv().await {
-            if !broken {
-                broken = writer.write_all(&chunk).await.is_err() || writer.flush().await.is_err();
+        let writing = async {
+            while let Some(chunk) = rx.recv().await {
+                if !broken {
+                    broken =
+                        writer.write_all(&chunk).await.is_err() || writer.flush().await.is_err();
+                }
+                pending.fetch_sub(chunk.len(), Ordering::AcqRel);
             }
-            pending.fetch_sub(chunk.len(), Ordering::AcqRel);
+            // Closed by the client (or the process is gone): the child reads end of input.
+            let _ = writer.shutdown().await;
+        };
+        tokio::select! {
+            () = writing => {}
+            () = stop.cancelled() => {}
         }
-        // Closed by the client (or the process is gone): the child reads end of input.
-        let _ = writer.shutdown().await;
     });
     StdinQueue { tx: Mutex::new(Some(tx)), queued }
 }

@@ -3,8 +3,8 @@
 use serde_json::Value;
 use tether_protocol::envelope::encode_response;
 use tether_protocol::process::{
-    CloseStdinParams, ExecParams, ListResponse, PROCESS_ID_MAX_BYTES, ProcessId, ReadParams,
-    ResizeParams, SignalParams, SignalResponse, TerminateParams, TerminateResponse,
+    CloseStdinParams, ConnectParams, ExecParams, ListResponse, PROCESS_ID_MAX_BYTES, ProcessId,
+    ReadParams, ResizeParams, SignalParams, SignalResponse, TerminateParams, TerminateResponse,
     WRITE_ID_MAX_BYTES, WriteParams, WriteResponse,
 };
 use tether_protocol::{JsonRpcError, Method, RequestId};
@@ -25,6 +25,8 @@ pub(crate) enum ProcessCall {
     CloseStdin(CloseStdinParams),
     /// Tether extension.
     List,
+    /// Tether extension (`portForward`): awaited in order by the processor ([`connect`]).
+    Connect(ConnectParams),
 }
 
 impl ProcessCall {
@@ -57,6 +59,7 @@ impl ProcessCall {
                 super::unit_params(params)?;
                 ProcessCall::List
             }
+            Method::ProcessConnect => ProcessCall::Connect(params_of(params)?),
             _ => return Ok(None),
         };
         if let Some(process_id) = call.process_id() {
@@ -75,6 +78,7 @@ impl ProcessCall {
             ProcessCall::Terminate(params) => Some(&params.process_id),
             ProcessCall::Resize(params) => Some(&params.process_id),
             ProcessCall::CloseStdin(params) => Some(&params.process_id),
+            ProcessCall::Connect(params) => Some(&params.process_id),
             ProcessCall::List => None,
         }
     }
@@ -145,5 +149,27 @@ pub(crate) fn run(
             Ok(encode_response(id, &ListResponse { processes: processes.summaries() }))
         }
         ProcessCall::Read(_) => unreachable!("reads are scheduled by the processor"),
+        ProcessCall::Connect(_) => unreachable!("connects are awaited by the processor"),
     }
+}
+
+/// `process/connect`: a forwarded connection to the executor's loopback. The connect is
+/// awaited in the request's place (on loopback it is answered at once), so writes pipelined
+/// behind it find the process.
+pub(crate) async fn connect(
+    id: &RequestId,
+    params: ConnectParams,
+    session: &Session,
+) -> Result<String, JsonRpcError> {
+    let (process_id, port, host) = (params.process_id.clone(), params.port, params.host.clone());
+    let connected = session.processes.connect(params).await.map_err(from_process_error)?;
+    tracing::info!(
+        target: "tether::audit",
+        process_id = %process_id,
+        client = %session.client,
+        port,
+        host = host.as_deref().unwrap_or("127.0.0.1"),
+        "connection forwarded"
+    );
+    Ok(encode_response(id, &connected))
 }
