@@ -70,5 +70,5 @@ pub use options::{
 pub use process::{ProcessControl, RemoteProcess};
 pub use remote_fs::READ_BLOCKS_AHEAD;
 pub use remote_write_stream::WRITE_BLOCKS_IN_FLIGHT;
-pub use tether_engine::ProcessUpdate;
+pub use tether_engine::{ProcessFailure, ProcessFailureKind, ProcessUpdate};
 pub use tls::TlsFingerprint;
