@@ -6,8 +6,8 @@
 use pyo3::exceptions::{PyFileNotFoundError, PyPermissionError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use tether_client::ClientError;
 use tether_client::error::{ConnectErrorKind, DisconnectKind};
+use tether_client::{ClientError, ProcessFailure, ProcessFailureKind};
 use tether_engine::fs::{FsError, FsErrorKind};
 use tether_engine::http::HttpError;
 use tether_protocol::process::SpawnFailureKind;
@@ -39,8 +39,9 @@ pub(crate) enum NativeError {
         stdout: Vec<u8>,
         stderr: Vec<u8>,
     },
-    /// The process can no longer be followed (the session was lost, or its output was).
-    ProcessLost(String),
+    /// The process can no longer be followed (the session was lost, or its output was), of
+    /// the kind the client decided where it happened.
+    ProcessLost(ProcessFailure),
     /// The caller asked for something this server cannot do.
     Unsupported(String),
     /// An argument Python passed is not acceptable.
@@ -116,7 +117,11 @@ impl NativeError {
                     errors.getattr("HttpRequestError")?.call1((error.to_string(), kind))?,
                 ))
             }
-            NativeError::ProcessLost(message) => made("ProcessLost", message),
+            NativeError::ProcessLost(failure) => {
+                let (kind, server_went_away) = failure_kind(failure.kind);
+                let class = errors.getattr("ProcessLost")?;
+                Ok(PyErr::from_value(class.call1((failure.message, kind, server_went_away))?))
+            }
             NativeError::Unsupported(message) => made("UnsupportedError", message),
             NativeError::InvalidArgument(message) => {
                 Ok(pyo3::exceptions::PyValueError::new_err(message))
@@ -178,6 +183,20 @@ fn connect_kind(kind: ConnectErrorKind) -> (&'static str, Option<u16>) {
         ConnectErrorKind::Network => ("network", None),
         ConnectErrorKind::Handshake => ("handshake", None),
         _ => ("other", None),
+    }
+}
+
+/// A process failure's kind as `ProcessLost.kind`, and whether the server had said it was
+/// going away (`ProcessLost.server_went_away`: it stopped, and the process with it).
+fn failure_kind(kind: ProcessFailureKind) -> (&'static str, bool) {
+    match kind {
+        ProcessFailureKind::FellBehind => ("fell_behind", false),
+        ProcessFailureKind::OutputLost => ("output_lost", false),
+        ProcessFailureKind::SessionLost { server_went_away } => ("session_lost", server_went_away),
+        ProcessFailureKind::StartUncertain => ("start_uncertain", false),
+        ProcessFailureKind::Server => ("server", false),
+        ProcessFailureKind::Protocol => ("protocol", false),
+        _ => ("other", false),
     }
 }
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use tether_client::{ProcessControl, ProcessUpdate, RemoteProcess};
+use tether_client::{
+    ProcessControl, ProcessFailure, ProcessFailureKind, ProcessUpdate, RemoteProcess,
+};
 use tether_engine::ProcessEvent;
 use tether_protocol::process::{ExecOutputStream, ProcessSignal, WriteStatus};
 
@@ -80,7 +82,14 @@ pub(crate) async fn collect(
             Item::Exit(exit_code) => code = Some(exit_code),
         }
     }
-    code.ok_or_else(|| NativeError::ProcessLost("the process closed without an exit code".into()))
+    code.ok_or_else(|| {
+        // The server closed the process's stream without its exit: no server should.
+        let failure = ProcessFailure::new(
+            ProcessFailureKind::Protocol,
+            format!("process {} closed without an exit code", process.process_id()),
+        );
+        NativeError::ProcessLost(failure)
+    })
 }
 
 /// Ends a run given up before its command ended, as `subprocess.run` ends its child on Ctrl-C:
@@ -167,7 +176,7 @@ impl NativeProcess {
 
     /// The next updates, waiting for the first: a list of `("stdout" | "stderr" | "pty",
     /// bytes)` and `("exit", code)` tuples; an empty list once the process has closed. Raises
-    /// `tether.ProcessLost` when it can no longer be followed.
+    /// `tether.ProcessLost`, with the failure's `kind`, when it can no longer be followed.
     fn next_batch(&self) -> Pending {
         let process = self.process.clone();
         Pending::spawn(async move {

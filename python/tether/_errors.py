@@ -48,8 +48,30 @@ class Disconnected(TetherError, ConnectionError):
 
 
 class ProcessLost(TetherError):
-    """A process can no longer be followed: its session was lost, or output it had not
-    delivered is no longer held by the server. It may still be running."""
+    """A process can no longer be followed. It may still be running, unless
+    ``server_went_away``.
+
+    ``kind`` says why, for a program to decide on:
+
+    - ``"fell_behind"``: this program read the process's output slower than it came, and the
+      server no longer holds what was missed (read sooner, or have the server retain more);
+    - ``"output_lost"``: after a reconnect, output not yet delivered was no longer held;
+    - ``"session_lost"``: the client gave up on its session (``tether.SessionLost`` for the
+      calls); ``server_went_away`` is true when the server said it was shutting down, which
+      stops its processes too — otherwise the process may still run, and the session can be
+      taken up again with ``connect(url, session_id=…)`` and ``attach``;
+    - ``"start_uncertain"``: the connection dropped before the start was answered; whatever
+      started is being terminated;
+    - ``"server"``: the server said the process can no longer be followed;
+    - ``"protocol"``: the server's account of the process made no sense (events out of order,
+      a close without an exit code);
+    - ``"other"``: a kind this version of the package does not know.
+    """
+
+    def __init__(self, message: str, kind: str = "other", server_went_away: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.server_went_away = server_went_away
 
 
 class ServerError(TetherError):

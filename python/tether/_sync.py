@@ -275,7 +275,9 @@ class Process:
             if item is None:
                 break
         if self.returncode is None:
-            raise ProcessLost(f"process {self.process_id} closed without an exit code")
+            raise ProcessLost(
+                f"process {self.process_id} closed without an exit code", kind="protocol"
+            )
         return self.returncode
 
     def communicate(

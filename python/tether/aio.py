@@ -306,7 +306,9 @@ class Process:
         while await self._next_item() is not None:
             pass
         if self.returncode is None:
-            raise ProcessLost(f"process {self.process_id} closed without an exit code")
+            raise ProcessLost(
+                f"process {self.process_id} closed without an exit code", kind="protocol"
+            )
         return self.returncode
 
     async def communicate(self, input: Optional[bytes] = None) -> Tuple[bytes, bytes]:

@@ -112,7 +112,7 @@ async fn first_output(process: &mut RemoteProcess) -> anyhow::Result<()> {
                 bail!("exited {exit_code} before any output")
             }
             ProcessUpdate::Event(_) => {}
-            ProcessUpdate::Failed(message) => bail!("process failed: {message}"),
+            ProcessUpdate::Failed(failure) => bail!("process failed: {failure}"),
         }
     }
 }

@@ -189,7 +189,7 @@ pub(crate) async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(Strin
                 let output = String::from_utf8_lossy(&output).into_owned();
                 return Ok((output, code.context("closed before exit")?));
             }
-            ProcessUpdate::Failed(message) => bail!("process failed: {message}"),
+            ProcessUpdate::Failed(failure) => bail!("process failed: {failure}"),
         }
     }
 }

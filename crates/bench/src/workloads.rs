@@ -38,7 +38,7 @@ pub async fn finish(process: &mut RemoteProcess) -> anyhow::Result<(u64, i32)> {
             ProcessUpdate::Event(ProcessEvent::Closed { .. }) => {
                 return Ok((bytes, code.context("closed before exit")?));
             }
-            ProcessUpdate::Failed(message) => bail!("process failed: {message}"),
+            ProcessUpdate::Failed(failure) => bail!("process failed: {failure}"),
         }
     }
 }
@@ -237,7 +237,7 @@ pub async fn latency_under_load(
         match process.next_update().await.context("a load stream ended")? {
             ProcessUpdate::Event(ProcessEvent::Output { .. }) => {}
             ProcessUpdate::Event(_) => bail!("a load stream ended before streaming"),
-            ProcessUpdate::Failed(message) => bail!("a load stream failed: {message}"),
+            ProcessUpdate::Failed(failure) => bail!("a load stream failed: {failure}"),
         }
         let mut stop = stop.subscribe();
         let moved = moved.clone();

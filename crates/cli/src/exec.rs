@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_client::{
-    ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl, ProcessUpdate, RemoteProcess,
+    ClientOptions, ConnectionStatus, ExecServerClient, ProcessControl, ProcessFailureKind,
+    ProcessUpdate, RemoteProcess,
 };
 use tether_engine::ProcessEvent;
 use tether_protocol::PathUri;
@@ -325,22 +326,25 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
                     ProcessEvent::Exited { exit_code: code, .. } => exit_code = Some(code),
                     ProcessEvent::Closed { .. } => return Ok(exit_code.unwrap_or(TETHER_FAILURE)),
                 },
-                Some(ProcessUpdate::Failed(message)) => {
-                    if client.server_went_away() {
-                        bail!(
-                            "the server at {url} shut down, and the command was stopped with it; run it again once the server is back"
-                        );
-                    }
-                    if let ConnectionStatus::Failed(why) = client.status() {
+                Some(ProcessUpdate::Failed(failure)) => match failure.kind {
+                    ProcessFailureKind::SessionLost { server_went_away: true } => bail!(
+                        "the server at {url} shut down, and the command was stopped with it; run it again once the server is back"
+                    ),
+                    ProcessFailureKind::SessionLost { server_went_away: false } => {
+                        // The session's reason, without the process's name in front of it.
+                        let why = match client.status() {
+                            ConnectionStatus::Failed(why) => why,
+                            _ => failure.message,
+                        };
                         bail!(
                             "lost the connection: {why}. The command may still be running; reattach with: {} --resume {} --process {}",
                             again(&args),
                             client.session_id(),
                             process.process_id()
-                        );
+                        )
                     }
-                    bail!("{message}")
-                }
+                    _ => bail!("{failure}"),
+                },
                 None => bail!("the process's stream ended without a close"),
             },
             Some(error) = call_failures.recv() => return Err(error),

@@ -49,7 +49,7 @@ async fn a_client_that_stops_reading_slows_only_itself() {
         while let Some(update) = process.next_update().await {
             match update {
                 ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => received += chunk.len(),
-                ProcessUpdate::Failed(message) => panic!("{message}"),
+                ProcessUpdate::Failed(failure) => panic!("{failure}"),
                 _ => {}
             }
         }

@@ -12,12 +12,13 @@
 //!   gets the same error, and every process handle a terminal failure: nothing waits forever.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tether_engine::ProcessFailureKind;
 use tether_protocol::ProcessId;
 use tether_protocol::error::SESSION_ALREADY_ATTACHED;
 use tether_protocol::process::{
@@ -61,7 +62,7 @@ impl StatusChanges {
         Some(match &*self.0.borrow_and_update() {
             crate::session::ConnectionState::Connected(_) => ConnectionStatus::Connected,
             crate::session::ConnectionState::Recovering => ConnectionStatus::Recovering,
-            crate::session::ConnectionState::Failed(message) => {
+            crate::session::ConnectionState::Failed { message, .. } => {
                 ConnectionStatus::Failed(message.clone())
             }
         })
@@ -154,7 +155,6 @@ impl ExecServerClient {
             starts_in_flight: AtomicUsize::new(0),
             starts_settled: Notify::new(),
             http_streams: HttpStreams::default(),
-            server_went_away: AtomicBool::new(false),
         });
         let router = tokio::spawn(route_events(Arc::downgrade(&session), receiver));
         tokio::spawn(supervise_router(Arc::downgrade(&session), router));
@@ -203,15 +203,8 @@ impl ExecServerClient {
         match &*self.session.state.borrow() {
             ConnectionState::Connected(_) => ConnectionStatus::Connected,
             ConnectionState::Recovering => ConnectionStatus::Recovering,
-            ConnectionState::Failed(message) => ConnectionStatus::Failed(message.clone()),
+            ConnectionState::Failed { message, .. } => ConnectionStatus::Failed(message.clone()),
         }
-    }
-
-    /// Whether the session was lost because the server said it was going away (it stopped, or
-    /// a proxy in front of it did) and did not come back within [`GOING_AWAY_RECOVERY`](crate::GOING_AWAY_RECOVERY). A
-    /// stopping server ends its sessions' processes.
-    pub fn server_went_away(&self) -> bool {
-        self.session.server_went_away.load(Ordering::Acquire)
     }
 
     /// Waits until the session is connected (through a recovery), or fails with why it is lost.
@@ -372,10 +365,18 @@ impl ExecServerClient {
         if oldest > 1 {
             registration.skip_to(oldest - 1);
         }
-        if let Err(error) = run_claimed(&self.session, &registration).await {
+        if let Err(failure) = run_claimed(&self.session, &registration).await {
             self.session.unregister(&registration);
+            // A session lost meanwhile fails the attach as it fails every other call.
+            if let (
+                ProcessFailureKind::SessionLost { .. },
+                ConnectionState::Failed { message, .. },
+            ) = (failure.kind, self.session.current_state())
+            {
+                return Err(ClientError::Failed(message));
+            }
             return Err(ClientError::Protocol(format!(
-                "cannot follow process {process_id}: {error}"
+                "cannot follow process {process_id}: {failure}"
             )));
         }
         Ok((RemoteProcess::new(self.session.clone(), registration, updates), oldest > 1))

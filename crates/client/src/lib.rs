@@ -74,5 +74,5 @@ pub use port_forward::{ForwardNote, MAX_FORWARDED_CONNECTIONS, PortForward, STOP
 pub use process::{ProcessControl, RemoteProcess};
 pub use remote_fs::READ_BLOCKS_AHEAD;
 pub use remote_write_stream::WRITE_BLOCKS_IN_FLIGHT;
-pub use tether_engine::ProcessUpdate;
+pub use tether_engine::{ProcessFailure, ProcessFailureKind, ProcessUpdate};
 pub use tls::TlsFingerprint;

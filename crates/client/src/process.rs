@@ -171,14 +171,14 @@ impl ProcessControl {
         max_bytes: Option<usize>,
         wait_ms: Option<u64>,
     ) -> Result<ReadResponse, ClientError> {
-        if let Some(Finished::Failed(message)) = self.registration.finished() {
+        if let Some(Finished::Failed(failure)) = self.registration.finished() {
             return Ok(ReadResponse {
                 chunks: Vec::new(),
                 next_seq: self.registration.last_published().saturating_add(1),
                 exited: true,
                 exit_code: None,
                 closed: true,
-                failure: Some(message),
+                failure: Some(failure.message),
                 sandbox_denied: false,
                 oldest_retained_seq: None,
             });

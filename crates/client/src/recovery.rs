@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use tether_engine::{ProcessFailure, ProcessFailureKind};
 use tether_protocol::error::{SESSION_ALREADY_ATTACHED, TRANSPORT_CLOSED};
 use tether_protocol::method::INITIALIZED;
 use tether_protocol::session::{InitializeParams, InitializeResponse, InitializedParams};
@@ -115,8 +116,7 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
         if Instant::now() >= deadline {
             let message =
                 format!("{reason}; could not resume the session within {patience:?}: {last_error}");
-            session.server_went_away.store(going_away, Ordering::Release);
-            return give_up(&session, message);
+            return give_up(&session, message, going_away);
         }
         // Read for each attempt: a token renewed since the last one is the one sent.
         let token = match session.options.token_now() {
@@ -159,8 +159,7 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
                     "{reason}; could not resume the session: {error} (the token is no longer \
                      accepted; renew it and reattach)"
                 );
-                session.server_went_away.store(going_away, Ordering::Release);
-                return give_up(&session, message);
+                return give_up(&session, message, going_away);
             }
             Err(error) if is_retryable(&error) => {
                 debug!(%error, "resume attempt failed; retrying");
@@ -169,8 +168,7 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
             }
             Err(error) => {
                 let message = format!("{reason}; could not resume the session: {error}");
-                session.server_went_away.store(going_away, Ordering::Release);
-                return give_up(&session, message);
+                return give_up(&session, message, going_away);
             }
         }
     }
@@ -219,11 +217,11 @@ async fn resume(
                 registration.release_catch_up();
                 transport_error = Some(error);
             }
-            Ok(CatchUp::Lost(error)) => {
+            Ok(CatchUp::Lost(failure)) => {
                 registration.release_catch_up();
                 let message =
-                    format!("failed to recover process {}: {error}", registration.process_id);
-                lose(session, registration, message);
+                    format!("failed to recover process {}: {failure}", registration.process_id);
+                lose(session, registration, ProcessFailure::new(failure.kind, message));
             }
             // Caught up, or waiting for its caller to make room: the handle resumes it then,
             // unless it has room already.
@@ -255,13 +253,20 @@ fn is_retryable(error: &ClientError) -> bool {
     }
 }
 
-pub(crate) fn give_up(session: &Arc<Session>, message: String) {
-    warn!(%message, "exec-server session lost");
-    session.state.send_replace(ConnectionState::Failed(message.clone()));
+/// Gives the session up: calls fail from now on with `message`, and so does every process's
+/// handle, as [`ProcessFailureKind::SessionLost`]. `server_went_away`: the server had said it
+/// was going away, so its processes ended with it (no reattach will find them).
+pub(crate) fn give_up(session: &Arc<Session>, message: String, server_went_away: bool) {
+    warn!(%message, server_went_away, "exec-server session lost");
+    session
+        .state
+        .send_replace(ConnectionState::Failed { message: message.clone(), server_went_away });
     let registrations: Vec<_> =
         session.registrations.lock().unwrap().drain().map(|(_, r)| r).collect();
+    let kind = ProcessFailureKind::SessionLost { server_went_away };
     for registration in registrations {
-        registration.fail(format!("process {}: {message}", registration.process_id));
+        let message = format!("process {}: {message}", registration.process_id);
+        registration.fail(ProcessFailure::new(kind, message));
     }
 }
 
@@ -383,7 +388,7 @@ mod tests {
 
         let update = tokio::time::timeout(Duration::from_secs(10), victim.next_update()).await;
         assert!(
-            matches!(&update, Ok(Some(ProcessUpdate::Failed(message))) if message.contains("out of range")),
+            matches!(&update, Ok(Some(ProcessUpdate::Failed(failure))) if failure.kind == ProcessFailureKind::Protocol),
             "{update:?}"
         );
         bystander.write(b"still-here\n".to_vec()).await.unwrap();

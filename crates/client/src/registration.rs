@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tether_engine::{ProcessEvent, ProcessUpdate};
+use tether_engine::{ProcessEvent, ProcessFailure, ProcessFailureKind, ProcessUpdate};
 use tether_protocol::ProcessId;
 use tether_protocol::process::ReadResponse;
 use tokio::sync::mpsc;
@@ -65,7 +65,7 @@ struct State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Finished {
     Closed,
-    Failed(String),
+    Failed(ProcessFailure),
 }
 
 /// What a catch-up may do next.
@@ -231,7 +231,7 @@ impl Registration {
 
     /// Takes a live event; publishes what is now in order. Returns the failure, if the event
     /// made the process impossible to follow.
-    pub(crate) fn push(self: &Arc<Self>, event: ProcessEvent) -> Option<String> {
+    pub(crate) fn push(self: &Arc<Self>, event: ProcessEvent) -> Option<ProcessFailure> {
         let mut state = self.state();
         if state.finished.is_some() || event.seq() <= state.reorder.last_published() {
             return None;
@@ -252,9 +252,12 @@ impl Registration {
                 None
             }
             Err(error) => {
-                let message = format!("process {} failed: {error}", self.process_id);
-                fail(&mut state, message.clone());
-                Some(message)
+                let failure = ProcessFailure::new(
+                    ProcessFailureKind::Protocol,
+                    format!("process {} failed: {error}", self.process_id),
+                );
+                fail(&mut state, failure.clone());
+                Some(failure)
             }
         };
         if state.queued > HANDLE_BUFFER_BYTES
@@ -349,10 +352,10 @@ impl Registration {
     }
 
     /// Ends the stream with a failure (no-op if already finished).
-    pub(crate) fn fail(&self, message: String) {
+    pub(crate) fn fail(&self, failure: ProcessFailure) {
         let mut state = self.state();
         if state.finished.is_none() {
-            fail(&mut state, message);
+            fail(&mut state, failure);
         }
         self.unlock(state);
     }
@@ -426,7 +429,8 @@ fn restart_ordering(
         match state.reorder.push(event) {
             Ok(ready) => ready.into_iter().for_each(|e| publish(state, e)),
             Err(error) => {
-                fail(state, format!("process {process_id} failed: {error}"));
+                let message = format!("process {process_id} failed: {error}");
+                fail(state, ProcessFailure::new(ProcessFailureKind::Protocol, message));
                 return false;
             }
         }
@@ -446,9 +450,9 @@ fn publish(state: &mut State, event: ProcessEvent) {
     send(state, ProcessUpdate::Event(event));
 }
 
-fn fail(state: &mut State, message: String) {
-    state.finished = Some(Finished::Failed(message.clone()));
-    send(state, ProcessUpdate::Failed(message));
+fn fail(state: &mut State, failure: ProcessFailure) {
+    state.finished = Some(Finished::Failed(failure.clone()));
+    send(state, ProcessUpdate::Failed(failure));
 }
 
 fn send(state: &mut State, update: ProcessUpdate) {
@@ -492,7 +496,7 @@ mod tests {
         loop {
             match updates.try_recv() {
                 Ok(ProcessUpdate::Event(event)) => seqs.push(event.seq()),
-                Ok(ProcessUpdate::Failed(message)) => panic!("failed: {message}"),
+                Ok(ProcessUpdate::Failed(failure)) => panic!("failed: {failure}"),
                 Err(mpsc::error::TryRecvError::Empty) => return (seqs, false),
                 Err(mpsc::error::TryRecvError::Disconnected) => return (seqs, true),
             }
@@ -581,11 +585,12 @@ mod tests {
         let (registration, mut updates) = Registration::new("p".into(), None);
         let registration = Arc::new(registration);
         registration.push(out(1));
-        registration.fail("gone".into());
-        registration.fail("again".into());
+        let gone = ProcessFailure::new(ProcessFailureKind::OutputLost, "gone");
+        registration.fail(gone.clone());
+        registration.fail(ProcessFailure::new(ProcessFailureKind::Protocol, "again"));
         registration.push(out(2));
         assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Event(out(1))));
-        assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Failed("gone".into())));
+        assert_eq!(updates.try_recv(), Ok(ProcessUpdate::Failed(gone)));
         assert_eq!(updates.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
     }
 

@@ -63,7 +63,7 @@ pub(crate) async fn supervise_router(session: Weak<Session>, router: tokio::task
         Err(error) if error.is_panic() => "the client's event router panicked",
         _ => "the client's event router stopped",
     };
-    give_up(&session, format!("{reason}; connect again"));
+    give_up(&session, format!("{reason}; connect again"), false);
 }
 
 fn route_notification(session: &Arc<Session>, notification: Notification) {

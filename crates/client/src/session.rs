@@ -4,12 +4,13 @@
 //! the public handle ([`crate::ExecServerClient`]) sit above it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tether_engine::ProcessFailureKind;
 use tether_protocol::ProcessId;
 use tether_protocol::session::{EnvironmentInfo, TetherExtensions};
 use tokio::sync::{Notify, mpsc, watch};
@@ -27,7 +28,12 @@ use crate::registration::{Finished, Registration};
 pub(crate) enum ConnectionState {
     Connected(Arc<Connection>),
     Recovering,
-    Failed(String),
+    /// Given up, with why; `server_went_away`: the server had said it was going away, which
+    /// its processes' failures carry ([`ProcessFailureKind::SessionLost`]).
+    Failed {
+        message: String,
+        server_went_away: bool,
+    },
 }
 
 /// Whether a call may be sent again after its connection dropped mid-flight.
@@ -61,8 +67,6 @@ pub(crate) struct Session {
     /// Streamed `http/request` bodies in progress. They cannot survive their connection, so
     /// they end with it, recovery or not.
     pub(crate) http_streams: HttpStreams,
-    /// Set when the session was lost after the server said it was going away.
-    pub(crate) server_went_away: AtomicBool,
 }
 
 impl Session {
@@ -71,7 +75,7 @@ impl Session {
         process_id: &ProcessId,
     ) -> Result<(Arc<Registration>, mpsc::UnboundedReceiver<crate::ProcessUpdate>), ClientError>
     {
-        if let ConnectionState::Failed(message) = self.current_state() {
+        if let ConnectionState::Failed { message, .. } = self.current_state() {
             return Err(ClientError::Failed(message));
         }
         let mut registrations = self.registrations.lock().unwrap();
@@ -106,6 +110,14 @@ impl Session {
         self.state.borrow().clone()
     }
 
+    /// What a process fails with for a session that is lost: whether the server had said it
+    /// was going away is the recovery's to know, and the process's failure carries it.
+    pub(crate) fn lost_kind(&self) -> ProcessFailureKind {
+        let server_went_away =
+            matches!(&*self.state.borrow(), ConnectionState::Failed { server_went_away: true, .. });
+        ProcessFailureKind::SessionLost { server_went_away }
+    }
+
     /// The current connection, waiting through a recovery.
     pub(crate) async fn connected(&self) -> Result<Arc<Connection>, ClientError> {
         let mut state = self.state.subscribe();
@@ -114,7 +126,7 @@ impl Session {
                 ConnectionState::Connected(connection) if !connection.is_closed() => {
                     return Ok(connection.clone());
                 }
-                ConnectionState::Failed(message) => {
+                ConnectionState::Failed { message, .. } => {
                     return Err(ClientError::Failed(message.clone()));
                 }
                 _ => {}

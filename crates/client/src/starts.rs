@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use tether_engine::{ProcessFailure, ProcessFailureKind};
 use tether_protocol::process::TerminateParams;
 
 use crate::registration::Registration;
@@ -56,7 +57,8 @@ impl<'a> PendingStart<'a> {
     /// The process may be running and nobody will follow it: fail the registration, terminate
     /// whatever runs under its id (waiting through a recovery), then release the id.
     pub(crate) fn abandon(&mut self, message: String) {
-        self.registration.fail(message);
+        let failure = ProcessFailure::new(ProcessFailureKind::StartUncertain, message);
+        self.registration.fail(failure);
         let session = self.session.clone();
         let registration = self.registration.clone();
         let terminate = async move {

@@ -27,7 +27,7 @@ async fn harness(env: &Environment, dir: &std::path::Path, url: &str) -> Seen {
         match update {
             ProcessUpdate::Event(ProcessEvent::Exited { exit_code, .. }) => exit = Some(exit_code),
             ProcessUpdate::Event(_) => {}
-            ProcessUpdate::Failed(message) => panic!("{message}"),
+            ProcessUpdate::Failed(failure) => panic!("{failure}"),
         }
     }
 

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use tether_client::{ClientError, ClientOptions, ConnectionStatus, ExecServerClient};
+use tether_client::{
+    ClientError, ClientOptions, ConnectionStatus, ExecServerClient, ProcessFailureKind,
+};
 use tether_testkit::shell_params as params;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 
@@ -86,7 +88,11 @@ async fn an_outage_longer_than_the_recovery_deadline_fails_every_handle(target: 
     let mut process = client.start(params("long", "sleep 30")).await.unwrap();
     proxy.set_down(true);
     let failure = drain(&mut process).await.unwrap_err();
-    assert!(failure.contains("could not resume the session within 600ms"), "{failure}");
+    assert_eq!(
+        failure.kind,
+        ProcessFailureKind::SessionLost { server_went_away: false },
+        "{failure}"
+    );
     assert!(matches!(client.status(), ConnectionStatus::Failed(_)));
     let error = client.start(params("after", "true")).await.err().unwrap();
     assert!(matches!(error, ClientError::Failed(_)), "{error}");
@@ -121,7 +127,7 @@ async fn output_lost_during_an_outage_fails_only_that_process() {
     let mut link = client.status_changes();
     proxy.set_down(false);
     let failure = drain(&mut chatty).await.unwrap_err();
-    assert!(failure.contains("no longer retained"), "{failure}");
+    assert_eq!(failure.kind, ProcessFailureKind::OutputLost, "{failure}");
     let (out, _, code, _) = drain(&mut quiet).await.unwrap();
     assert_eq!((out.as_slice(), code), (&b"still-here\n"[..], 0));
     // The session comes back whole (its processes are caught up before it is Connected, so
@@ -179,7 +185,7 @@ async fn output_spilled_to_disk_outlasts_an_outage() {
     assert_is_seq_output(&out, 600000);
     assert_eq!(code, 0);
     let failure = drain(&mut overflowing).await.unwrap_err();
-    assert!(failure.contains("no longer retained"), "{failure}");
+    assert_eq!(failure.kind, ProcessFailureKind::OutputLost, "{failure}");
     drop(server);
     let _ = std::fs::remove_dir_all(&spill_dir);
 }

@@ -85,7 +85,7 @@ async fn environment_info_is_asked_again(target: Target) {
 async fn attached_output_is_read_raw_in_any_member_order_and_a_malformed_one_fails_the_process() {
     use futures_util::{SinkExt, StreamExt};
     use serde_json::{Value, json};
-    use tether_client::ProcessUpdate;
+    use tether_client::{ConnectionStatus, ProcessFailureKind, ProcessUpdate};
     use tether_engine::ProcessEvent;
     use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -146,15 +146,19 @@ async fn attached_output_is_read_raw_in_any_member_order_and_a_malformed_one_fai
         panic!("{update:?}")
     };
     assert_eq!(&chunk[..], b"\xffagain");
-    let Some(ProcessUpdate::Failed(message)) = process.next_update().await else {
+    let Some(ProcessUpdate::Failed(failure)) = process.next_update().await else {
         panic!("the process did not fail")
     };
+    // The connection was let go (recovery is off, so the session with it), and why.
+    let lost = ProcessFailureKind::SessionLost { server_went_away: false };
+    assert_eq!(failure.kind, lost, "{failure}");
+    let ConnectionStatus::Failed(why) = client.status() else { panic!("not failed") };
     assert!(
-        message.contains(
+        why.contains(
             "malformed process/output with attached bytes from the server (its JSON's chunk must \
              be empty)"
         ),
-        "{message}"
+        "{why}"
     );
     let asked = script.await.unwrap();
     assert_eq!(asked["attachOutput"], true);

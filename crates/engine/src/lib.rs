@@ -56,6 +56,6 @@ pub mod sandbox;
 pub mod shell_snapshot;
 mod wildcard;
 
-pub use exec::ProcessUpdate;
+pub use exec::{ProcessFailure, ProcessFailureKind, ProcessUpdate};
 pub use process::{ProcessError, ProcessEvent};
 pub use process_table::{ProcessTable, ProcessTableConfig};

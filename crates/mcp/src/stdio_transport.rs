@@ -28,7 +28,9 @@ use rmcp::RoleClient;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use tether_engine::ProcessEvent;
-use tether_engine::exec::{ExecBackend, ExecError, ExecProcess, ProcessUpdate};
+use tether_engine::exec::{
+    ExecBackend, ExecError, ExecProcess, ProcessFailure, ProcessFailureKind, ProcessUpdate,
+};
 use tether_protocol::PathUri;
 use tether_protocol::process::{EnvInherit, EnvPolicy, ExecOutputStream, ExecParams, WriteStatus};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -80,7 +82,7 @@ pub struct StdioServerCommand {
 #[derive(Debug, Default)]
 pub(crate) struct ServerEnd {
     pub exit_code: Option<i32>,
-    pub failure: Option<String>,
+    pub failure: Option<ProcessFailure>,
     pub closed: bool,
     pub stderr_tail: VecDeque<String>,
 }
@@ -89,6 +91,12 @@ impl ServerEnd {
     /// One sentence on how the server ended, or `None` while it runs.
     pub(crate) fn describe(&self) -> Option<String> {
         let how = match (&self.failure, self.exit_code) {
+            // A stopping executor ends its processes: this one is not running somewhere unseen.
+            (Some(failure), _)
+                if failure.kind == (ProcessFailureKind::SessionLost { server_went_away: true }) =>
+            {
+                format!("was stopped with its executor, which shut down: {failure}")
+            }
             (Some(failure), _) => format!("could no longer be followed: {failure}"),
             (None, Some(code)) => format!("exited with code {code}"),
             (None, None) if self.closed => "closed its output".to_owned(),
@@ -362,9 +370,9 @@ impl Pump {
                 debug!(exit_code = ?end.exit_code, "MCP server process ended");
                 false
             }
-            Some(ProcessUpdate::Failed(message)) => {
-                warn!(%message, "MCP server process lost");
-                self.end.lock().unwrap().failure = Some(message);
+            Some(ProcessUpdate::Failed(failure)) => {
+                warn!(kind = ?failure.kind, message = %failure, "MCP server process lost");
+                self.end.lock().unwrap().failure = Some(failure);
                 false
             }
         }
@@ -533,5 +541,24 @@ exec cat >/dev/null"#
             assert_eq!(number(&message), expected);
         }
         transport.close().await.unwrap();
+    }
+
+    /// How the server ended is decided on the failure's kind: an executor that shut down
+    /// took the server with it, where any other failure leaves it perhaps running, unseen.
+    #[test]
+    fn a_server_stopped_with_its_executor_is_told_apart_from_one_lost_sight_of() {
+        let ended = |kind| {
+            let failure = ProcessFailure::new(kind, "process p: the session is gone");
+            ServerEnd { failure: Some(failure), ..ServerEnd::default() }.describe().unwrap()
+        };
+        let stopped = ended(ProcessFailureKind::SessionLost { server_went_away: true });
+        assert!(stopped.contains("was stopped with its executor"), "{stopped}");
+        for kind in [
+            ProcessFailureKind::SessionLost { server_went_away: false },
+            ProcessFailureKind::FellBehind,
+        ] {
+            let lost = ended(kind);
+            assert!(lost.contains("could no longer be followed"), "{lost}");
+        }
     }
 }

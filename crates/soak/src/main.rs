@@ -285,7 +285,7 @@ async fn collect(process: &mut tether_client::RemoteProcess) -> anyhow::Result<V
             }
             ProcessUpdate::Event(ProcessEvent::Closed { .. }) => return Ok(output),
             ProcessUpdate::Event(_) => {}
-            ProcessUpdate::Failed(message) => bail!("{message}"),
+            ProcessUpdate::Failed(failure) => bail!("{failure}"),
         }
     }
 }

@@ -3,23 +3,25 @@
 
 use std::time::Duration;
 
-use tether_client::{ProcessUpdate, RemoteProcess};
+use tether_client::{ProcessFailure, ProcessUpdate, RemoteProcess};
 use tether_engine::ProcessEvent;
 use tether_protocol::process::ExecOutputStream;
 
-/// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences).
+/// Everything a handle publishes until it closes: (stdout, stderr, exit code, sequences), or
+/// the handle's failure. Anything else (no update for 60 s, a stream that ends without a
+/// close, a close without an exit) fails the test here.
 pub async fn drain(
     process: &mut RemoteProcess,
-) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), String> {
+) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), ProcessFailure> {
     let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
     loop {
         let update = tokio::time::timeout(Duration::from_secs(60), process.next_update())
             .await
-            .map_err(|_| "no update within 60 s".to_string())?
-            .ok_or("stream ended without close")?;
+            .expect("no update within 60 s")
+            .expect("stream ended without close");
         let event = match update {
             ProcessUpdate::Event(event) => event,
-            ProcessUpdate::Failed(message) => return Err(message),
+            ProcessUpdate::Failed(failure) => return Err(failure),
         };
         seqs.push(event.seq());
         match event {
@@ -29,7 +31,7 @@ pub async fn drain(
             ProcessEvent::Output { chunk, .. } => out.extend(&chunk),
             ProcessEvent::Exited { exit_code, .. } => code = Some(exit_code),
             ProcessEvent::Closed { .. } => {
-                return Ok((out, err, code.ok_or("closed before exit")?, seqs));
+                return Ok((out, err, code.expect("closed before exit"), seqs));
             }
         }
     }

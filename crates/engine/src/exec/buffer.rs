@@ -25,7 +25,7 @@ pub fn update_cost(update: &ProcessUpdate) -> usize {
     UPDATE_OVERHEAD_BYTES
         + match update {
             ProcessUpdate::Event(ProcessEvent::Output { chunk, .. }) => chunk.len(),
-            ProcessUpdate::Failed(message) => message.len(),
+            ProcessUpdate::Failed(failure) => failure.message.len(),
             ProcessUpdate::Event(_) => 0,
         }
 }

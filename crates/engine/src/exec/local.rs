@@ -25,8 +25,8 @@ use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteSta
 use tokio::sync::mpsc;
 
 use super::{
-    ExecBackend, ExecError, ExecProcess, HANDLE_BUFFER_BYTES, ProcessUpdate, RESUME_BELOW_BYTES,
-    update_cost,
+    ExecBackend, ExecError, ExecProcess, HANDLE_BUFFER_BYTES, ProcessFailure, ProcessFailureKind,
+    ProcessUpdate, RESUME_BELOW_BYTES, update_cost,
 };
 use crate::process::{LocalProcess, ProcessError, ProcessEvent};
 use crate::process_table::{ProcessTable, ProcessTableConfig};
@@ -260,7 +260,8 @@ impl Routes {
                     let message = format!(
                         "process {id} fell behind its reader and cannot be caught up: {lost}; read its output sooner, or retain more (`ProcessTableConfig::retained_output_bytes`)"
                     );
-                    let _ = route.updates.send(ProcessUpdate::Failed(message));
+                    let failure = ProcessFailure::new(ProcessFailureKind::FellBehind, message);
+                    let _ = route.updates.send(ProcessUpdate::Failed(failure));
                     routes.remove(id);
                     return;
                 }

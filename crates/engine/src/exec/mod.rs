@@ -10,6 +10,7 @@
 //! client's business, and in-process there is nothing to reorder.
 
 mod buffer;
+mod failure;
 mod local;
 
 use async_trait::async_trait;
@@ -18,6 +19,7 @@ use tether_protocol::ProcessId;
 use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
 
 pub use buffer::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OVERHEAD_BYTES, update_cost};
+pub use failure::{ProcessFailure, ProcessFailureKind};
 pub use local::LocalExecBackend;
 
 use crate::ProcessEvent;
@@ -83,8 +85,9 @@ pub trait ExecProcess: Send + Sync {
 pub enum ProcessUpdate {
     /// The next event, in sequence order.
     Event(ProcessEvent),
-    /// The process can no longer be followed; no more updates come. The message says why.
-    Failed(String),
+    /// The process can no longer be followed; no more updates come. The failure says why: a
+    /// kind for the caller to decide on, and words to show a person.
+    Failed(ProcessFailure),
 }
 
 /// Why an exec operation failed: a kind a caller can act on, and the executor's own message

@@ -44,7 +44,7 @@ async fn follow_after(process: &mut dyn ExecProcess, seen: u64) -> Followed {
     loop {
         let event = match next(process).await {
             Some(ProcessUpdate::Event(event)) => event,
-            Some(ProcessUpdate::Failed(message)) => panic!("the process failed: {message}"),
+            Some(ProcessUpdate::Failed(failure)) => panic!("the process failed: {failure}"),
             None => panic!("the stream ended before the close: {followed:?}"),
         };
         assert_eq!(event.process_id(), process.process_id());
