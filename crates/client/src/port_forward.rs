@@ -199,9 +199,9 @@ async fn carry(
                     let _ = to_local.shutdown().await;
                 }
                 Some(ProcessUpdate::Event(ProcessEvent::Closed { .. })) => break None,
-                Some(ProcessUpdate::Failed(reason)) => {
+                Some(ProcessUpdate::Failed(failure)) => {
                     terminate_soon(&control);
-                    break Some(reason);
+                    break Some(failure.message);
                 }
                 // Stopping, and the close did not come within the grace.
                 None => break None,
