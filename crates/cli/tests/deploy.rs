@@ -319,3 +319,53 @@ fn the_manifests_fit_a_fresh_cluster() {
     let spread = pod["topologySpreadConstraints"].as_sequence().unwrap();
     assert!(spread.iter().any(|c| c["topologyKey"] == "kubernetes.io/hostname"));
 }
+
+/// A `major.minor` Rust version, as `rust-version` and an image tag write it.
+fn rust_version(text: &str) -> (u32, u32) {
+    let mut parts = text.split('.').map(|part| part.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// The image builds (a check without building it, which needs a container engine and the
+/// network): its builder's Rust is the workspace's declared minimum (`rust-version`, which the
+/// code keeps to), and no locked dependency asks for a newer one — cargo would refuse to
+/// build it there.
+#[test]
+fn the_images_builder_is_new_enough_for_the_locked_tree() {
+    let recipe = std::fs::read_to_string(deploy_dir().join("Containerfile")).unwrap();
+    let builder = recipe
+        .lines()
+        .find_map(|line| line.strip_prefix("FROM docker.io/library/rust:"))
+        .expect("a rust builder stage in the Containerfile");
+    let builder = builder.split_whitespace().next().unwrap();
+    let builder = rust_version(builder.split('-').next().unwrap());
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest: toml::Table =
+        std::fs::read_to_string(root.join("Cargo.toml")).unwrap().parse().unwrap();
+    let declared = manifest["workspace"]["package"]["rust-version"].as_str().unwrap();
+    assert_eq!(
+        builder,
+        rust_version(declared),
+        "the Containerfile builds with Rust {builder:?}; the workspace declares {declared}"
+    );
+
+    let metadata = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .output()
+        .unwrap();
+    assert!(metadata.status.success(), "{}", String::from_utf8_lossy(&metadata.stderr));
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
+    let newer: Vec<String> = metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|package| {
+            let wanted = package["rust_version"].as_str()?;
+            (rust_version(wanted) > builder)
+                .then(|| format!("{} {} needs Rust {wanted}", package["name"], package["version"]))
+        })
+        .collect();
+    assert!(newer.is_empty(), "newer than the image's builder: {newer:?}");
+}
