@@ -416,6 +416,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             closed_output_budget: args.closed_output_budget_bytes,
             spill: spill.map(Arc::new),
             transparent_tcp: args.managed_network.settings().transparent_tcp,
+            upstream_routing: args.managed_network.settings().upstream_routing(),
         },
         max_sessions: args.max_sessions,
         max_sessions_per_client: args.max_sessions_per_client,
@@ -430,12 +431,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         managed_network: args.managed_network.settings(),
         metrics_listen: args.metrics_listen,
     };
-    if args.managed_network.any() {
-        tracing::info!(
-            "managed-network settings kept; Tether runs no managed network yet, so they change \
-             nothing"
-        );
-    }
     let stdin_closed = match (&listen, args.exit_on_stdin_close) {
         (ListenAddress::WebSocket { .. }, true) => {
             Some(stdin_close::closed().context("cannot watch standard input")?)

@@ -10,13 +10,16 @@
 use serde_json::{Value, json};
 use tether_testkit::client::output_of;
 use tether_testkit::http_peer::{HttpPeer, host_address};
+use tether_testkit::private_network::{
+    self, PRIVATE_V4, PUBLIC_NAME, PUBLIC_V4, SHARED_V4, UNIQUE_LOCAL_V6,
+};
 use tether_testkit::process_stats::{open_fds, serving_pid};
 use tether_testkit::{RpcClient, ServerProcess, Target, ToolCall, Verdict, against_both};
 
 mod common;
 use common::ExecutorHome;
 use common::codex::Workspace;
-use common::origins::{TlsOrigin, UpstreamProxy};
+use common::origins::{Onward, TlsOrigin, UpstreamProxy};
 
 against_both!(
     an_allowed_origin_is_reached_and_every_request_reported,
@@ -36,6 +39,10 @@ against_both!(
     local_binding_still_needs_the_allow_list,
     with_local_binding_a_wildcard_allows_local_destinations_as_it_allows_names,
     with_local_binding_the_client_decides_local_destinations_the_list_misses,
+    private_addresses_go_directly_unless_the_server_sends_them_upstream,
+    a_mandatory_tcp_upstream_carries_every_socks5_connection_or_none,
+    a_mandatory_tcp_upstream_carries_transparent_tcp,
+    a_mandatory_tcp_upstream_refuses_starts_without_a_proxy_of_the_executors_own,
 );
 
 /// A `networkProxy` launch as Codex 0.171 sends it, `domains` as given, `changes` applied to
@@ -810,31 +817,39 @@ async fn floods_through_many_proxies_are_bounded_server_wide() {
 
 /// With `allowUpstreamProxy`, a launch's proxy goes through the executor's own proxies: a
 /// forward request to `HTTP_PROXY` in absolute form, a tunnel with a `CONNECT` of its own to
-/// `HTTPS_PROXY`, a `NO_PROXY` destination directly; SOCKS5 always directly. The names
-/// resolve nowhere here, so the launch allows local binding (an unresolvable name is local).
+/// `HTTPS_PROXY`, a loopback destination directly (`NO_PROXY` is not read: it exempts nothing
+/// here); SOCKS5 always directly. The names resolve nowhere here, so the launch allows local
+/// binding (an unresolvable name is local).
 async fn allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks(target: Target) {
     let peer = HttpPeer::start().await.unwrap();
     let upstream = UpstreamProxy::start(port_of(&peer)).await;
     let home = ExecutorHome::new("network", target, "upstream");
     let url = format!("http://127.0.0.1:{}", upstream.port);
-    let env =
-        [("HTTP_PROXY", url.as_str()), ("HTTPS_PROXY", url.as_str()), ("NO_PROXY", "127.0.0.1")];
+    let env = [("HTTP_PROXY", url.as_str()), ("HTTPS_PROXY", url.as_str()), ("NO_PROXY", "*")];
     let (_server, mut client) = home.started_with(target, &[], &env).await;
     let script = format!(
         "curl -sS -o /dev/null -w 'forward %{{http_code}}\\n' -x \"$HTTP_PROXY\" http://origin.test/plain; \
          curl -sS -o /dev/null -w 'tunnel %{{http_code}}\\n' -p -x \"$HTTP_PROXY\" http://origin.test:8443/tunnel; \
          curl -sS -o /dev/null -w 'socks %{{http_code}}\\n' --proxy \"$ALL_PROXY\" http://origin.test:81/socks 2>/dev/null; \
-         curl -sS -o /dev/null -w 'exempt %{{http_code}}\\n' -x \"$HTTP_PROXY\" {}/exempt",
+         curl -sS -o /dev/null -w 'loopback %{{http_code}}\\n' -x \"$HTTP_PROXY\" {}/loopback; \
+         curl -sS -o /dev/null -w 'unexempted %{{http_code}}\\n' -x \"$HTTP_PROXY\" http://exempt.test/",
         peer.base_url
     );
-    let domains = json!({"origin.test": "allow", "127.0.0.1": "allow"});
+    let domains = json!({"origin.test": "allow", "127.0.0.1": "allow", "exempt.test": "allow"});
     let changes = json!({"allowUpstreamProxy": true, "allowLocalBinding": true});
     let params = proxied("p", &script, &home, Confined::No, launch(domains, changes));
     let finished = run(&mut client, params).await;
-    assert_eq!(finished.stdout, "forward 200\ntunnel 200\nsocks 000\nexempt 200\n");
+    assert_eq!(
+        finished.stdout,
+        "forward 200\ntunnel 200\nsocks 000\nloopback 200\nunexempted 200\n"
+    );
     assert_eq!(
         upstream.seen(),
-        ["GET http://origin.test/plain HTTP/1.1", "CONNECT origin.test:8443 HTTP/1.1"]
+        [
+            "GET http://origin.test/plain HTTP/1.1",
+            "CONNECT origin.test:8443 HTTP/1.1",
+            "GET http://exempt.test/ HTTP/1.1"
+        ]
     );
 }
 
@@ -1424,4 +1439,294 @@ async fn with_local_binding_the_client_decides_local_destinations_the_list_misse
         |host: &str| report(host, "http", "deny", "baseline_policy", "not_allowed_local", false);
     assert_eq!(reported(&finished.decisions), [refused("127.0.0.1"), refused("localhost")]);
     assert_eq!(peer.requests(), ["GET /approved"], "the refused requests reached nothing");
+}
+
+/// A SOCKS5 client for a command to run, reading its proxy from `$ALL_PROXY`: for each `label
+/// host port` it asks for `host:port` (by address when `host` is one, else by name), then
+/// prints `label refused CODE` for a refusal (RFC 1928's reply code), or `label` and the
+/// status of the answer to `GET /label` through the connection.
+const SOCKS_PROBE: &str = r#"
+import ipaddress, os, socket, struct, sys
+host, port = os.environ["ALL_PROXY"].split("://", 1)[1].rsplit(":", 1)
+def exact(s, n):
+    data = b""
+    while len(data) < n:
+        more = s.recv(n - len(data))
+        if not more:
+            raise EOFError
+        data += more
+    return data
+args = sys.argv[1:]
+for label, target, target_port in zip(args[0::3], args[1::3], args[2::3]):
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(b"\x05\x01\x00")
+    exact(s, 2)
+    try:
+        address = ipaddress.ip_address(target)
+        kind, named = (1 if address.version == 4 else 4), address.packed
+    except ValueError:
+        kind, named = 3, bytes([len(target)]) + target.encode()
+    s.sendall(bytes([5, 1, 0, kind]) + named + struct.pack(">H", int(target_port)))
+    reply = exact(s, 4)
+    if reply[1] != 0:
+        print(label, "refused", reply[1])
+        continue
+    exact(s, {1: 6, 4: 18}.get(reply[3]) or exact(s, 1)[0] + 2)
+    s.sendall(f"GET /{label} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n" not in answer:
+        more = s.recv(4096)
+        if not more:
+            break
+        answer += more
+    print(label, answer.split(b" ")[1].decode() if answer else "closed")
+"#;
+
+/// `python3 probe.py`, the probe written in `home`, asking for each `(label, host, port)`.
+fn socks_probe(home: &ExecutorHome, cases: &[(&str, String, u16)]) -> String {
+    home.write("probe.py", SOCKS_PROBE);
+    let args: Vec<String> =
+        cases.iter().map(|(label, host, port)| format!("{label} {host} {port}")).collect();
+    format!("python3 {} {}", home.path("probe.py").display(), args.join(" "))
+}
+
+/// Every report of `finished` allows: what a test shows refused was refused past the policy.
+fn all_allowed(finished: &Finished) -> bool {
+    finished.decisions.iter().all(|d| d["decision"] == "allow")
+}
+
+/// Runs `scenario` in a network of the test's own ([`private_network`]), where private and
+/// public addresses can be had without touching the host's; says why and returns when such a
+/// network cannot be made here.
+async fn in_private_network<Fut>(scenario: impl FnOnce() -> Fut + Send + 'static)
+where
+    Fut: Future<Output = ()>,
+{
+    if let Err(error) = private_network::run(scenario).await {
+        eprintln!("skipped: no private network here ({error:#})");
+    }
+}
+
+/// `--proxy-private-ips-via-upstream`: a private address the policy allows (RFC 1918, IPv6
+/// unique-local) is reached directly although the executor's `HTTP_PROXY` and `HTTPS_PROXY`
+/// apply; with the flag, through them, forward requests and tunnels alike, as with
+/// `CODEX_EXEC_SERVER_PROXY_PRIVATE_IPS_VIA_UPSTREAM=true`. Loopback stays local either way,
+/// and where no upstream applies to the protocol (only `HTTPS_PROXY`: plain HTTP) the flag
+/// changes nothing. Routing never allows: a private address off the allow list (the shared
+/// `100.64/10` one) is refused as local with the flag too, and reaches no upstream. Origins
+/// on private addresses of a network namespace of the test's own; what the recording
+/// upstream saw tells the routes apart.
+async fn private_addresses_go_directly_unless_the_server_sends_them_upstream(target: Target) {
+    in_private_network(move || async move {
+        let private = HttpPeer::start_at(PRIVATE_V4).await.unwrap();
+        let unique_local = HttpPeer::start_at(UNIQUE_LOCAL_V6).await.unwrap();
+        let shared = HttpPeer::start_at(SHARED_V4).await.unwrap();
+        let local = HttpPeer::start().await.unwrap();
+        let upstream =
+            UpstreamProxy::start_at(std::net::Ipv4Addr::LOCALHOST.into(), Onward::AsAsked(vec![]))
+                .await;
+        let url = format!("http://127.0.0.1:{}", upstream.port);
+        let both = [("HTTP_PROXY", url.as_str()), ("HTTPS_PROXY", url.as_str())];
+        let home = ExecutorHome::new("network", target, "private-ips");
+        let mut script = String::new();
+        for (label, peer) in
+            [("private", &private), ("ula", &unique_local), ("shared", &shared), ("local", &local)]
+        {
+            script.push_str(&format!(
+                "curl -s -x \"$HTTP_PROXY\" -o /dev/null -w '{label} %{{http_code}} ' {url}/fwd; \
+                 curl -s -p -x \"$HTTP_PROXY\" -o /dev/null -w '%{{http_connect}}\\n' {url}/tun; ",
+                url = peer.base_url
+            ));
+        }
+        let domains = json!({PRIVATE_V4.to_string(): "allow",
+            UNIQUE_LOCAL_V6.to_string(): "allow", "127.0.0.1": "allow"});
+        let changes = json!({"allowUpstreamProxy": true});
+        let everything = "private 200 200\nula 200 200\nshared 403 403\nlocal 200 200\n";
+        // What the upstream sees of the allowed private addresses: forward requests (when it
+        // carries plain HTTP) and tunnels.
+        let through = |forward: bool| {
+            let authority = |peer: &HttpPeer| peer.base_url["http://".len()..].to_owned();
+            let mut seen = Vec::new();
+            for peer in [&private, &unique_local] {
+                if forward {
+                    seen.push(format!("GET {}/fwd HTTP/1.1", peer.base_url));
+                }
+                seen.push(format!("CONNECT {} HTTP/1.1", authority(peer)));
+            }
+            seen
+        };
+        let flag = ["--proxy-private-ips-via-upstream"];
+        // An empty variable is passed over, as one that is not set.
+        let by_env = [
+            ("HTTPS_PROXY", url.as_str()),
+            ("HTTP_PROXY", ""),
+            ("CODEX_EXEC_SERVER_PROXY_PRIVATE_IPS_VIA_UPSTREAM", "true"),
+        ];
+        // A server's flags and environment, and what its proxy sends the upstream.
+        type Run<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], Vec<String>);
+        let runs: [Run; 3] =
+            [(&[], &both, vec![]), (&flag, &both, through(true)), (&[], &by_env, through(false))];
+        let mut total = 0;
+        for (n, (args, env, seen)) in runs.into_iter().enumerate() {
+            let (_server, mut client) = home.started_with(target, args, env).await;
+            let params = proxied(
+                "p",
+                &script,
+                &home,
+                Confined::No,
+                launch(domains.clone(), changes.clone()),
+            );
+            let finished = run(&mut client, params).await;
+            assert_eq!(finished.stdout, everything, "run {n}");
+            total += seen.len();
+            let seen_now = upstream.seen();
+            assert_eq!(seen_now[seen_now.len() - seen.len()..], seen[..], "run {n}");
+            assert_eq!(seen_now.len(), total, "run {n}: {seen_now:?}");
+        }
+        assert_eq!(shared.connections(), 0, "the refused address was reached");
+    })
+    .await;
+}
+
+/// `--tcp-upstream-proxy HOST:PORT`: every connection the SOCKS5 listener takes goes through
+/// that HTTP `CONNECT` proxy — a name as a name, a public address — or is refused with
+/// SOCKS5's "connection refused" (5): an address on the executor's own side of the network
+/// (loopback, a private one), `localhost`, and the upstream itself. With
+/// `--proxy-private-ips-via-upstream` a private address goes through it too. A launch that
+/// does not allow local destinations sends no name (the upstream would resolve it where the
+/// policy could not check what it reached), and one that does not allow upstream proxies
+/// reaches nothing over SOCKS5. The policy allowed every one of them; the HTTP listener still
+/// goes directly. In a network of the test's own, the upstream on a public address of it.
+async fn a_mandatory_tcp_upstream_carries_every_socks5_connection_or_none(target: Target) {
+    in_private_network(move || async move {
+        let public = HttpPeer::start_at(PUBLIC_V4).await.unwrap();
+        let private = HttpPeer::start_at(PRIVATE_V4).await.unwrap();
+        let local = HttpPeer::start().await.unwrap();
+        let upstream = UpstreamProxy::start_at(PUBLIC_V4.into(), Onward::AsAsked(vec![])).await;
+        let address = format!("{PUBLIC_V4}:{}", upstream.port);
+        let home = ExecutorHome::new("network", target, "tcp-upstream");
+        let cases = [
+            ("name", PUBLIC_NAME.to_owned(), port_of(&public)),
+            ("public", PUBLIC_V4.to_string(), port_of(&public)),
+            ("private", PRIVATE_V4.to_string(), port_of(&private)),
+            ("loopback", "127.0.0.1".to_owned(), port_of(&local)),
+            ("localhost", "localhost".to_owned(), port_of(&local)),
+            ("itself", PUBLIC_V4.to_string(), upstream.port),
+        ];
+        let script = format!(
+            "{}; curl -s --noproxy '' -x \"$HTTP_PROXY\" -o /dev/null -w 'http %{{http_code}}\\n' {}/http",
+            socks_probe(&home, &cases),
+            local.base_url
+        );
+        let domains = json!({PUBLIC_NAME: "allow", PUBLIC_V4.to_string(): "allow",
+            PRIVATE_V4.to_string(): "allow", "127.0.0.1": "allow", "localhost": "allow"});
+        let start = |id: &str, up: bool, local: bool| {
+            let changes = json!({"allowUpstreamProxy": up, "allowLocalBinding": local});
+            proxied(id, &script, &home, Confined::No, launch(domains.clone(), changes))
+        };
+        let connect =
+            |peer: &HttpPeer| format!("CONNECT {} HTTP/1.1", &peer.base_url["http://".len()..]);
+        let by_name = format!("CONNECT {PUBLIC_NAME}:{} HTTP/1.1", port_of(&public));
+        let outcomes = |name: &str, public: &str, private: &str| {
+            format!(
+                "name {name}\npublic {public}\nprivate {private}\nloopback refused 5\n\
+                 localhost refused 5\nitself refused 5\nhttp 200\n"
+            )
+        };
+        let refused = "refused 5";
+
+        let (_server, mut client) =
+            home.started_with(target, &["--tcp-upstream-proxy", &address], &[]).await;
+        let finished = run(&mut client, start("p", true, true)).await;
+        assert_eq!(finished.stdout, outcomes("200", "200", refused));
+        assert!(all_allowed(&finished), "{:?}", finished.decisions);
+        assert_eq!(upstream.seen(), [by_name.clone(), connect(&public)]);
+        assert_eq!(public.requests(), ["GET /name", "GET /public"]);
+        assert_eq!(local.requests(), ["GET /http"], "only the HTTP listener's went directly");
+
+        let finished = run(&mut client, start("q", true, false)).await;
+        assert_eq!(finished.stdout, outcomes(refused, "200", refused));
+        assert!(all_allowed(&finished), "{:?}", finished.decisions);
+        let finished = run(&mut client, start("r", false, true)).await;
+        assert_eq!(finished.stdout, outcomes(refused, refused, refused));
+        assert!(all_allowed(&finished), "{:?}", finished.decisions);
+        assert_eq!(upstream.seen().len(), 3, "{:?}", upstream.seen());
+
+        let flags = ["--tcp-upstream-proxy", &address, "--proxy-private-ips-via-upstream"];
+        let (_server, mut client) = home.started_with(target, &flags, &[]).await;
+        let finished = run(&mut client, start("p", true, true)).await;
+        assert_eq!(finished.stdout, outcomes("200", "200", "200"));
+        assert_eq!(upstream.seen()[3..], [by_name, connect(&public), connect(&private)]);
+        assert_eq!(private.requests(), ["GET /private"]);
+    })
+    .await;
+}
+
+/// Transparent TCP goes through the SOCKS5 listener, so a mandatory TCP upstream carries it:
+/// a program that ignores the proxy variables reaches a name through the upstream (the
+/// sandbox's name server stands the name in, and the `CONNECT` names it), while an address
+/// the upstream may not carry is refused by a reset though the policy allows it.
+async fn a_mandatory_tcp_upstream_carries_transparent_tcp(target: Target) {
+    let origin = HttpPeer::start().await.unwrap();
+    let port = port_of(&origin);
+    let named = ("named.example", std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let upstream =
+        UpstreamProxy::start_at(std::net::Ipv4Addr::LOCALHOST.into(), Onward::AsAsked(vec![named]))
+            .await;
+    let address = format!("127.0.0.1:{}", upstream.port);
+    let home = ExecutorHome::new("network", target, "tcp-upstream-transparent");
+    let (_server, mut client) =
+        home.started_with(target, &["--tcp-upstream-proxy", &address], &[]).await;
+    // A documentation address: never public, never private.
+    let script = format!(
+        "curl -sS --noproxy '*' -o /dev/null -w '%{{http_code}}\\n' http://named.example:{port}/named; \
+         curl -sS --noproxy '*' http://192.0.2.1:{port}/ 2>/dev/null; \
+         case $? in 7|55|56) echo refused by a reset;; *) echo \"refused $?\";; esac"
+    );
+    let domains = json!({"named.example": "allow", "192.0.2.1": "allow"});
+    let changes =
+        json!({"transparentTcp": true, "allowLocalBinding": true, "allowUpstreamProxy": true});
+    let params = proxied("p", &script, &home, Confined::Sandboxed, launch(domains, changes));
+    let finished = run(&mut client, params).await;
+    assert_eq!(finished.stdout, "200\nrefused by a reset\n");
+    assert!(all_allowed(&finished), "{:?}", finished.decisions);
+    assert_eq!(upstream.seen(), [format!("CONNECT named.example:{port} HTTP/1.1")]);
+    assert_eq!(origin.requests(), ["GET /named"]);
+}
+
+/// Under a mandatory TCP upstream, a start held to a managed network (`enforceManagedNetwork`,
+/// or `managedNetwork`'s facts) without a proxy of the executor's own (`networkProxy`) is
+/// refused, sandboxed or not, before anything else about it is looked at (an empty `argv`
+/// here); a start with its own proxy, or not held to one, runs.
+async fn a_mandatory_tcp_upstream_refuses_starts_without_a_proxy_of_the_executors_own(
+    target: Target,
+) {
+    let home = ExecutorHome::new("network", target, "tcp-upstream-refusals");
+    let (_server, mut client) =
+        home.started_with(target, &["--tcp-upstream-proxy", "proxy.internal:3128"], &[]).await;
+    let facts = json!({"loopbackPorts": [3128], "allowLocalBinding": false});
+    let bridged = json!({"HTTP_PROXY": "http://127.0.0.1:3128"});
+    let mut refused = Vec::new();
+    for confined in [Confined::No, Confined::Sandboxed] {
+        refused.push(caller_run("a", "true", &home, confined, Value::Null, json!({})));
+        refused.push(caller_run("b", "true", &home, confined, facts.clone(), bridged.clone()));
+    }
+    let mut unenforced = caller_run("c", "true", &home, Confined::No, facts, bridged);
+    unenforced["enforceManagedNetwork"] = json!(false);
+    let mut empty = caller_run("d", "true", &home, Confined::No, Value::Null, json!({}));
+    empty["argv"] = json!([]);
+    refused.extend([unenforced, empty]);
+    for params in refused {
+        let error = client.err("process/start", params).await.unwrap();
+        assert_eq!(
+            (error.code, error.message.as_str()),
+            (-32602, "a mandatory TCP upstream requires an executor-local managed proxy")
+        );
+    }
+    let mut plain =
+        caller_run("e", "echo plain", &home, Confined::Sandboxed, Value::Null, json!({}));
+    plain["enforceManagedNetwork"] = json!(false);
+    assert_eq!(run(&mut client, plain).await.stdout, "plain\n");
+    let own = proxied("f", "echo own", &home, Confined::Sandboxed, launch(json!({}), json!({})));
+    assert_eq!(run(&mut client, own).await.stdout, "own\n");
 }

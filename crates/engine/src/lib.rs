@@ -15,8 +15,8 @@
 //!   file handles and the missing-path watch.
 //! - [`http`]: the HTTP surface ([`http::HttpClient`]) and its local implementation: requests
 //!   made from the executor's network position, buffered or with the body streamed.
-//! - [`network`]: managed network for sandboxed commands — the domain policy a process's proxy
-//!   applies (the proxy itself is not built yet: a `networkProxy` launch is refused).
+//! - [`network`]: managed network for sandboxed commands — the proxy a `networkProxy` launch
+//!   starts for its process, its domain policy, and where it sends what it lets through.
 //! - [`env_policy`]: how a child's environment is built from the executor's own.
 //! - [`proc_stat`]: a process's parent, group and start time from `/proc`, for whoever must
 //!   tell processes apart (killing a group, a sandbox's descendants, the guardian).

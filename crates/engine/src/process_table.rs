@@ -17,6 +17,7 @@ use tracing::{Instrument, debug, info_span};
 use crate::env_policy::child_env;
 use crate::network::bridge::{self, PreparedBridge};
 use crate::network::forward::ProxyRoute;
+use crate::network::proxy::upstream::{UpstreamRouting, tcp};
 use crate::network::proxy::{NetworkEvents, PreparedProxy, ProxyConfig};
 use crate::process::{
     self, DEFAULT_RETAINED_OUTPUT_BYTES, LocalProcess, OutputBudget, ProcessError, ProcessEvent,
@@ -51,6 +52,9 @@ pub struct ProcessTableConfig {
     /// `--linux-sandbox-transparent-tcp`: every sandboxed start behind a managed proxy gets
     /// transparent TCP, whether its launch asks for it or not (as the reference's flag does).
     pub transparent_tcp: bool,
+    /// `--tcp-upstream-proxy` and `--proxy-private-ips-via-upstream`: how every managed proxy
+    /// of the table reaches past the executor, whatever a launch asks.
+    pub upstream_routing: UpstreamRouting,
 }
 
 /// Default for [`ProcessTableConfig::closed_output_budget`]: the last several commands' worth
@@ -71,6 +75,7 @@ impl Default for ProcessTableConfig {
             closed_output_budget: DEFAULT_CLOSED_OUTPUT_BUDGET,
             spill: None,
             transparent_tcp: false,
+            upstream_routing: UpstreamRouting::default(),
         }
     }
 }
@@ -151,7 +156,10 @@ impl ProcessTable {
     /// Starts a process. Ids are unique within the table for as long as the entry exists, a
     /// closed process included.
     pub fn start(self: &Arc<Self>, params: ExecParams) -> Result<ExecResponse, ProcessError> {
-        let proxy = match network_config(&params, &self.parent_env, self.config.transparent_tcp)? {
+        if self.config.upstream_routing.tcp.is_some() && held_without_own_proxy(&params) {
+            return Err(ProcessError::InvalidParams(tcp::NEEDS_EXECUTOR_LOCAL_PROXY.to_owned()));
+        }
+        let proxy = match network_config(&params, &self.parent_env, &self.config)? {
             Some(config) => Some(PreparedProxy::new(config).map_err(ProcessError::Spawn)?),
             None => None,
         };
@@ -437,24 +445,34 @@ impl Drop for ProcessTable {
 }
 
 /// The managed proxy a start asks for, checked; `None` for a start without one. A start with
-/// `managedNetwork` too is served by the proxy it asks for (the reference accepts both).
-/// `always_transparent`: the server's `--linux-sandbox-transparent-tcp`, which makes every
-/// sandboxed launch transparent (one without SOCKS5 then fails in its sandbox, as the
-/// reference's does).
+/// `managedNetwork` too is served by the proxy it asks for (the reference accepts both). The
+/// server's `--linux-sandbox-transparent-tcp` makes every sandboxed launch transparent (one
+/// without SOCKS5 then fails in its sandbox, as the reference's does); its upstream routing
+/// holds every launch.
 fn network_config(
     params: &ExecParams,
     executor_env: &[(String, String)],
-    always_transparent: bool,
+    table: &ProcessTableConfig,
 ) -> Result<Option<ProxyConfig>, ProcessError> {
     let Some(launch) = &params.network_proxy else { return Ok(None) };
     let sandboxed = params.sandbox.is_some();
     if let Some(refusal) = launch.refusal(sandboxed) {
         return Err(ProcessError::InvalidParams(refusal.to_owned()));
     }
-    let mut config = ProxyConfig::new(params.process_id.clone(), launch, executor_env)
+    let process_id = params.process_id.clone();
+    let mut config = ProxyConfig::new(process_id, launch, executor_env, &table.upstream_routing)
         .map_err(ProcessError::InvalidParams)?;
-    config.transparent_tcp |= always_transparent && sandboxed;
+    config.transparent_tcp |= table.transparent_tcp && sandboxed;
     Ok(Some(config))
+}
+
+/// A start held to a managed network (`enforceManagedNetwork`, or the facts of one,
+/// `managedNetwork`) with no proxy of the executor's own (`networkProxy`): under a mandatory
+/// TCP upstream the reference refuses it before anything else, sandboxed or not, since only
+/// a proxy the executor runs can be held to that upstream.
+fn held_without_own_proxy(params: &ExecParams) -> bool {
+    params.network_proxy.is_none()
+        && (params.enforce_managed_network || params.managed_network.is_some())
 }
 
 /// A sandboxed start held to a managed network it does not launch (`enforceManagedNetwork`

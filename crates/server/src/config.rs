@@ -141,8 +141,9 @@ pub struct ServerConfig {
     /// How long a drain lets processes finish ([`DEFAULT_SHUTDOWN_GRACE`], at most
     /// [`MAX_SHUTDOWN_GRACE`]).
     pub shutdown_grace: Duration,
-    /// What a managed network is to do with sandboxed TCP; kept for when one runs here (none
-    /// does yet, so it changes nothing).
+    /// The managed-network flags as the operator gave them. What they mean is in
+    /// [`Self::processes`] (`transparent_tcp`, `upstream_routing`), which the managed proxies
+    /// read; this is the record of what was asked.
     pub managed_network: ManagedNetwork,
     /// A second, plain-HTTP listener serving only `GET /metrics` and `GET /readyz`, without
     /// authentication, for a scraper that holds no token (`--metrics-listen`). Counters and

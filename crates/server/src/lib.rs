@@ -4,8 +4,8 @@
 //! - [`config`]: every knob and default, with the reason for each.
 //! - [`auth`] and [`jwt`]: who may open a WebSocket (capability token, signed bearer token).
 //! - [`listen`]: `--listen` parsing.
-//! - [`managed_network`]: the managed-network settings, checked and kept for when a managed
-//!   network runs here.
+//! - [`managed_network`]: the managed-network settings, checked as the reference checks them,
+//!   and what they mean to the engine's managed proxies.
 //! - [`transport`]: a connection's frames and outbound queue, the WebSocket upgrade and TLS.
 //!   Before its upgrade a connection is a stranger's: deadlines and a cap.
 //! - `serve`: each transport's connections (WebSocket routes, stdio), each handed to a

@@ -1,14 +1,18 @@
 //! The managed-network settings `codex exec-server` takes at startup
 //! (`--linux-sandbox-transparent-tcp`, `--tcp-upstream-proxy HOST:PORT`,
 //! `--proxy-private-ips-via-upstream`): checked as the reference checks them and kept in the
-//! server's configuration. The first makes every sandboxed managed-proxy start transparent
-//! (the CLI hands it to the process tables); the other two are kept but not yet acted on: a
-//! proxy's SOCKS5 connections go directly, or through the executor's own upstream proxies
-//! when a launch allows them.
+//! server's configuration. The first makes every sandboxed managed-proxy start transparent;
+//! the other two are the upstream routing of every managed proxy
+//! ([`ManagedNetwork::upstream_routing`], the engine's
+//! [`tether_engine::network::proxy::upstream`]): every SOCKS5 connection through the TCP
+//! upstream, private addresses through the executor's upstream proxies. The CLI hands both to
+//! the process tables.
 
 use std::fmt;
 use std::net::Ipv6Addr;
 use std::str::FromStr;
+
+use tether_engine::network::proxy::upstream::{PrivateDestinations, TcpUpstream, UpstreamRouting};
 
 /// Longest host name: DNS's limit on a name in text form, the reference's too.
 const MAX_HOST_BYTES: usize = 253;
@@ -21,10 +25,27 @@ const MAX_LABEL_BYTES: usize = 63;
 pub struct ManagedNetwork {
     /// Route sandboxed TCP through the managed SOCKS proxy.
     pub transparent_tcp: bool,
-    /// The HTTP CONNECT proxy raw TCP from the managed SOCKS listener must go through.
+    /// The HTTP CONNECT proxy every connection from the managed SOCKS5 listener must go
+    /// through; a start that would have no such listener of the executor's own is refused.
     pub tcp_upstream_proxy: Option<HostPort>,
-    /// Let permitted private destinations use the upstream proxy (loopback stays local).
+    /// Send permitted private destinations through an upstream proxy that applies, instead of
+    /// directly (loopback and link-local stay local).
     pub proxy_private_ips_via_upstream: bool,
+}
+
+impl ManagedNetwork {
+    /// How the managed proxies reach past the executor, as these settings say.
+    pub fn upstream_routing(&self) -> UpstreamRouting {
+        let tcp = self.tcp_upstream_proxy.as_ref().map(|address| TcpUpstream {
+            host: address.host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            port: address.port,
+        });
+        let private = match self.proxy_private_ips_via_upstream {
+            true => PrivateDestinations::ThroughUpstream,
+            false => PrivateDestinations::Direct,
+        };
+        UpstreamRouting { tcp, private }
+    }
 }
 
 /// A proxy's `HOST:PORT`: a host name (letters, digits, `-` and `_` between dots; a leading
@@ -98,6 +119,19 @@ fn is_host_name(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_settings_become_the_proxies_routing() {
+        let settings = ManagedNetwork {
+            transparent_tcp: false,
+            tcp_upstream_proxy: Some("[fd00::1]:3128".parse().unwrap()),
+            proxy_private_ips_via_upstream: true,
+        };
+        let routing = settings.upstream_routing();
+        assert_eq!(routing.tcp, Some(TcpUpstream { host: "fd00::1".into(), port: 3128 }));
+        assert_eq!(routing.private, PrivateDestinations::ThroughUpstream);
+        assert_eq!(ManagedNetwork::default().upstream_routing(), UpstreamRouting::default());
+    }
 
     /// What the reference accepts and refuses, as measured against Codex 0.171.
     #[test]

@@ -73,8 +73,10 @@ impl HttpPeer {
     }
 
     /// A peer listening on `address` (port chosen by the kernel): one of the host's own
-    /// addresses other than loopback, for a client in a network namespace of its own.
-    pub async fn start_at(address: std::net::Ipv4Addr) -> anyhow::Result<Self> {
+    /// addresses other than loopback, for a client in a network namespace of its own, or one
+    /// of a [`crate::private_network`]'s.
+    pub async fn start_at(address: impl Into<std::net::IpAddr>) -> anyhow::Result<Self> {
+        let address = address.into();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let app = Router::new()

@@ -9,6 +9,7 @@ pub mod http_peer;
 pub mod mcp_peer;
 pub mod model;
 pub mod params;
+pub mod private_network;
 pub mod process_stats;
 pub mod proxy;
 pub mod scratch;

@@ -1,6 +1,6 @@
 //! The managed-network flags of `codex exec-server`: checked as the reference checks them and
-//! kept in the server's configuration ([`tether_server::managed_network`]). Transparent TCP
-//! takes effect; the upstream-proxy pair is kept but not yet acted on.
+//! kept in the server's configuration ([`tether_server::managed_network`]), which says what
+//! each makes the managed proxies do.
 
 use clap::Args;
 use tether_server::managed_network::{HostPort, ManagedNetwork};
@@ -13,13 +13,15 @@ pub struct ManagedNetworkArgs {
     #[arg(long)]
     linux_sandbox_transparent_tcp: bool,
 
-    /// Require this HTTP CONNECT proxy for raw TCP from the managed SOCKS listener. Changes
-    /// nothing yet.
+    /// Send every connection of the managed SOCKS5 listener (transparent TCP's too) through
+    /// this HTTP CONNECT proxy, refusing what it cannot carry; a start held to a managed
+    /// network without a proxy of the executor's own is refused.
     #[arg(long, value_name = "HOST:PORT")]
     tcp_upstream_proxy: Option<HostPort>,
 
-    /// Let permitted private IP destinations use the upstream proxy (loopback stays local).
-    /// Changes nothing yet.
+    /// Send allowed private addresses (RFC 1918, 100.64/10, IPv6 unique-local) through the
+    /// upstream proxy that applies instead of directly; with none for the protocol they still
+    /// go directly, and loopback always stays local. Needs no --tcp-upstream-proxy.
     #[arg(long, env = "CODEX_EXEC_SERVER_PROXY_PRIVATE_IPS_VIA_UPSTREAM")]
     proxy_private_ips_via_upstream: bool,
 }
@@ -31,10 +33,5 @@ impl ManagedNetworkArgs {
             tcp_upstream_proxy: self.tcp_upstream_proxy.clone(),
             proxy_private_ips_via_upstream: self.proxy_private_ips_via_upstream,
         }
-    }
-
-    /// Whether any was given, for the log.
-    pub fn any(&self) -> bool {
-        self.settings() != ManagedNetwork::default()
     }
 }

@@ -1,26 +1,42 @@
 //! Peers for managed-network tests: an upstream forward proxy standing in for the
-//! executor's own, and an HTTPS origin standing in for a real API host.
+//! executor's own or the operator's, and an HTTPS origin standing in for a real API host.
 
 /// A forward proxy of the test's own standing in for the executor's (`HTTP_PROXY`,
-/// `HTTPS_PROXY`): it takes forward requests and `CONNECT`s for any name, sends each to
-/// `origin`, and writes down each request line it got.
+/// `HTTPS_PROXY`) or the operator's TCP upstream: it takes forward requests and `CONNECT`s,
+/// sends each on as [`Onward`] says, and writes down each request line it got. A destination
+/// it cannot reach gets a `502`.
 pub struct UpstreamProxy {
     pub port: u16,
     seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Where an [`UpstreamProxy`] sends what it takes.
+#[derive(Clone)]
+pub enum Onward {
+    /// Everything to this port on `127.0.0.1`, whatever was asked.
+    To(u16),
+    /// Where each request asked: these names to these addresses, any other host as it is.
+    AsAsked(Vec<(&'static str, std::net::SocketAddr)>),
+}
+
 impl UpstreamProxy {
+    /// On `127.0.0.1`, everything to `origin`.
     pub async fn start(origin: u16) -> Self {
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST.into(), Onward::To(origin)).await
+    }
+
+    /// On `address`, sending on as `onward` says.
+    pub async fn start_at(address: std::net::IpAddr, onward: Onward) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((address, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else { return };
-                let log = log.clone();
+                let (log, onward) = (log.clone(), onward.clone());
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     while !head.ends_with(b"\r\n\r\n") {
@@ -30,8 +46,22 @@ impl UpstreamProxy {
                     let text = String::from_utf8_lossy(&head).into_owned();
                     let line = text.lines().next().unwrap_or_default().to_owned();
                     log.lock().unwrap().push(line.clone());
-                    let mut origin =
-                        tokio::net::TcpStream::connect(("127.0.0.1", origin)).await.unwrap();
+                    let reached = match &onward {
+                        Onward::To(port) => {
+                            tokio::net::TcpStream::connect(("127.0.0.1", *port)).await
+                        }
+                        Onward::AsAsked(names) => {
+                            let (host, port) = asked(&line);
+                            match names.iter().find(|(name, _)| *name == host) {
+                                Some((_, address)) => tokio::net::TcpStream::connect(address).await,
+                                None => tokio::net::TcpStream::connect((host.as_str(), port)).await,
+                            }
+                        }
+                    };
+                    let Ok(mut origin) = reached else {
+                        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                        return;
+                    };
                     if line.starts_with("CONNECT ") {
                         client
                             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -50,6 +80,19 @@ impl UpstreamProxy {
     pub fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap().clone()
     }
+}
+
+/// The host (an IPv6 address without brackets) and port a request line asks for:
+/// `CONNECT host:port HTTP/1.1`, or `GET http://host[:port]/… HTTP/1.1`.
+fn asked(line: &str) -> (String, u16) {
+    let target = line.split(' ').nth(1).unwrap_or_default();
+    let authority = target.split_once("://").map_or(target, |(_, rest)| rest);
+    let authority = authority.split('/').next().unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().unwrap_or(80)),
+        _ => (authority, 80),
+    };
+    (host.trim_start_matches('[').trim_end_matches(']').to_owned(), port)
 }
 
 impl Drop for UpstreamProxy {

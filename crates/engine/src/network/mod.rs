@@ -6,7 +6,8 @@
 //! - [`blocked`]: the `403` a refused request gets, headers and body as the reference's.
 //! - [`proxy_env`]: the variables that point a process at its proxies.
 //! - [`proxy`]: the proxy itself, one per launch (HTTP forward and `CONNECT`, SOCKS5), every
-//!   decision reported, open questions asked of the client.
+//!   decision reported, open questions asked of the client, and what it goes through past the
+//!   executor ([`proxy::upstream`]: the executor's own proxies, the operator's TCP upstream).
 //! - [`masking`]: credential masking — placeholders in the child, the real secret put back
 //!   only in what goes to the hosts it is bound to, over TLS the proxy terminates with a CA
 //!   of its own.

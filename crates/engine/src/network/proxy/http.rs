@@ -101,12 +101,14 @@ async fn tunnel(
             return refusal(&blocked);
         }
     };
-    let through = proxy.config.upstreams.as_ref().and_then(|u| u.for_tunnel(&host)).cloned();
+    let through = proxy.config.routes.for_tunnel(&host).cloned();
     let reach = move |host: String| {
         let (through, addresses) = (through.clone(), addresses.clone());
         async move {
             match through {
-                Some(through) => upstream::tunnel(&through, &host, port).await,
+                Some(through) => {
+                    upstream::tunnel(&through, &host, port).await.map_err(std::io::Error::other)
+                }
                 None => gate::connect(&addresses).await,
             }
         }
@@ -168,7 +170,7 @@ async fn forward(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) 
             return refusal(&blocked);
         }
     };
-    let through = proxy.config.upstreams.as_ref().and_then(|u| u.for_request(&host));
+    let through = proxy.config.routes.for_request(&host);
     let reached = match through {
         Some(through) => upstream::connect(through).await,
         None => gate::connect(&addresses).await,

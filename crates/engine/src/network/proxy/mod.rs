@@ -8,7 +8,8 @@
 //!   sandboxed one, handed over by the sandbox's inner stage ([`super::forward`]), so the
 //!   proxy never listens where anyone else can reach it. Either way it ends with its process
 //!   ([`RunningProxy`] is held by the process's pump and aborts every connection when dropped).
-//! - [`gate`]: the decision for one destination; [`http`] and [`socks`] the two protocols.
+//! - [`gate`]: the decision for one destination; [`http`] and [`socks`] the two protocols;
+//!   [`upstream`]: what an allowed connection goes through past the executor, if anything.
 //!
 //! Bounded: at most [`MAX_CONNECTIONS`] connections at once per proxy and
 //! [`MAX_CONNECTIONS_SERVER_WIDE`] across the server (more wait in the kernel's queues, not in
@@ -102,19 +103,22 @@ pub struct ProxyConfig {
     /// How long the client's decider has for a destination the policy leaves open; `None`:
     /// no decider, such a destination is refused.
     pub ask_timeout: Option<Duration>,
-    /// The executor's own proxies, when the launch allows going through them.
-    pub upstreams: Option<upstream::Upstreams>,
+    /// What the proxy goes through past the executor: the executor's own proxies (when the
+    /// launch allows them), the operator's TCP upstream.
+    pub routes: upstream::Routes,
     /// `credentialMasking`: where the CA bundle goes (`$CODEX_HOME/proxy`), when asked.
     pub masking_home: Option<std::path::PathBuf>,
 }
 
 impl ProxyConfig {
     /// The proxy `launch` asks for, or why this executor refuses it (a `-32602` message).
-    /// `executor_env` is the server's environment, where its own upstream proxies are named.
+    /// `executor_env` is the server's environment, where its own upstream proxies are named;
+    /// `routing`, how the operator started the server to route past it.
     pub fn new(
         process_id: ProcessId,
         launch: &NetworkProxyLaunch,
         executor_env: &[(String, String)],
+        routing: &upstream::UpstreamRouting,
     ) -> Result<Self, String> {
         let proxy = &launch.proxy;
         let providers = proxy.credential_providers.as_ref();
@@ -136,9 +140,12 @@ impl ProxyConfig {
             socks5: proxy.enable_socks5,
             transparent_tcp: proxy.transparent_tcp,
             ask_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
-            upstreams: proxy
-                .allow_upstream_proxy
-                .then(|| upstream::Upstreams::from_env(executor_env)),
+            routes: upstream::Routes::new(
+                routing,
+                proxy.allow_upstream_proxy,
+                proxy.allow_local_binding,
+                executor_env,
+            ),
             masking_home: (proxy.credential_masking == Some(true))
                 .then(|| codex_home(executor_env)),
         })

@@ -1,7 +1,12 @@
 //! The SOCKS5 side of a process's proxy (RFC 1928, no authentication, `CONNECT` only): the
 //! handshake is fast-socks5's, the destination decided by [`super::gate`] like any other, and
-//! the reply sent once the destination has been reached. UDP (`UDP ASSOCIATE`) and `BIND` are
-//! answered "command not supported".
+//! the reply sent once the destination has been reached — directly, or through the operator's
+//! mandatory TCP upstream when there is one ([`super::upstream::tcp`]). UDP (`UDP
+//! ASSOCIATE`) and `BIND` are answered "command not supported".
+//!
+//! A destination allowed but not reached is answered as the reference answers it: "connection
+//! refused" when it refused, or when the TCP upstream did not carry it; "host unreachable"
+//! otherwise.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::gate::{self, Admission, Target};
+use super::upstream::tcp::Destination;
 use super::{HANDSHAKE_TIMEOUT, Proxy, splice};
 
 /// Serves one SOCKS5 connection from the process.
@@ -32,10 +38,13 @@ pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAd
         let _ = protocol.reply_error(&ReplyError::CommandNotSupported).await;
         return;
     }
-    let (host, port) = match &target {
+    // The name as the command gave it, for a TCP upstream's `CONNECT`; policies and reports
+    // take it normalized.
+    let (named, port) = match &target {
         TargetAddr::Ip(address) => (address.ip().to_string(), address.port()),
-        TargetAddr::Domain(name, port) => (gate::normalized(name), *port),
+        TargetAddr::Domain(name, port) => (name.clone(), *port),
     };
+    let host = gate::normalized(&named);
     let target =
         Target { protocol: ProxyProtocol::Socks5Tcp, host: &host, port, method: None, client };
     let addresses = match proxy.admit(target).await {
@@ -45,11 +54,26 @@ pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAd
             return;
         }
     };
-    let upstream = match gate::connect(&addresses).await {
-        Ok(upstream) => upstream,
-        Err(error) => {
+    let reached = match &proxy.config.routes.tcp {
+        Some(route) => route.open(Destination::of(&named, port)).await.map_err(|error| {
+            debug!(
+                error = &error as &dyn std::error::Error,
+                "SOCKS5 destination not carried by the TCP upstream"
+            );
+            ReplyError::ConnectionRefused
+        }),
+        None => gate::connect(&addresses).await.map_err(|error| {
             debug!(%error, "SOCKS5 destination unreachable");
-            let _ = protocol.reply_error(&ReplyError::HostUnreachable).await;
+            match error.kind() {
+                std::io::ErrorKind::ConnectionRefused => ReplyError::ConnectionRefused,
+                _ => ReplyError::HostUnreachable,
+            }
+        }),
+    };
+    let upstream = match reached {
+        Ok(upstream) => upstream,
+        Err(reply) => {
+            let _ = protocol.reply_error(&reply).await;
             return;
         }
     };

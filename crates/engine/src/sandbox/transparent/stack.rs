@@ -278,7 +278,14 @@ impl Relay {
                     }
                     _ => None,
                 },
-                Phase::Asking { upstream, reply } => answered(upstream, reply),
+                Phase::Asking { upstream, reply } => match answered(upstream, reply) {
+                    // What the command sent while the proxy was answering goes now: nothing
+                    // else would wake the loop for it (the proxy waits for those bytes), and
+                    // a proxy slower to answer than the command to write (a TCP upstream's
+                    // `CONNECT` first) would leave the connection stalled until a timer.
+                    Some(Phase::Open(open)) => relay(open, socket),
+                    other => other,
+                },
                 Phase::Open(open) => relay(open, socket),
             };
             match next {
