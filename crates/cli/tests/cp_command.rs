@@ -515,3 +515,53 @@ async fn a_named_link_is_followed_and_a_fifo_in_a_tree_is_skipped() {
     assert_eq!(std::fs::read(sides.there("tree/sub/b.txt")).unwrap(), b"b\n");
     assert!(!sides.there("tree/fifo").exists());
 }
+
+/// A file or directory in a tree that this side may not read is said, skipped and counted,
+/// and the rest is copied, as `cp -r` goes on; the copy then fails (1) naming how many. Run in
+/// a user namespace of its own as an ordinary user, for whom mode 000 means what it says (the
+/// tests may run as root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_entries_in_a_tree_are_skipped_and_the_rest_copied() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sides = Sides::new("denied");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    write(&sides.here("tree/a.txt"), b"a\n", 0o644, 1);
+    write(&sides.here("tree/secret.txt"), b"secret\n", 0o644, 1);
+    write(&sides.here("tree/locked/inner.txt"), b"inner\n", 0o644, 1);
+    write(&sides.here("tree/sub/b.txt"), b"b\n", 0o644, 1);
+    for closed in ["tree/secret.txt", "tree/locked"] {
+        std::fs::set_permissions(sides.here(closed), std::fs::Permissions::from_mode(0o000))
+            .unwrap();
+    }
+    let tree = sides.here("tree").display().to_string();
+    let output = tokio::process::Command::new("unshare")
+        .args(["--user", "--map-user=1000", "--map-group=1000", "--"])
+        .arg(tether_binary().unwrap())
+        .args(["cp", "--url", &server.url, "-r", &tree, &sides.remote("tree")])
+        .env_remove("TETHER_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output).await.unwrap().unwrap();
+    // Opened again so that the scratch directory can be removed.
+    std::fs::set_permissions(sides.here("tree/locked"), std::fs::Permissions::from_mode(0o755))
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    for closed in ["secret.txt", "locked"] {
+        let said = format!("tether cp: cannot read {tree}/{closed}: permission denied; skipped");
+        assert!(lines.contains(&said.as_str()), "{said:?} not in {stderr}");
+    }
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "tether cp: 2 files or directories could not be read (permission denied) and were \
+             skipped, each named above; the rest was copied: make them readable and copy again"
+        )
+    );
+    assert_eq!(std::fs::read(sides.there("tree/a.txt")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(sides.there("tree/sub/b.txt")).unwrap(), b"b\n");
+    assert!(!sides.there("tree/secret.txt").exists());
+    assert!(!sides.there("tree/locked").exists());
+}

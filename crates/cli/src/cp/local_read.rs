@@ -61,6 +61,7 @@ pub(super) fn open_entry(
     let fd = match rustix::fs::openat(directory, name, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::LOOP | Errno::NOTDIR) => changed(shown)?,
+        Err(Errno::ACCESS | Errno::PERM) => return Err(Denied(shown.to_owned()).into()),
         Err(error) => return Err(std::io::Error::from(error)).with_context(cannot_read),
     };
     let found = rustix::fs::fstat(&fd).map_err(std::io::Error::from).with_context(cannot_read)?;
@@ -104,6 +105,12 @@ pub(super) fn open_followed(path: &Path) -> anyhow::Result<(Entry, Opened)> {
 #[derive(Debug, thiserror::Error)]
 #[error("{} is neither a file, a directory nor a link", .0.display())]
 pub(super) struct SpecialFile(pub(super) std::path::PathBuf);
+
+/// A file or directory this side may not read: named on the command line it is the copy's
+/// error, as cp's; met in a tree it is said, skipped, and counted, and the copy goes on.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: permission denied", .0.display())]
+pub(super) struct Denied(pub(super) std::path::PathBuf);
 
 fn changed<T>(shown: &Path) -> anyhow::Result<T> {
     bail!("{} changed while it was being copied; copy it again", shown.display())

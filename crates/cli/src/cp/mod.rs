@@ -69,7 +69,9 @@ output as the destination (one file).
 
 A link named on the command line is copied as what it leads to, as cp does without -r; in a
 tree (and with -r) a link is copied as a link, and a copy down stops where a directory it makes
-would go through one. FIFOs, sockets and devices in a tree are skipped, and counted. A copy takes at most 1000000 entries, 256 directories
+would go through one. FIFOs, sockets and devices in a tree are skipped, and counted; going up,
+a file or directory in a tree that cannot be read is named and skipped, the rest copied, and
+the copy exits 1 saying how many. A copy takes at most 1000000 entries, 256 directories
 deep.
 
 Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
@@ -194,6 +196,8 @@ struct NotKept {
     links: AtomicU64,
     /// FIFOs, sockets and devices met in a tree, skipped.
     special: AtomicU64,
+    /// Files and directories in a tree this side may not read, skipped.
+    denied: AtomicU64,
 }
 
 async fn run(args: CpArgs) -> anyhow::Result<()> {
@@ -292,6 +296,12 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
     if special > 0 {
         eprintln!(
             "tether cp: {special} FIFOs, sockets or devices in the tree were skipped: a copy carries files, directories and links"
+        );
+    }
+    let denied = not_kept.denied.load(Ordering::Relaxed);
+    if denied > 0 {
+        bail!(
+            "{denied} files or directories could not be read (permission denied) and were skipped, each named above; the rest was copied: make them readable and copy again"
         );
     }
     Ok(())

@@ -17,7 +17,7 @@ use tether_protocol::fs::{
 use tokio::sync::mpsc;
 
 use super::limits::{Budget, check_depth};
-use super::local_read::{Opened, SpecialFile, list, open_entry, open_followed};
+use super::local_read::{Denied, Opened, SpecialFile, list, open_entry, open_followed};
 use super::{
     Copier, Entry, Kind, Landing, UPLOAD_CHUNK_BYTES, WHOLE_FILE_MAX_BYTES, landing, remote,
     staged_name, uri, walk_beside_copies,
@@ -127,6 +127,13 @@ impl Copier<'_> {
                 // A FIFO or a socket in a tree is not a reason to copy nothing of it.
                 Err(error) if error.downcast_ref::<SpecialFile>().is_some() => {
                     self.not_kept.special.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // Nor is one file or directory this side may not read, as with cp -r: said
+                // now, counted for the end.
+                Err(denied) if denied.is::<Denied>() => {
+                    self.progress.suspend(|| eprintln!("tether cp: {denied}; skipped"));
+                    self.not_kept.denied.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 Err(error) => return Err(error),
