@@ -452,21 +452,9 @@ async fn resume(
 ) -> anyhow::Result<ExecServerClient> {
     let url = executor.url.as_str();
     let with_token = options.bearer_token.is_some();
-    // A client that just died still holds the session until the server sees its connection
-    // go (at once for a closed socket, within the keepalive for a lost network): asked again
-    // until then, as a recovery asks.
-    let deadline = tokio::time::Instant::now() + options.recovery_timeout;
-    let attempt = async |options: ClientOptions| loop {
-        match ExecServerClient::resume(url, session, options.clone()).await {
-            Err(error)
-                if error.code() == Some(SESSION_ALREADY_ATTACHED)
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(options.recovery_retry_interval).await;
-            }
-            resumed => break resumed,
-        }
-    };
+    // A client that just died still holds the session for a moment: the client asks again.
+    let attempt =
+        async |options: ClientOptions| ExecServerClient::resume(url, session, options).await;
     crate::trust::connect(executor, options, attempt, |error| {
         match error.code() {
             Some(INVALID_REQUEST) => anyhow::anyhow!(

@@ -76,15 +76,6 @@ impl StatusChanges {
 /// body of `#[tokio::main]`) waits for that thread to be woken for each answer: on a 2-CPU
 /// machine, an empty `process/read` took ~19 µs that way against ~12 µs from a task. For many
 /// small calls in a row, make them from a spawned task.
-/// How long [`ExecServerClient::resume`] keeps asking while the server says another connection
-/// holds the session: time enough for a connection that has just ended (a program killed
-/// and started again, a client just dropped) to be gone there, short enough that a session
-/// another client really holds is refused within a couple of seconds.
-pub const RESUME_WHILE_ATTACHED: Duration = Duration::from_millis(1600);
-
-/// The first pause between those asks; each next one is twice as long.
-const RESUME_FIRST_PAUSE: Duration = Duration::from_millis(25);
-
 #[derive(Clone)]
 pub struct ExecServerClient {
     pub(crate) session: Arc<Session>,
@@ -98,24 +89,23 @@ impl ExecServerClient {
 
     /// Reattaches to an existing session — one this program started before it restarted, say.
     /// The server refuses (`-32010`) while another connection still holds the session: a
-    /// connection that has just ended may not be gone there yet, so that refusal is asked
-    /// again, with a growing pause, for about [`RESUME_WHILE_ATTACHED`] before it is the
-    /// answer.
+    /// client that has just died holds it until the server sees its connection go (at once for
+    /// a closed socket, within the keepalive for a lost network), so that refusal is asked
+    /// again, every `recovery_retry_interval`, until `recovery_timeout` has passed, as a
+    /// recovery asks.
     pub async fn resume(
         url: &str,
         session_id: &str,
         options: ClientOptions,
     ) -> Result<Self, ClientError> {
-        let mut pause = RESUME_FIRST_PAUSE;
-        let mut waited = Duration::ZERO;
+        let deadline = tokio::time::Instant::now() + options.recovery_timeout;
         loop {
             match Self::open(url, options.clone(), Some(session_id)).await {
                 Err(ClientError::Server { code, .. })
-                    if code == SESSION_ALREADY_ATTACHED && waited < RESUME_WHILE_ATTACHED =>
+                    if code == SESSION_ALREADY_ATTACHED
+                        && tokio::time::Instant::now() < deadline =>
                 {
-                    tokio::time::sleep(pause).await;
-                    waited += pause;
-                    pause *= 2;
+                    tokio::time::sleep(options.recovery_retry_interval).await;
                 }
                 other => return other,
             }

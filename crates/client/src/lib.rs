@@ -60,7 +60,7 @@ mod session;
 mod starts;
 pub mod tls;
 
-pub use client::{ConnectionStatus, ExecServerClient, RESUME_WHILE_ATTACHED, StatusChanges};
+pub use client::{ConnectionStatus, ExecServerClient, StatusChanges};
 pub use environment::Environment;
 pub use error::ClientError;
 pub use flow::{DEFAULT_FULL_HANDLE_PAUSE, HANDLE_BUFFER_BYTES};
