@@ -112,9 +112,13 @@ class CuttingProxy:
     """A TCP proxy on loopback in front of ``port`` that cuts every connection it carries
     each ``period`` seconds: a network that keeps dropping."""
 
-    def __init__(self, port: int, period: float) -> None:
+    def __init__(self, port: int, period: float, cutting: bool = True) -> None:
         self.upstream = port
         self.period = period
+        #: Set once the cuts are to begin (``start_cutting``).
+        self.cutting = threading.Event()
+        if cutting:
+            self.cutting.set()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.live: List[socket.socket] = []
@@ -156,18 +160,28 @@ class CuttingProxy:
             except OSError:
                 pass
 
+    def start_cutting(self) -> None:
+        self.cutting.set()
+
+    def stop_cutting(self) -> None:
+        """No cut after this returns (one under way has ended)."""
+        with self.lock:
+            self.cutting.clear()
+
     def _cut(self) -> None:
         while not self.stopped.wait(self.period):
             with self.lock:
+                if not self.cutting.is_set():
+                    continue
                 live, self.live = self.live, []
-            if live:
-                self.cuts += 1
-            for end in live:
-                try:
-                    end.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                end.close()
+                if live:
+                    self.cuts += 1
+                for end in live:
+                    try:
+                        end.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    end.close()
 
     def close(self) -> None:
         self.stopped.set()
