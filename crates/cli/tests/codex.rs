@@ -25,6 +25,7 @@ against_both!(
     codex_copies_a_40_mb_file_to_and_from_the_executor,
     codex_managed_network_reaches_allowed_origins_only,
     codex_credential_masking_keeps_the_token_from_the_command,
+    codex_masks_a_key_of_a_custom_credential_provider,
     codex_transparent_tcp_carries_a_command_that_ignores_the_proxy,
 );
 
@@ -416,4 +417,51 @@ async fn codex_credential_masking_keeps_the_token_from_the_command(target: Targe
     assert!(!reported.contains(&format!("child: {token}")), "{reported}");
     assert!(reported.contains(&format!("Bearer {token}")), "the origin got the token: {reported}");
     assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"], "{reported}");
+}
+
+/// A custom credential provider (`[features.network_proxy.credentials.NAME]` with `env`,
+/// `patterns` and `url_prefixes`): the command reads a placeholder of the key's shape, listed
+/// in the markers under the variable's name, and the key reaches the provider's URL prefix.
+async fn codex_masks_a_key_of_a_custom_credential_provider(target: Target) {
+    use common::origins::{TlsOrigin, UpstreamProxy};
+    let mut workspace = Workspace::new(target, "provider");
+    let origin = TlsOrigin::start(&workspace.root, "api.vendor.example").await;
+    let upstream = UpstreamProxy::start(origin.port).await;
+    let key = "vk_live_0123456789abcdefABCDEF0123456789";
+    let executor_home = Outside::new(target, "provider-home");
+    let (url, ca) =
+        (format!("http://127.0.0.1:{}", upstream.port), origin.ca.display().to_string());
+    let home = executor_home.0.display().to_string();
+    let env = [
+        ("CODEX_HOME", home.as_str()),
+        ("HTTPS_PROXY", url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+        ("SSL_CERT_FILE", ca.as_str()),
+        ("VENDOR_KEY", key),
+    ];
+    let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
+    workspace.top_level = "allow_login_shell = false\n".into();
+    let cmd = "echo \"child: $VENDOR_KEY\"; echo \"$CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS\"; \
+               curl -sS -H \"Authorization: Bearer $VENDOR_KEY\" https://api.vendor.example/v1/charges; echo"
+        .to_string();
+    let config = "[sandbox_workspace_write]\nnetwork_access = true\n\n\
+                  [features]\ncredential_masking = true\n\n\
+                  [features.network_proxy]\nenabled = true\nallow_local_binding = true\n\n\
+                  [features.network_proxy.domains]\n\"api.vendor.example\" = \"allow\"\n\n\
+                  [features.network_proxy.credentials.vendor]\nenv = [\"VENDOR_KEY\"]\n\
+                  patterns = [\"vk_live_[A-Za-z0-9]{32}\"]\n\
+                  url_prefixes = [\"https://api.vendor.example/v1\"]\n";
+    let outputs =
+        workspace.run(&server, "workspace-write", vec![ToolCall::Exec { cmd }], config).await;
+    let reported = &outputs[0];
+    let child = reported
+        .lines()
+        .find_map(|line| line.strip_prefix("child: "))
+        .unwrap_or_else(|| panic!("{reported}"));
+    assert!(
+        child != key && child.starts_with("vk_live_") && child.len() == key.len(),
+        "{reported}"
+    );
+    assert!(reported.contains(&format!("[\"VENDOR_KEY\",\"{child}\"]")), "{reported}");
+    assert!(reported.contains(&format!("Bearer {key}")), "the origin got the key: {reported}");
 }

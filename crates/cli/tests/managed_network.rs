@@ -33,6 +33,8 @@ against_both!(
     a_proxy_the_caller_runs_is_bridged_into_the_sandbox,
     allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
     a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
+    credential_providers_are_typed_as_the_reference_types_them,
+    a_custom_providers_key_reaches_its_prefix_and_nothing_else,
     transparent_tcp_carries_what_ignores_the_proxy_variables,
     the_servers_transparent_flag_makes_every_sandboxed_launch_transparent,
     codex_asks_its_reviewer_about_a_destination_the_allow_list_misses,
@@ -888,6 +890,144 @@ async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(targe
     assert!(child.starts_with("ghp_masked") && child.len() == token.len(), "{}", finished.stdout);
     assert_eq!(lines.next(), Some(format!("Bearer {token}").as_str()), "{}", finished.stdout);
     assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"]);
+}
+
+/// `credentialProviders` is typed as the reference types it (a map of providers, each member
+/// known, `auth` one of four methods), and refused in its words when it is not; a provider that
+/// is typed but cannot be honoured (a pattern that does not compile, a destination in the
+/// clear, no member at all) does not stop the start.
+async fn credential_providers_are_typed_as_the_reference_types_them(target: Target) {
+    let home = ExecutorHome::new("network", target, "providers-typed");
+    let (_server, mut client) = home.started(target).await;
+    let with = |id: &str, providers: Value| {
+        let changes = json!({"credentialMasking": true, "credentialProviders": providers});
+        proxied(id, "true", &home, Confined::No, launch(json!({}), changes))
+    };
+    for (id, providers, message) in [
+        ("r1", json!(5), "invalid type: integer `5`, expected a map"),
+        (
+            "r2",
+            json!({"x": 5}),
+            "invalid type: integer `5`, expected struct CredentialProviderConfig",
+        ),
+        (
+            "r3",
+            json!({"x": {"auth": ["foo"]}}),
+            "unknown variant `foo`, expected one of `bearer`, `token`, `basic`, `header`",
+        ),
+        (
+            "r4",
+            json!({"x": {"env": ["A"], "bogus": 1}}),
+            "unknown field `bogus`, expected one of `env`, `patterns`, `url_prefixes`, `url_prefix_from_env`, `auth`, `header`, `prefix`",
+        ),
+        ("r5", json!({"x": {"env": "A"}}), "invalid type: string \"A\", expected a sequence"),
+    ] {
+        let error = client.err("process/start", with(id, providers)).await.unwrap();
+        assert_eq!((error.code, error.message.as_str()), (-32602, message), "{id}");
+    }
+    let unusable = json!({"empty": {}, "bad": {"env": ["A"], "patterns": ["("],
+        "url_prefixes": ["http://vendor.example"], "auth": ["bearer", "header"]}});
+    let finished = run(&mut client, with("ok", unusable)).await;
+    assert_eq!(finished.exit_code, 0);
+}
+
+/// A custom credential provider (Codex's `[features.network_proxy.credentials.NAME]`): the
+/// command never reads its key, only a placeholder of the key's shape (the provider's
+/// pattern accepts it), and the key reaches the origin in the `Authorization: Bearer` the
+/// command sent, on the way to the provider's URL prefix only (under `/v2` the origin gets
+/// the placeholder).
+async fn a_custom_providers_key_reaches_its_prefix_and_nothing_else(target: Target) {
+    let home = ExecutorHome::new("network", target, "provider");
+    let origin = TlsOrigin::start(&home.path(""), "api.vendor.example").await;
+    let upstream = UpstreamProxy::start(origin.port).await;
+    let key = "vk_live_0123456789abcdefABCDEF0123456789";
+    let url = format!("http://127.0.0.1:{}", upstream.port);
+    let ca = origin.ca.display().to_string();
+    let env = [
+        ("HTTPS_PROXY", url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+        ("SSL_CERT_FILE", ca.as_str()),
+        ("VENDOR_KEY", key),
+    ];
+    let (_server, mut client) = home.started_with(target, &[], &env).await;
+    let script = "echo \"child: $VENDOR_KEY\"; \
+                  for path in v1/charges v2/charges; do \
+                    curl -sS -H \"Authorization: Bearer $VENDOR_KEY\" https://api.vendor.example/$path; echo; \
+                  done";
+    let providers = json!({"vendor": {"env": ["VENDOR_KEY"], "patterns": ["vk_live_[A-Za-z0-9]{32}"],
+        "url_prefixes": ["https://api.vendor.example/v1"], "auth": []}});
+    let changes = json!({"allowUpstreamProxy": true, "allowLocalBinding": true,
+        "credentialMasking": true, "credentialProviders": providers});
+    let domains = json!({"api.vendor.example": "allow"});
+    let mut params = proxied("p", script, &home, Confined::Sandboxed, launch(domains, changes));
+    params["argv"] = json!(["/bin/bash", "-c", script]);
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+        "set": {}, "includeOnly": []});
+    let finished = run(&mut client, params).await;
+    let lines: Vec<&str> = finished.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", finished.stdout);
+    let child = lines[0].strip_prefix("child: ").unwrap();
+    assert_eq!(lines[1], format!("Bearer {key}"), "{}", finished.stdout);
+    assert_ne!(child, key);
+    assert!(child.starts_with("vk_live_") && child.len() == key.len(), "{child}");
+    assert!(child[8..].bytes().all(|b| b.is_ascii_alphanumeric()), "{child}");
+    assert_eq!(lines[2], format!("Bearer {child}"), "{}", finished.stdout);
+}
+
+/// A custom provider bound to a loopback service over plain HTTP (`http://127.0.0.1:PORT/api`)
+/// with header authentication (`header = "x-api-key"`, `prefix = "Key "`): the key goes back
+/// only into that header, with that prefix, under that prefix; the placeholder in any other
+/// header, or to another path, goes on as it is. (The reference, 0.171, leaves a provider
+/// whose destinations are plain HTTP unmasked; Tether takes loopback ones, as the reference's
+/// own rules allow: the key never leaves the executor.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_providers_header_carries_its_key_to_a_loopback_service() {
+    let target = Target::Tether;
+    let home = ExecutorHome::new("network", target, "provider-loopback");
+    let peer = HttpPeer::start().await.unwrap();
+    let port = port_of(&peer);
+    let key = "lk_0123456789abcdefghij";
+    let (_server, mut client) = home.started_with(target, &[], &[("LOCAL_KEY", key)]).await;
+    let script = format!(
+        "exec 2>&1; curl -sS --noproxy '' -x \"$HTTP_PROXY\" -H \"x-api-key: Key $LOCAL_KEY\" -H \"x-other: $LOCAL_KEY\" {url}/api/one; echo; \
+         curl -sS --noproxy '' -x \"$HTTP_PROXY\" -H \"x-api-key: Key $LOCAL_KEY\" {url}/elsewhere; echo; \
+         curl -sS --noproxy '' -x \"$HTTP_PROXY\" -H \"x-api-key: $LOCAL_KEY\" {url}/api/two; echo",
+        url = peer.base_url
+    );
+    let providers = json!({"local": {"env": ["LOCAL_KEY"], "patterns": ["lk_[a-z0-9]{20}"],
+        "url_prefixes": [format!("http://127.0.0.1:{port}/api")], "auth": ["header"], "header": "x-api-key",
+        "prefix": "Key "}});
+    let changes = json!({"allowLocalBinding": true, "credentialMasking": true,
+        "credentialProviders": providers});
+    let mut params = proxied(
+        "p",
+        &script,
+        &home,
+        Confined::Sandboxed,
+        launch(json!({"127.0.0.1": "allow"}), changes),
+    );
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": true, "exclude": [],
+        "set": {}, "includeOnly": []});
+    let finished = run(&mut client, params).await;
+    let answers: Vec<Value> = finished
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("{}", finished.stdout)))
+        .collect();
+    let header = |answer: &Value, name: &str| -> String {
+        let pairs = answer["headers"].as_array().unwrap();
+        let pair = pairs.iter().find(|pair| pair[0] == name).unwrap();
+        pair[1].as_str().unwrap().to_owned()
+    };
+    let placeholder = header(&answers[0], "x-other");
+    let shown = &finished.stdout;
+    assert!(
+        placeholder != key && placeholder.starts_with("lk_") && placeholder.len() == key.len(),
+        "{shown}"
+    );
+    assert_eq!(header(&answers[0], "x-api-key"), format!("Key {key}"), "{shown}");
+    assert_eq!(header(&answers[1], "x-api-key"), format!("Key {placeholder}"), "{shown}");
+    assert_eq!(header(&answers[2], "x-api-key"), placeholder, "{shown}");
 }
 
 /// Tether masks whatever runs the command (the reference masks only under `bash`: under

@@ -6,6 +6,8 @@
 //! else is looked at. Members whose meaning a server needs only once it launches proxies are
 //! carried as they came.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -55,8 +57,76 @@ pub struct NetworkProxyConfig {
     pub unix_sockets: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential_masking: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credential_providers: Option<Value>,
+    /// Secrets of the caller's own naming to mask beside the built-in ones (Codex's
+    /// `[features.network_proxy.credentials.NAME]`), by name.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "providers_as_the_reference_reads_them"
+    )]
+    pub credential_providers: Option<BTreeMap<String, CredentialProviderConfig>>,
+}
+
+/// `credentialProviders`, decoded from its own text: the reference reads it so, and its type
+/// errors say so (`invalid type: integer `5``, where a number decoded in place is `number`).
+fn providers_as_the_reference_reads_them<'de, D>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, CredentialProviderConfig>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let Some(value) = Option::<Value>::deserialize(deserializer)? else { return Ok(None) };
+    serde_json::from_str(&value.to_string()).map(Some).map_err(|error| {
+        let words = error.to_string();
+        let words = match error.line() {
+            0 => words.as_str(),
+            _ => words.rsplit_once(" at line ").map_or(words.as_str(), |(words, _)| words),
+        };
+        serde::de::Error::custom(words)
+    })
+}
+
+/// One custom credential provider, as Codex 0.171 sends it (its config table's keys, in
+/// snake case on the wire as in the TOML). Every member may be missing; one not listed here
+/// refuses the start, as on the reference. Whether the provider can be honoured (a pattern
+/// that compiles, a destination that may carry a secret) is decided when the proxy starts,
+/// not here: the reference runs a start whose providers it cannot use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CredentialProviderConfig {
+    /// The variables that may hold the secret.
+    pub env: Vec<String>,
+    /// Regular expressions a value must match as a whole to be this provider's secret.
+    pub patterns: Vec<String>,
+    /// Where the secret may be sent: `https://host[:port][/path]`, or `http://` to a loopback
+    /// host; a bare host means `https://` (`http://` when it is a loopback one).
+    pub url_prefixes: Vec<String>,
+    /// A variable whose value is one more such prefix (or host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url_prefix_from_env: Option<String>,
+    /// How a request carries the secret; none means `bearer`.
+    pub auth: Vec<CredentialAuthMethod>,
+    /// The header `header` authentication puts the secret in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// What comes before the secret in that header's value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
+/// Where a request carries a custom provider's secret, in the reference's order (which its
+/// "unknown variant" error lists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialAuthMethod {
+    /// `Authorization: Bearer SECRET`.
+    Bearer,
+    /// `Authorization: token SECRET`.
+    Token,
+    /// `Authorization: Basic base64(…)`, the secret within the pair.
+    Basic,
+    /// The provider's own `header`, its value `prefix` then the secret.
+    Header,
 }
 
 /// `full`: every method; `limited`: only reads (GET, HEAD, OPTIONS). In the reference's order,
@@ -97,6 +167,7 @@ mod tests {
 
     use super::*;
 
+    /// Decoded from a [`Value`], as the server decodes a request's params.
     fn launch(proxy: Value) -> Result<NetworkProxyLaunch, String> {
         serde_json::from_value(json!({"proxy": proxy})).map_err(|e| e.to_string())
     }
@@ -128,6 +199,30 @@ mod tests {
             launch(half).unwrap_err(),
             "unknown variant `half`, expected `limited` or `full`"
         );
+        let with_providers = |providers: Value| {
+            let mut proxy = proxy();
+            proxy["credentialProviders"] = providers;
+            launch(proxy)
+        };
+        for (providers, refusal) in [
+            (json!(5), "invalid type: integer `5`, expected a map"),
+            (
+                json!({"x": 5}),
+                "invalid type: integer `5`, expected struct CredentialProviderConfig",
+            ),
+            (
+                json!({"x": {"auth": ["foo"]}}),
+                "unknown variant `foo`, expected one of `bearer`, `token`, `basic`, `header`",
+            ),
+            (
+                json!({"x": {"bogus": 1}}),
+                "unknown field `bogus`, expected one of `env`, `patterns`, `url_prefixes`, `url_prefix_from_env`, `auth`, `header`, `prefix`",
+            ),
+        ] {
+            assert_eq!(with_providers(providers).unwrap_err(), refusal);
+        }
+        let empty = with_providers(json!({"x": {}})).unwrap().proxy.credential_providers.unwrap();
+        assert_eq!(empty["x"], CredentialProviderConfig::default());
         let null = launch(Value::Null).unwrap_err();
         assert_eq!(null, "invalid type: null, expected struct RemoteNetworkProxyConfig");
     }

@@ -59,6 +59,9 @@ fn capabilities() -> Capabilities {
         network_proxy_review_domains: true,
         network_proxy_transparent_tcp: true,
         credential_masking: true,
+        // Custom providers are masked as the built-in secrets are (the reference takes them
+        // and masks none of them); one that cannot be honoured is left out and logged.
+        credential_masking_custom_providers: true,
         sandboxed_file_streaming: true,
         fs_watch_missing: true,
         http_header_env_vars: true,

@@ -13,13 +13,18 @@
 //! - The child trusts that CA through the variables tools read for a CA bundle (the system's
 //!   roots with the CA's certificate, written under `$CODEX_HOME/proxy`).
 //!
-//! Built-in bindings only (`GH_TOKEN`/`GITHUB_TOKEN` → GitHub's API hosts and `*.ghe.com`,
+//! Built-in bindings (`GH_TOKEN`/`GITHUB_TOKEN` → GitHub's API hosts and `*.ghe.com`,
 //! `GH_ENTERPRISE_TOKEN`/`GITHUB_ENTERPRISE_TOKEN` → `$GH_HOST`, `OPENAI_API_KEY` →
-//! `api.openai.com`); custom providers are refused (`credentialMaskingCustomProviders` is
-//! false).
+//! `api.openai.com`), unmasked in any header of a request to those hosts; and the caller's
+//! own ([`providers`]: `credentialProviders`), unmasked only in the header each names and only
+//! on the way to the URL prefixes each lists.
 
 pub mod ca;
+pub mod providers;
 pub mod tls;
+
+use http::header::{HeaderMap, HeaderValue};
+use providers::{Outgoing, Provider, ProviderBinding};
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read as _;
@@ -75,7 +80,10 @@ fn bindings(env: &BTreeMap<String, String>) -> Vec<(&'static str, Vec<Bound>)> {
 struct Secret {
     value: String,
     placeholder: String,
+    /// Built-in bindings: hosts any header of a request to may carry the secret.
     hosts: Vec<Bound>,
+    /// Custom providers' bindings: where, and in which header.
+    providers: Vec<ProviderBinding>,
 }
 
 impl std::fmt::Debug for Secret {
@@ -112,7 +120,8 @@ impl Masking {
     /// Masks the bound secrets of a child's `env` in place, sets the markers and the CA
     /// bundle variables (`bundle`: the bundle's path), and returns what the proxy needs to
     /// put the secrets back.
-    pub fn apply(env: &mut BTreeMap<String, String>, bundle: &str) -> Self {
+    /// `providers`: the launch's custom providers, already compiled.
+    pub fn apply(env: &mut BTreeMap<String, String>, bundle: &str, providers: &[Provider]) -> Self {
         let mut secrets: Vec<Secret> = Vec::new();
         let mut brokered: Vec<(String, String)> = Vec::new();
         for (name, hosts) in bindings(env) {
@@ -124,7 +133,27 @@ impl Masking {
             brokered.push((name.to_owned(), placeholder.clone()));
             match secrets.iter_mut().find(|secret| secret.value == value) {
                 Some(secret) => secret.hosts.extend(hosts),
-                None => secrets.push(Secret { value, placeholder, hosts }),
+                None => secrets.push(Secret { value, placeholder, hosts, providers: Vec::new() }),
+            }
+        }
+        for provider in providers {
+            let Some(binding) = provider.binding(env) else { continue };
+            for (name, value, pattern) in provider.secrets_in(env) {
+                let placeholder = match secrets.iter().find(|secret| secret.value == value) {
+                    Some(secret) => secret.placeholder.clone(),
+                    None => placeholder_fitting(value, pattern),
+                };
+                brokered.push((format!("@alias:{name}"), placeholder.clone()));
+                brokered.push((name.to_owned(), placeholder.clone()));
+                match secrets.iter_mut().find(|secret| secret.value == value) {
+                    Some(secret) => secret.providers.push(binding.clone()),
+                    None => secrets.push(Secret {
+                        value: value.to_owned(),
+                        placeholder,
+                        hosts: Vec::new(),
+                        providers: vec![binding.clone()],
+                    }),
+                }
             }
         }
         // Every variable holding a secret, the bound ones included, gets its placeholder.
@@ -135,6 +164,9 @@ impl Masking {
                 }
             }
         }
+        // In the reference's order: by name, the aliases (`@alias:…`) first.
+        brokered.sort();
+        brokered.dedup();
         env.insert("CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE".into(), "1".into());
         env.insert(
             "CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS".into(),
@@ -146,14 +178,45 @@ impl Masking {
         Self { secrets }
     }
 
-    /// Whether some secret may go to `host`: a tunnel there is opened and rewritten.
-    pub fn binds(&self, host: &str) -> bool {
-        self.secrets.iter().any(|secret| secret.hosts.iter().any(|bound| bound.matches(host)))
+    /// Whether some secret may go through a tunnel to `host:port`: the tunnel is opened and
+    /// what goes through it rewritten.
+    pub fn binds(&self, host: &str, port: u16) -> bool {
+        self.secrets.iter().any(|secret| {
+            secret.hosts.iter().any(|bound| bound.matches(host))
+                || secret.providers.iter().any(|binding| binding.reaches(true, host, port))
+        })
     }
 
-    /// `value` with the placeholder of every secret bound to `host` replaced by the secret;
-    /// `None` when it holds none.
-    pub fn unmask(&self, host: &str, value: &[u8]) -> Option<Vec<u8>> {
+    /// Whether some secret may go in a plain request to `host:port` (a custom provider's
+    /// `http://` destination on loopback): that request is rewritten.
+    pub fn binds_plain(&self, host: &str, port: u16) -> bool {
+        self.secrets
+            .iter()
+            .any(|secret| secret.providers.iter().any(|binding| binding.reaches(false, host, port)))
+    }
+
+    /// Puts every secret that may go where `to` goes back into `headers`: a built-in one in
+    /// any header (inside a tunnel only), a provider's in the header it names.
+    pub fn unmask_request(&self, to: Outgoing<'_>, headers: &mut HeaderMap) {
+        if to.secure {
+            for value in headers.values_mut() {
+                if let Some(unmasked) = self.unmask(to.host, value.as_bytes())
+                    && let Ok(unmasked) = HeaderValue::from_bytes(&unmasked)
+                {
+                    *value = unmasked;
+                }
+            }
+        }
+        for secret in &self.secrets {
+            for binding in &secret.providers {
+                binding.unmask(to, headers, &secret.placeholder, &secret.value);
+            }
+        }
+    }
+
+    /// `value` with the placeholder of every built-in secret bound to `host` replaced by the
+    /// secret; `None` when it holds none.
+    fn unmask(&self, host: &str, value: &[u8]) -> Option<Vec<u8>> {
         let mut out: Option<Vec<u8>> = None;
         for secret in &self.secrets {
             if !secret.hosts.iter().any(|bound| bound.matches(host)) {
@@ -185,13 +248,44 @@ const MAX_REMEMBERED_SECRETS: usize = 1024;
 
 /// The placeholder of `secret`, the same for the same secret while the server remembers it.
 fn placeholder_for(secret: &str) -> String {
+    remembered(secret, |known| known.is_some(), || new_placeholder(secret))
+}
+
+/// The placeholder remembered for `secret` if `keep` accepts it (given `None` when there is
+/// none), else one `make` makes, remembered from then on.
+fn remembered(
+    secret: &str,
+    keep: impl FnOnce(Option<&str>) -> bool,
+    make: impl FnOnce() -> String,
+) -> String {
     static MADE: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
     let made = MADE.get_or_init(Default::default);
     let mut made = made.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(known) = made.get(secret).filter(|known| keep(Some(known.as_str()))) {
+        return known.clone();
+    }
     if made.len() >= MAX_REMEMBERED_SECRETS && !made.contains_key(secret) {
         made.clear();
     }
-    made.entry(secret.to_owned()).or_insert_with(|| new_placeholder(secret)).clone()
+    let placeholder = make();
+    made.insert(secret.to_owned(), placeholder.clone());
+    placeholder
+}
+
+/// The placeholder of a custom provider's `secret`: one of the secret's own shape that its
+/// `pattern` accepts ([`providers::placeholder_matching`]: random letters and digits where the
+/// secret has them, as the reference's are random values of the pattern), remembered as the
+/// built-in ones are; else the usual one (a tool that checks the shape may refuse it; the
+/// secret stays masked).
+fn placeholder_fitting(secret: &str, pattern: &regex::Regex) -> String {
+    remembered(
+        secret,
+        |known| known.is_some_and(|known| pattern.is_match(known)),
+        || {
+            providers::placeholder_matching(secret, pattern)
+                .unwrap_or_else(|| new_placeholder(secret))
+        },
+    )
 }
 
 /// `prefix` + `masked` + random letters and digits up to the secret's length.
@@ -200,10 +294,15 @@ fn new_placeholder(secret: &str) -> String {
     let mut placeholder = format!("{}masked", prefix_of(secret));
     let wanted = secret.chars().count().saturating_sub(placeholder.len());
     let mut random = vec![0u8; wanted];
-    // /dev/urandom does not fail on Linux; an unreadable one leaves zeros, still no secret.
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut random));
+    fill_random(&mut random);
     placeholder.extend(random.iter().map(|byte| ALPHABET[*byte as usize % ALPHABET.len()] as char));
     placeholder
+}
+
+/// Random bytes for placeholders. /dev/urandom does not fail on Linux; an unreadable one
+/// leaves zeros, which still hold no secret.
+fn fill_random(bytes: &mut [u8]) {
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(bytes));
 }
 
 /// The kind a secret announces at its start: lower-case words ending in `_` or `-`, within
@@ -253,7 +352,7 @@ mod tests {
             ("OPENAI_API_KEY", "sk-proj-key"),
             ("PATH", "/usr/bin"),
         ]);
-        let masking = Masking::apply(&mut child, "/ca/bundle.pem");
+        let masking = Masking::apply(&mut child, "/ca/bundle.pem", &[]);
         let placeholder = child["GITHUB_TOKEN"].clone();
         assert!(placeholder.starts_with("ghp_masked") && placeholder.len() == token.len());
         assert_eq!(child["OTHER"], format!("x-{placeholder}-y"));
@@ -262,28 +361,33 @@ mod tests {
         assert_eq!(child["CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE"], "1");
         let brokered: Vec<(String, String)> =
             serde_json::from_str(&child["CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS"]).unwrap();
-        assert_eq!(brokered[0], ("@alias:GITHUB_TOKEN".to_owned(), placeholder.clone()));
-        assert_eq!(brokered[1], ("GITHUB_TOKEN".to_owned(), placeholder.clone()));
+        let names: Vec<&str> = brokered.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["@alias:GITHUB_TOKEN", "@alias:OPENAI_API_KEY", "GITHUB_TOKEN", "OPENAI_API_KEY"]
+        );
+        assert_eq!(brokered[0].1, placeholder);
+        assert_eq!(brokered[2].1, placeholder);
         let header = format!("Bearer {placeholder}");
         for host in ["api.github.com", "GitHub.com", "x.ghe.com"] {
-            assert!(masking.binds(host), "{host}");
+            assert!(masking.binds(host, 443), "{host}");
             let unmasked = masking.unmask(host, header.as_bytes()).unwrap();
             assert_eq!(unmasked, format!("Bearer {token}").into_bytes());
         }
         for host in ["example.com", "ghe.com", "api.github.com.evil.test", "api.openai.com"] {
             assert_eq!(masking.unmask(host, header.as_bytes()), None, "{host}");
         }
-        assert!(!masking.binds("example.com"));
+        assert!(!masking.binds("example.com", 443));
     }
 
     #[test]
     fn an_enterprise_token_is_bound_to_gh_host_only() {
         let mut child =
             env(&[("GH_ENTERPRISE_TOKEN", "enterprise-value"), ("GH_HOST", "ghe.corp.test")]);
-        let masking = Masking::apply(&mut child, "/b");
-        assert!(masking.binds("ghe.corp.test"));
-        assert!(!masking.binds("github.com"));
+        let masking = Masking::apply(&mut child, "/b", &[]);
+        assert!(masking.binds("ghe.corp.test", 443));
+        assert!(!masking.binds("github.com", 443));
         let mut without_host = env(&[("GH_ENTERPRISE_TOKEN", "enterprise-value")]);
-        assert!(!Masking::apply(&mut without_host, "/b").binds("github.com"));
+        assert!(!Masking::apply(&mut without_host, "/b", &[]).binds("github.com", 443));
     }
 }

@@ -1,5 +1,5 @@
 //! A tunnel to a host a secret is bound to, opened: TLS terminated with a certificate of the
-//! proxy's authority, each request's headers unmasked ([`super::Masking::unmask`]), and the
+//! proxy's authority, each request's headers unmasked ([`super::Masking::unmask_request`]), and the
 //! request sent on over TLS of the proxy's own to the real host, verified against the
 //! executor's roots. Requests of one tunnel share one connection to the host, made when the
 //! first comes (again if the host closed it).
@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::HeaderValue;
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -22,6 +21,7 @@ use tracing::debug;
 
 use super::Masking;
 use super::ca::Authority;
+use super::providers::Outgoing;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -34,6 +34,7 @@ const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub async fn serve<C, F>(
     client: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     host: String,
+    port: u16,
     authority: Arc<Authority>,
     masking: Arc<Masking>,
     connect: C,
@@ -56,7 +57,7 @@ pub async fn serve<C, F>(
             (host.clone(), masking.clone(), origin.clone(), connect.clone());
         async move {
             let mut origin = origin.lock().await;
-            let response = forward(request, &host, &masking, &mut origin, &*connect).await;
+            let response = forward(request, (&host, port), &masking, &mut origin, &*connect).await;
             Ok::<_, std::convert::Infallible>(response.unwrap_or_else(|error| {
                 debug!(%error, "masked request failed");
                 let body = Full::new(Bytes::from_static(b"upstream failure"));
@@ -79,7 +80,7 @@ pub async fn serve<C, F>(
 
 async fn forward<C, F>(
     mut request: Request<Incoming>,
-    host: &str,
+    (host, port): (&str, u16),
     masking: &Masking,
     origin: &mut Option<SendRequest<Incoming>>,
     connect: &C,
@@ -88,11 +89,9 @@ where
     C: Fn() -> F,
     F: Future<Output = std::io::Result<TcpStream>>,
 {
-    for value in request.headers_mut().values_mut() {
-        if let Some(unmasked) = masking.unmask(host, value.as_bytes()) {
-            *value = HeaderValue::from_bytes(&unmasked)?;
-        }
-    }
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let to = Outgoing { secure: true, host, port, path: &path };
+    masking.unmask_request(to, request.headers_mut());
     if origin.as_ref().is_none_or(|sender| sender.is_closed()) {
         let stream = connect().await?;
         let name = ServerName::try_from(host.to_owned())?;

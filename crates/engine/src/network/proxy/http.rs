@@ -118,15 +118,15 @@ async fn tunnel(
     let run = |tunnel: Tunnel| {
         *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(tunnel);
     };
-    if let Some(masked) = proxy.masked.as_ref().filter(|m| m.masking.binds(&host)).cloned() {
+    if let Some(masked) = proxy.masked.as_ref().filter(|m| m.masking.binds(&host, port)).cloned() {
         run(Box::pin(async move {
             match hyper::upgrade::on(request).await {
                 Ok(upgraded) => {
                     let named = host.clone();
                     let connect = move || reach(named.clone());
                     let client = TokioIo::new(upgraded);
-                    masking::tls::serve(client, host, masked.authority, masked.masking, connect)
-                        .await;
+                    let (authority, masking) = (masked.authority, masked.masking);
+                    masking::tls::serve(client, host, port, authority, masking, connect).await;
                 }
                 Err(error) => debug!(%error, "CONNECT upgrade failed"),
             }
@@ -181,6 +181,12 @@ async fn forward(proxy: &Proxy, client: SocketAddr, request: Request<Incoming>) 
     };
     let (mut parts, body) = request.into_parts();
     drop_hop_by_hop(&mut parts.headers);
+    // A custom provider's `http://` destination on loopback: its secret goes back in here.
+    if let Some(masked) = proxy.masked.as_ref().filter(|m| m.masking.binds_plain(&host, port)) {
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let to = masking::providers::Outgoing { secure: false, host: &host, port, path };
+        masked.masking.unmask_request(to, &mut parts.headers);
+    }
     match through {
         // An upstream proxy takes the request in absolute form, with its own credentials.
         Some(through) => {

@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::task::AbortOnDropHandle;
-use tracing::{Instrument, debug, info_span};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::domains::DomainPolicy;
 use super::forward::{Entry, ProxyRoute, Receiver};
@@ -108,6 +108,34 @@ pub struct ProxyConfig {
     pub routes: upstream::Routes,
     /// `credentialMasking`: where the CA bundle goes (`$CODEX_HOME/proxy`), when asked.
     pub masking_home: Option<std::path::PathBuf>,
+    /// `credentialProviders` that can be honoured (used only with masking on).
+    pub providers: Arc<[masking::providers::Provider]>,
+}
+
+/// The launch's custom credential providers that can be honoured, at most
+/// [`masking::providers::MAX_PROVIDERS`]; each left out is named in the log with why (the
+/// start runs, as on the reference, its variables unmasked).
+fn compiled_providers(launch: &NetworkProxyLaunch) -> Vec<masking::providers::Provider> {
+    use masking::providers::{MAX_PROVIDERS, Provider};
+    let Some(providers) = &launch.proxy.credential_providers else { return Vec::new() };
+    if launch.proxy.credential_masking != Some(true) {
+        return Vec::new();
+    }
+    if providers.len() > MAX_PROVIDERS {
+        warn!(
+            count = providers.len(),
+            "credential providers past the first {MAX_PROVIDERS} are left out"
+        );
+    }
+    providers
+        .iter()
+        .take(MAX_PROVIDERS)
+        .filter_map(|(name, config)| {
+            Provider::compile(name, config)
+                .inspect_err(|error| warn!(%error, "credential provider left out: its variables reach the command unmasked"))
+                .ok()
+        })
+        .collect()
 }
 
 impl ProxyConfig {
@@ -121,10 +149,6 @@ impl ProxyConfig {
         routing: &upstream::UpstreamRouting,
     ) -> Result<Self, String> {
         let proxy = &launch.proxy;
-        let providers = proxy.credential_providers.as_ref();
-        if providers.is_some_and(|p| p.as_object().is_some_and(|p| !p.is_empty())) {
-            return Err("custom credential providers are not supported by this executor (it advertises `credentialMaskingCustomProviders: false`); start the process without `credentialProviders`".into());
-        }
         let domains: Option<BTreeMap<String, String>> = match &proxy.domains {
             None | Some(serde_json::Value::Null) => None,
             Some(value) => Some(serde_json::from_value(value.clone()).map_err(|error| {
@@ -148,6 +172,7 @@ impl ProxyConfig {
             ),
             masking_home: (proxy.credential_masking == Some(true))
                 .then(|| codex_home(executor_env)),
+            providers: compiled_providers(launch).into(),
         })
     }
 }
@@ -417,7 +442,8 @@ impl PreparedProxy {
             Some(home) => {
                 let authority = masking::ca::authority().map_err(std::io::Error::other)?;
                 let bundle = authority.bundle(home)?;
-                let masking = masking::Masking::apply(env, &bundle.to_string_lossy());
+                let providers = &self.config.providers;
+                let masking = masking::Masking::apply(env, &bundle.to_string_lossy(), providers);
                 Some(MaskedSecrets { authority, masking: Arc::new(masking) })
             }
             None => None,
