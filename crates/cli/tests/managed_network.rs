@@ -36,6 +36,7 @@ against_both!(
     credential_providers_are_typed_as_the_reference_types_them,
     a_custom_providers_key_reaches_its_prefix_and_nothing_else,
     transparent_tcp_carries_what_ignores_the_proxy_variables,
+    transparent_tcp_carries_ipv6_by_name_and_by_address,
     the_servers_transparent_flag_makes_every_sandboxed_launch_transparent,
     codex_asks_its_reviewer_about_a_destination_the_allow_list_misses,
     local_binding_still_needs_the_allow_list,
@@ -1250,6 +1251,43 @@ async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target
         ]
     );
     assert_eq!(peer.requests(), ["GET /direct"]);
+}
+
+/// Transparent TCP carries IPv6 as it carries IPv4: a name's `AAAA` answer is an address of
+/// its own (`fdc0:de00::N`, numbered as its `A` one), a connection to it goes to the proxy by
+/// the name, and a connection to an IPv6 address goes by that address — each decided and
+/// reported (`socks5_tcp`), a refusal a reset.
+async fn transparent_tcp_carries_ipv6_by_name_and_by_address(target: Target) {
+    let home = ExecutorHome::new("network", target, "transparent-v6");
+    let (_server, mut client) = home.started(target).await;
+    let reset = "case $? in 7|55|56) echo refused by a reset;; *) echo \"refused $?\";; esac";
+    let script = format!(
+        "getent ahostsv4 first.example | head -n 1 | cut -d ' ' -f 1; \
+         getent ahostsv6 blocked.example | head -n 1 | cut -d ' ' -f 1; \
+         curl -6 -sS --noproxy '*' http://blocked.example/ 2>/dev/null; {reset}; \
+         curl -sS --noproxy '*' 'http://[2001:db8::5]:8080/' 2>/dev/null; {reset}"
+    );
+    let domains = json!({"blocked.example": "deny"});
+    let changes = json!({"transparentTcp": true});
+    let params = proxied("p", &script, &home, Confined::Sandboxed, launch(domains, changes));
+    let finished = run(&mut client, params).await;
+    let lines: Vec<&str> = finished.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["198.18.0.1", "fdc0:de00::2", "refused by a reset", "refused by a reset"],
+        "{}",
+        finished.stdout
+    );
+    let reported: Vec<Value> = finished.decisions.iter().map(decision).collect();
+    let report = |reason: &str, host: &str, port: u16| {
+        json!({"processId": "p", "scope": "domain", "decision": "deny",
+            "source": "baseline_policy", "reason": reason, "protocol": "socks5_tcp",
+            "host": host, "port": port, "policyOverride": false})
+    };
+    assert_eq!(
+        reported,
+        [report("denied", "blocked.example", 80), report("not_allowed", "2001:db8::5", 8080)]
+    );
 }
 
 /// `--linux-sandbox-transparent-tcp` on the server: a sandboxed launch that does not ask for

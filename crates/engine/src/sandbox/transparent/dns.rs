@@ -3,13 +3,14 @@
 //! proxy with the *name* it was made for, and decided on the name, as a proxied request is.
 //!
 //! It answers on `127.0.0.53:53`, which the sandbox's `/etc/resolv.conf` names
-//! ([`RESOLV_CONF`]), as the reference's does. Only `A` questions get an address (`198.18.0.0/16`,
-//! the range set aside for benchmarking networks, which no real destination uses); any other
-//! type is answered with no records, so a resolver falls back to IPv4, the only family the
-//! sandbox routes. `localhost` is the sandbox's own loopback.
+//! ([`RESOLV_CONF`]), as the reference's does. A name's `A` answer is from `198.18.0.0/16` (the
+//! range set aside for benchmarking networks), its `AAAA` answer from `fdc0:de00::/32` (unique
+//! local addresses), both numbered alike, as the reference numbers them: the first name is
+//! `198.18.0.1` and `fdc0:de00::1`. No real destination uses either range. Any other type is
+//! answered with no records. `localhost` is the sandbox's own loopback.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
 /// What the sandbox's `/etc/resolv.conf` holds.
@@ -18,8 +19,12 @@ pub const RESOLV_CONF: &str = "nameserver 127.0.0.53\n";
 /// Where the name server listens, inside the sandbox's network namespace.
 pub const LISTEN: (Ipv4Addr, u16) = (Ipv4Addr::new(127, 0, 0, 53), 53);
 
-/// The first two octets of every address handed out (`198.18.0.0/16`).
+/// The first two octets of every IPv4 address handed out (`198.18.0.0/16`).
 const FAKE_PREFIX: [u8; 2] = [198, 18];
+
+/// The first 32 bits of every IPv6 address handed out (`fdc0:de00::/32`); the name's number
+/// is the last 16, the rest zero.
+const FAKE_PREFIX6: [u16; 2] = [0xfdc0, 0xde00];
 
 /// Names one sandbox may resolve: each holds at most a 253-byte name twice (both directions),
 /// so the table stays under 9 MiB however hostile the command; a build resolves tens. Past it,
@@ -38,43 +43,74 @@ const MAX_NAME_BYTES: usize = 253;
 const TTL_SECONDS: u32 = 1;
 
 const TYPE_A: u16 = 1;
+const TYPE_AAAA: u16 = 28;
 const CLASS_IN: u16 = 1;
 const RCODE_SERVFAIL: u16 = 2;
 
-/// Whether `address` is in the range names are given addresses from.
-pub fn is_made_up(address: Ipv4Addr) -> bool {
-    address.octets()[..2] == FAKE_PREFIX
+/// Whether `address` is in a range names are given addresses from.
+pub fn is_made_up(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V4(address) => address.octets()[..2] == FAKE_PREFIX,
+        IpAddr::V6(address) => address.segments()[..2] == FAKE_PREFIX6,
+    }
 }
 
-/// The names handed out, both ways. Shared between the name server and the TCP relay.
+/// The number a made-up address stands for.
+fn number_of(address: IpAddr) -> Option<u16> {
+    match address {
+        IpAddr::V4(v4) if is_made_up(address) => {
+            let [.., high, low] = v4.octets();
+            Some(u16::from_be_bytes([high, low]))
+        }
+        IpAddr::V6(v6) if is_made_up(address) && v6.segments()[2..7] == [0; 5] => {
+            Some(v6.segments()[7])
+        }
+        _ => None,
+    }
+}
+
+/// The names handed out, by number (from 1). Shared between the name server and the TCP
+/// relay.
 #[derive(Debug, Default)]
 pub struct FakeNames {
-    by_name: HashMap<String, Ipv4Addr>,
-    by_address: HashMap<Ipv4Addr, String>,
+    numbers: HashMap<String, u16>,
+    /// Name `n` at `n - 1`.
+    names: Vec<String>,
 }
 
 impl FakeNames {
-    /// The address of `name` (lower case), given now if it has none; `None` once the table is
+    /// The number of `name` (lower case), given now if it has none; `None` once the table is
     /// full.
-    pub fn address_for(&mut self, name: &str) -> Option<Ipv4Addr> {
-        if let Some(address) = self.by_name.get(name) {
-            return Some(*address);
+    fn number_for(&mut self, name: &str) -> Option<u16> {
+        if let Some(number) = self.numbers.get(name) {
+            return Some(*number);
         }
-        if self.by_name.len() >= MAX_NAMES {
+        if self.names.len() >= MAX_NAMES {
             return None;
         }
-        // From .0.1 on: the first name gets 198.18.0.1, as the reference's does.
-        let slot = u16::try_from(self.by_name.len() + 1).ok()?;
-        let [high, low] = slot.to_be_bytes();
-        let address = Ipv4Addr::new(FAKE_PREFIX[0], FAKE_PREFIX[1], high, low);
-        self.by_name.insert(name.to_owned(), address);
-        self.by_address.insert(address, name.to_owned());
-        Some(address)
+        let number = u16::try_from(self.names.len() + 1).ok()?;
+        self.numbers.insert(name.to_owned(), number);
+        self.names.push(name.to_owned());
+        Some(number)
     }
 
-    /// The name an address was handed out for.
-    pub fn name_of(&self, address: Ipv4Addr) -> Option<&str> {
-        self.by_address.get(&address).map(String::as_str)
+    /// The IPv4 address of `name`: from 198.18.0.1 on, as the reference's.
+    pub fn address_for(&mut self, name: &str) -> Option<Ipv4Addr> {
+        let [high, low] = self.number_for(name)?.to_be_bytes();
+        Some(Ipv4Addr::new(FAKE_PREFIX[0], FAKE_PREFIX[1], high, low))
+    }
+
+    /// The IPv6 address of `name`, numbered as its IPv4 one (`fdc0:de00::1` first).
+    pub fn address6_for(&mut self, name: &str) -> Option<Ipv6Addr> {
+        let number = self.number_for(name)?;
+        let [first, second] = FAKE_PREFIX6;
+        Some(Ipv6Addr::new(first, second, 0, 0, 0, 0, 0, number))
+    }
+
+    /// The name an address of either family was handed out for.
+    pub fn name_of(&self, address: IpAddr) -> Option<&str> {
+        let number = usize::from(number_of(address)?);
+        self.names.get(number.checked_sub(1)?).map(String::as_str)
     }
 }
 
@@ -135,16 +171,21 @@ fn question(packet: &[u8]) -> Option<Question> {
 /// The answer to `packet`, or `None` when it is not a query this server answers.
 pub fn answer(packet: &[u8], names: &Mutex<FakeNames>) -> Option<Vec<u8>> {
     let question = question(packet)?;
+    let given = |name: &str| {
+        let mut names = names.lock().unwrap_or_else(|poison| poison.into_inner());
+        match question.kind {
+            TYPE_A => names.address_for(name).map(IpAddr::V4),
+            _ => names.address6_for(name).map(IpAddr::V6),
+        }
+    };
     let (address, rcode) = match (question.kind, question.name.as_str()) {
         (_, "") => (None, 0),
-        (TYPE_A, "localhost") => (Some(Ipv4Addr::LOCALHOST), 0),
-        (TYPE_A, name) => {
-            let given = names.lock().unwrap_or_else(|poison| poison.into_inner()).address_for(name);
-            match given {
-                Some(address) => (Some(address), 0),
-                None => (None, RCODE_SERVFAIL),
-            }
-        }
+        (TYPE_A, "localhost") => (Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), 0),
+        (TYPE_AAAA, "localhost") => (Some(IpAddr::V6(Ipv6Addr::LOCALHOST)), 0),
+        (TYPE_A | TYPE_AAAA, name) => match given(name) {
+            Some(address) => (Some(address), 0),
+            None => (None, RCODE_SERVFAIL),
+        },
         _ => (None, 0),
     };
     let recursion_desired = u16_at(packet, 2)? & 0x0100;
@@ -158,13 +199,18 @@ pub fn answer(packet: &[u8], names: &Mutex<FakeNames>) -> Option<Vec<u8>> {
     reply.extend_from_slice(&[0, 0, 0, 0]);
     reply.extend_from_slice(&packet[12..question.end]);
     if let Some(address) = address {
-        // The name by pointer to the question (offset 12), type A, class IN, TTL, 4 bytes.
+        // The name by pointer to the question (offset 12), the type asked, class IN, TTL,
+        // the address's length and the address.
+        let octets = match address {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        };
         reply.extend_from_slice(&[0xc0, 0x0c]);
-        reply.extend_from_slice(&TYPE_A.to_be_bytes());
+        reply.extend_from_slice(&question.kind.to_be_bytes());
         reply.extend_from_slice(&CLASS_IN.to_be_bytes());
         reply.extend_from_slice(&TTL_SECONDS.to_be_bytes());
-        reply.extend_from_slice(&4u16.to_be_bytes());
-        reply.extend_from_slice(&address.octets());
+        reply.extend_from_slice(&(octets.len() as u16).to_be_bytes());
+        reply.extend_from_slice(&octets);
     }
     Some(reply)
 }
@@ -213,20 +259,31 @@ mod tests {
         assert_eq!(address_in(&second), Some(Ipv4Addr::new(198, 18, 0, 2)));
         let again = answer(&query("example.com", TYPE_A), &names).unwrap();
         assert_eq!(address_in(&again), Some(Ipv4Addr::new(198, 18, 0, 1)));
+        let six = answer(&query("api.github.com", TYPE_AAAA), &names).unwrap();
+        let octets: [u8; 16] = six[six.len() - 16..].try_into().unwrap();
+        assert_eq!(u16_at(&six, 6), Some(1));
+        assert_eq!(Ipv6Addr::from(octets), "fdc0:de00::2".parse::<Ipv6Addr>().unwrap());
         let names = names.lock().unwrap();
-        assert_eq!(names.name_of(Ipv4Addr::new(198, 18, 0, 2)), Some("api.github.com"));
-        assert_eq!(names.name_of(Ipv4Addr::new(198, 18, 0, 3)), None);
+        let by = |text: &str| names.name_of(text.parse().unwrap());
+        assert_eq!(by("198.18.0.2"), Some("api.github.com"));
+        assert_eq!(by("fdc0:de00::2"), Some("api.github.com"));
+        assert_eq!(by("fdc0:de00::1"), Some("example.com"));
+        for never in ["198.18.0.3", "198.18.0.0", "fdc0:de00::3", "fdc0:de00:1::1", "10.0.0.1"] {
+            assert_eq!(by(never), None, "{never}");
+        }
     }
 
     #[test]
     fn other_types_and_localhost_give_no_made_up_address() {
         let names = Mutex::new(FakeNames::default());
-        let aaaa = answer(&query("example.com", 28), &names).unwrap();
-        assert_eq!(u16_at(&aaaa, 6), Some(0), "no answer records");
-        assert_eq!(u16_at(&aaaa, 2).unwrap() & 0x000f, 0, "NOERROR");
+        let mx = answer(&query("example.com", 15), &names).unwrap();
+        assert_eq!(u16_at(&mx, 6), Some(0), "no answer records");
+        assert_eq!(u16_at(&mx, 2).unwrap() & 0x000f, 0, "NOERROR");
         let local = answer(&query("localhost", TYPE_A), &names).unwrap();
         assert_eq!(address_in(&local), Some(Ipv4Addr::LOCALHOST));
-        assert!(names.lock().unwrap().by_name.is_empty());
+        let local6 = answer(&query("localhost", TYPE_AAAA), &names).unwrap();
+        assert_eq!(local6[local6.len() - 16..], Ipv6Addr::LOCALHOST.octets());
+        assert!(names.lock().unwrap().names.is_empty());
     }
 
     #[test]

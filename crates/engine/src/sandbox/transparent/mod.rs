@@ -3,14 +3,14 @@
 //! so the domain policy holds for every connection, not only for well-behaved clients.
 //!
 //! The inner stage, before the command starts, makes a TUN device in the sandbox's network
-//! namespace and routes every IPv4 destination but loopback through it ([`tun`]); serves names
-//! on `127.0.0.53` (the sandbox's `/etc/resolv.conf`), each name given an address of its own
-//! ([`dns`]); and carries each connection the command makes over the TUN device to the managed
+//! namespace and routes every destination but loopback through it, IPv4 and IPv6 ([`tun`]);
+//! serves names on `127.0.0.53` (the sandbox's `/etc/resolv.conf`), each name given an
+//! address of its own in each family ([`dns`]); and carries each connection the command makes over the TUN device to the managed
 //! SOCKS5 proxy, by name where the address was one it gave ([`stack`]). Then it gives up the
 //! capabilities this took, and only then starts the command.
 //!
-//! IPv6 is not routed (a connection to an IPv6 address fails as unreachable; names resolve to
-//! IPv4 only), nor is UDP: what cannot go through the proxy goes nowhere.
+//! UDP is not routed: what cannot go through the proxy goes nowhere. Neither is IPv6 on a
+//! kernel without it (or with it off), where an IPv6 destination is unreachable.
 
 pub mod dns;
 pub mod stack;

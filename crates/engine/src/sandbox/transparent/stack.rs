@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,10 +22,12 @@ use std::time::Duration;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::socket::tcp;
-use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpProtocol, Ipv4Packet, TcpPacket};
+use smoltcp::wire::{
+    HardwareAddress, IpAddress, IpCidr, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
+};
 
 use super::dns::FakeNames;
-use super::tun::{KERNEL_ADDRESS, MTU};
+use super::tun::{KERNEL_ADDRESS, KERNEL_ADDRESS6, MTU};
 
 /// Connections carried at once: the managed proxy serves 64 per process, so more here would
 /// only wait there.
@@ -47,6 +49,7 @@ const FORWARDER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The stack's own address, with a route to the kernel's side: with "any IP" on, smoltcp
 /// accepts packets for every destination, and answers from that destination.
 const STACK_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+const STACK_ADDRESS6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 
 /// The largest SOCKS5 reply: version, code, reserved, type, a 255-byte name and its length,
 /// the port, and the method answer before it.
@@ -155,8 +158,10 @@ impl Relay {
         interface.set_any_ip(true);
         interface.update_ip_addrs(|addresses| {
             let _ = addresses.push(IpCidr::new(IpAddress::Ipv4(STACK_ADDRESS), 32));
+            let _ = addresses.push(IpCidr::new(IpAddress::Ipv6(STACK_ADDRESS6), 128));
         });
         let _ = interface.routes_mut().add_default_ipv4_route(KERNEL_ADDRESS);
+        let _ = interface.routes_mut().add_default_ipv6_route(KERNEL_ADDRESS6);
         Self {
             tun,
             interface,
@@ -213,19 +218,13 @@ impl Relay {
 
     /// Makes a listening socket for a SYN that opens a new connection, room allowing.
     fn listen_for(&mut self, packet: &[u8]) {
-        let Ok(ip) = Ipv4Packet::new_checked(packet) else { return };
-        if ip.next_header() != IpProtocol::Tcp {
-            return;
-        }
-        let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else { return };
+        let Some((from, to, segment)) = tcp_of(packet) else { return };
+        let Ok(tcp) = TcpPacket::new_checked(segment) else { return };
         if !tcp.syn() || tcp.ack() || self.listening.contains_key(&tcp.dst_port()) {
             return;
         }
         // A SYN sent again for a connection already accepted belongs to that connection.
-        let (source, destination) = (
-            (IpAddress::Ipv4(ip.src_addr()), tcp.src_port()),
-            (IpAddress::Ipv4(ip.dst_addr()), tcp.dst_port()),
-        );
+        let (source, destination) = ((from, tcp.src_port()), (to, tcp.dst_port()));
         let known = self.flows.iter().any(|flow| {
             let socket = self.sockets.get::<tcp::Socket>(flow.handle);
             socket.remote_endpoint().map(|e| (e.addr, e.port)) == Some(source)
@@ -363,6 +362,27 @@ impl Relay {
     }
 }
 
+/// The source, destination and TCP segment of an IP packet of either family; `None` for any
+/// other packet (the stack answers or drops those itself).
+fn tcp_of(packet: &[u8]) -> Option<(IpAddress, IpAddress, &[u8])> {
+    match packet.first()? >> 4 {
+        4 => {
+            let ip = Ipv4Packet::new_checked(packet).ok()?;
+            (ip.next_header() == IpProtocol::Tcp).then(|| {
+                (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()), ip.payload())
+            })
+        }
+        6 => {
+            let ip = Ipv6Packet::new_checked(packet).ok()?;
+            // A segment behind extension headers is no SYN a command's connect sends.
+            (ip.next_header() == IpProtocol::Tcp).then(|| {
+                (IpAddress::Ipv6(ip.src_addr()), IpAddress::Ipv6(ip.dst_addr()), ip.payload())
+            })
+        }
+        _ => None,
+    }
+}
+
 /// Opens the SOCKS5 connection for a connection the command made to `destination`: to the
 /// name a made-up address was given for, or to the address itself.
 fn ask(
@@ -370,18 +390,29 @@ fn ask(
     socks: SocketAddr,
     names: &Mutex<FakeNames>,
 ) -> Option<Phase> {
-    let (IpAddress::Ipv4(address), port) = destination?;
+    let (address, port) = destination?;
+    let address = match address {
+        IpAddress::Ipv4(v4) => IpAddr::V4(v4),
+        IpAddress::Ipv6(v6) => IpAddr::V6(v6),
+    };
     let mut request = vec![5, 1, 0, 5, 1, 0];
-    if super::dns::is_made_up(address) {
-        let names = names.lock().unwrap_or_else(|poison| poison.into_inner());
-        // An address in the range that was never handed out names nothing.
-        let name = names.name_of(address)?;
-        request.push(3);
-        request.push(name.len() as u8);
-        request.extend_from_slice(name.as_bytes());
-    } else {
-        request.push(1);
-        request.extend_from_slice(&address.octets());
+    match address {
+        _ if super::dns::is_made_up(address) => {
+            let names = names.lock().unwrap_or_else(|poison| poison.into_inner());
+            // An address in the range that was never handed out names nothing.
+            let name = names.name_of(address)?;
+            request.push(3);
+            request.push(name.len() as u8);
+            request.extend_from_slice(name.as_bytes());
+        }
+        IpAddr::V4(v4) => {
+            request.push(1);
+            request.extend_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            request.push(4);
+            request.extend_from_slice(&v6.octets());
+        }
     }
     request.extend_from_slice(&port.to_be_bytes());
     let mut upstream = TcpStream::connect_timeout(&socks, FORWARDER_CONNECT_TIMEOUT).ok()?;

@@ -9,7 +9,7 @@
 //! checks that nothing is left; a stage that cannot prove it exits without running the command.
 
 use std::ffi::CStr;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The device's name inside the sandbox.
@@ -18,6 +18,10 @@ pub const NAME: &CStr = c"tethertun";
 /// The kernel's side of the device: the source of every connection the command makes, as in
 /// the reference (`192.0.2.1/32`, a documentation range no real destination uses).
 pub const KERNEL_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+/// The kernel's side's IPv6 address, as the reference's (`2001:db8::1/128`, documentation
+/// addresses again).
+pub const KERNEL_ADDRESS6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 
 /// The packets the device carries at most, the kernel's default for a TUN device.
 pub const MTU: usize = 1500;
@@ -73,9 +77,26 @@ struct RouteEntry {
     initial_rtt: libc::c_ushort,
 }
 
+/// The kernel's `struct in6_rtmsg` (`<linux/ipv6_route.h>`), whose members the `libc` crate
+/// keeps private: one IPv6 route, for `SIOCADDRT` on an IPv6 socket.
+#[repr(C)]
+struct Route6Entry {
+    destination: libc::in6_addr,
+    source: libc::in6_addr,
+    gateway: libc::in6_addr,
+    kind: u32,
+    destination_length: u16,
+    source_length: u16,
+    metric: u32,
+    info: libc::c_ulong,
+    flags: u32,
+    interface: libc::c_int,
+}
+
 /// Makes the device (non-blocking, raw IP packets without a header), gives the kernel's side
-/// its address, brings it up, and routes every IPv4 destination that is not the sandbox's own
-/// loopback through it. Needs `CAP_NET_ADMIN` in the namespace.
+/// its addresses, brings it up, and routes every destination that is not the sandbox's own
+/// loopback through it: IPv4, and IPv6 where the kernel has it ([`route_ipv6`]). Needs
+/// `CAP_NET_ADMIN` in the namespace.
 pub fn make() -> std::io::Result<OwnedFd> {
     // SAFETY: plain system calls on descriptors made here, with structures set up above; each
     // result is checked.
@@ -120,8 +141,48 @@ pub fn make() -> std::io::Result<OwnedFd> {
             initial_rtt: 0,
         };
         check(libc::ioctl(control, libc::SIOCADDRT, &mut route))?;
+        let mut ifreq = request();
+        check(libc::ioctl(control, libc::SIOCGIFINDEX, &mut ifreq))?;
+        let _ = route_ipv6(ifreq.ifr_ifru.ifru_ifindex);
         Ok(device)
     }
+}
+
+/// Gives the device (its index `index`) the kernel's IPv6 address and the default IPv6
+/// route, as the reference's has them. A kernel without IPv6, or with it turned off, refuses:
+/// the sandbox then has no IPv6 but its loopback, and an IPv6 destination is unreachable —
+/// still no way out but the proxy.
+fn route_ipv6(index: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: plain system calls on a descriptor made here, with structures set up here;
+    // each result is checked.
+    unsafe {
+        let control = OwnedFd::from_raw_fd(check(libc::socket(
+            libc::AF_INET6,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?);
+        let mut address = libc::in6_ifreq {
+            ifr6_addr: libc::in6_addr { s6_addr: KERNEL_ADDRESS6.octets() },
+            ifr6_prefixlen: 128,
+            ifr6_ifindex: index,
+        };
+        check(libc::ioctl(control.as_raw_fd(), libc::SIOCSIFADDR, &mut address))?;
+        let unspecified = libc::in6_addr { s6_addr: [0; 16] };
+        let mut route = Route6Entry {
+            destination: unspecified,
+            source: unspecified,
+            gateway: unspecified,
+            kind: 0,
+            destination_length: 0,
+            source_length: 0,
+            metric: 1,
+            info: 0,
+            flags: libc::RTF_UP as u32,
+            interface: index,
+        };
+        check(libc::ioctl(control.as_raw_fd(), libc::SIOCADDRT, &mut route))?;
+    }
+    Ok(())
 }
 
 /// Gives up every capability, in every set, for good; `Err` says which is still held, and the
