@@ -3,6 +3,7 @@
 //! can hand to another task than the one that reads the updates.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use tether_engine::{ProcessEvent, ProcessUpdate};
@@ -43,7 +44,8 @@ impl RemoteProcess {
         registration: Arc<Registration>,
         updates: mpsc::UnboundedReceiver<ProcessUpdate>,
     ) -> Self {
-        Self { control: ProcessControl { session, registration }, updates, ended: false }
+        let write_ids = Arc::new(WriteIds::default());
+        Self { control: ProcessControl { session, registration, write_ids }, updates, ended: false }
     }
 
     /// What acts on the process, for another task: a clone of this handle's.
@@ -94,6 +96,22 @@ impl std::ops::Deref for RemoteProcess {
 pub struct ProcessControl {
     session: Arc<Session>,
     registration: Arc<Registration>,
+    /// Shared by every clone, so no two writes through this handle share an id.
+    write_ids: Arc<WriteIds>,
+}
+
+/// The `writeId`s of one handle's stdin writes: decimal strings from "1", each kept by its
+/// write across its retries, so the server applies the write once however often it is sent.
+#[derive(Debug, Default)]
+struct WriteIds {
+    /// How many ids were handed out.
+    issued: AtomicU64,
+}
+
+impl WriteIds {
+    fn next(&self) -> String {
+        (self.issued.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+    }
 }
 
 impl ProcessControl {
@@ -107,7 +125,7 @@ impl ProcessControl {
         let params = WriteParams {
             process_id: self.registration.process_id.clone(),
             chunk: ByteChunk::new(bytes),
-            write_id: self.registration.next_write_id(),
+            write_id: self.write_ids.next(),
         };
         let response: WriteResponse =
             self.session.call("process/write", &params, Retry::Safe).await?;
