@@ -47,11 +47,12 @@ pub use tether_engine::exec::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OV
 /// server's retained output gives both back later.
 ///
 /// The handle's window ([`HANDLE_BUFFER_BYTES`], where a handle counts as full) and one
-/// reorder buffer's worth ([`MAX_PENDING_EVENT_BYTES`]) on top: a handle in the ordinary
-/// course (full at its window, pausing, events a server sent out of order) never meets the
-/// bound, so it only ever cuts what comes on top of those — live output held during a
-/// catch-up, output still on its way to a handle that paused the connection. Those cost a
-/// read back from the server, never a byte.
+/// reorder buffer's worth ([`MAX_PENDING_EVENT_BYTES`]) above it: room for what is still on
+/// its way when a handle pauses the connection (the reader's queue, [`CONNECTION_QUEUE_BYTES`],
+/// and the event in the reader's hand) or for events a server sent out of order, so the
+/// ordinary course never meets the bound. What it cuts is live output arriving while a
+/// catch-up reads, past the room the handle leaves: read back from the server's retained
+/// output instead.
 pub const HANDLE_MEMORY_BYTES: usize = HANDLE_BUFFER_BYTES + MAX_PENDING_EVENT_BYTES;
 
 /// Events queued between a connection's socket reader and the client's router. The router

@@ -14,7 +14,8 @@
 //!   of the server's retained output), and what happens when it is full: the connection
 //!   pauses for a moment, then the handle falls behind and catches up later.
 //! - `registration`: the client's record of one process — its reorder buffer, what was
-//!   published, what its handle holds, where its handle listens.
+//!   published, what its handle holds, where its handle listens — as small state machines,
+//!   each a type; it holds the process's events within [`HANDLE_MEMORY_BYTES`].
 //! - `catch_up`: `process/read` pages that bring a handle up to date after a reconnect, after
 //!   it fell behind, or when it is attached.
 //! - `connection`: one WebSocket and the calls in flight on it (one "generation"); `tls`, the

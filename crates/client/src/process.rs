@@ -23,8 +23,9 @@ use crate::session::{Retry, Session};
 /// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
 /// stops following the process; it does not kill it.
 ///
-/// The handle holds at most [`crate::HANDLE_BUFFER_BYTES`] its caller has not taken; past
-/// that, [`crate::ClientOptions::full_handle_pause`] says what happens (see [`crate::flow`]).
+/// The handle is full at [`crate::HANDLE_BUFFER_BYTES`] its caller has not taken, and then
+/// [`crate::ClientOptions::full_handle_pause`] says what happens (see [`crate::flow`]); the
+/// client never holds more than [`crate::HANDLE_MEMORY_BYTES`] for it.
 ///
 /// Its [`ProcessControl`] (through `Deref`, or [`RemoteProcess::control`] for another task)
 /// writes, signals and terminates. A caller that waits for such a call's answer in the same
@@ -54,7 +55,7 @@ impl RemoteProcess {
     }
 
     /// Bytes of updates this handle holds that its caller has not taken yet (each update
-    /// counted with a small overhead): at most about [`crate::HANDLE_BUFFER_BYTES`].
+    /// counted with a small overhead): at most [`crate::HANDLE_MEMORY_BYTES`].
     pub fn buffered_bytes(&self) -> usize {
         self.registration.queued_bytes()
     }
