@@ -16,7 +16,7 @@ use crate::errors::NativeError;
 use crate::pending::{Convert, Pending, runtime, value};
 
 /// Most updates handed to Python at once: everything the handle already holds (at most
-/// [`tether_client::HANDLE_BUFFER_BYTES`]) up to this many, so a fast stream costs Python one
+/// [`tether_client::HANDLE_MEMORY_BYTES`]) up to this many, so a fast stream costs Python one
 /// call per batch rather than one per chunk, and a batch stays small enough to hand over
 /// whole.
 const BATCH_MAX_UPDATES: usize = 256;

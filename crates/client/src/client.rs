@@ -11,9 +11,7 @@
 //! - `Failed`: recovery ran out of time (or the session is gone). Every waiting and later call
 //!   gets the same error, and every process handle a terminal failure: nothing waits forever.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -26,14 +24,13 @@ use tether_protocol::process::{
     ProcessSummary, ReadParams, ReadResponse,
 };
 use tether_protocol::session::{EnvironmentInfo, TetherExtensions};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::mpsc;
 use tracing::{debug, info};
 
 use crate::catch_up::run_claimed;
 use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::flow::{CONNECTION_EVENT_QUEUE, PauseGate};
-use crate::http_streams::HttpStreams;
 use crate::options::ClientOptions;
 use crate::process::RemoteProcess;
 use crate::recovery::initialize;
@@ -131,31 +128,17 @@ impl ExecServerClient {
         )
         .await?;
         let response = initialize(&connection, &options, resume).await?;
-        let session = Arc::new(Session {
-            url: url.to_owned(),
-            session_id: response.session_id,
-            environment_info: response.environment_info,
-            detached_ttl: response.detached_ttl_secs.map(Duration::from_secs),
-            state: watch::channel(ConnectionState::Connected(connection)).0,
-            options,
-            registrations: Mutex::new(HashMap::new()),
-            events,
-            gate,
-            generations: AtomicU64::new(1),
-            starts_in_flight: AtomicUsize::new(0),
-            starts_settled: Notify::new(),
-            http_streams: HttpStreams::default(),
-        });
+        let session = Arc::new(Session::new(url, options, response, connection, events, gate));
         let router = tokio::spawn(route_events(Arc::downgrade(&session), receiver));
         tokio::spawn(supervise_router(Arc::downgrade(&session), router));
         // The session id is enough to take a detached session over: not above DEBUG.
-        debug!(session_id = %session.session_id, "exec-server session started");
+        debug!(session_id = %session.id(), "exec-server session started");
         info!("exec-server session started");
         Ok(Self { session })
     }
 
     pub fn session_id(&self) -> &str {
-        &self.session.session_id
+        self.session.id()
     }
 
     /// What the server reported about its environment when the session started.
@@ -163,11 +146,11 @@ impl ExecServerClient {
     /// [`ClientOptions::detached_ttl`]; `None` if it was not asked for or the server does not
     /// say (the reference).
     pub fn detached_ttl(&self) -> Option<Duration> {
-        self.session.detached_ttl
+        self.session.detached_ttl()
     }
 
     pub fn environment_info(&self) -> Option<&EnvironmentInfo> {
-        self.session.environment_info.as_ref()
+        self.session.environment_info()
     }
 
     /// Asks the server for its environment now (`environment/info`), as Codex does once per
@@ -186,14 +169,14 @@ impl ExecServerClient {
     /// The status's changes from now on, for a caller that tells a person the link is down
     /// (and back). None is missed between two waits: each wait returns the latest.
     pub fn status_changes(&self) -> StatusChanges {
-        StatusChanges(self.session.state.subscribe())
+        StatusChanges(self.session.state_changes())
     }
 
     pub fn status(&self) -> ConnectionStatus {
-        match &*self.session.state.borrow() {
+        match self.session.current_state() {
             ConnectionState::Connected(_) => ConnectionStatus::Connected,
             ConnectionState::Recovering => ConnectionStatus::Recovering,
-            ConnectionState::Failed { message, .. } => ConnectionStatus::Failed(message.clone()),
+            ConnectionState::Failed { message, .. } => ConnectionStatus::Failed(message),
         }
     }
 

@@ -1,10 +1,12 @@
 //! How much a client holds for callers that have not read it yet, and what happens past that.
 //!
-//! The server's retained output is the backlog; the client holds only a window of it. Each
-//! process handle holds at most [`HANDLE_BUFFER_BYTES`] of updates its caller has not taken
-//! (plus what is in flight between the socket and the handle: at most
-//! [`CONNECTION_EVENT_QUEUE`] events and [`CONNECTION_QUEUE_BYTES`] of their bytes). When a
-//! handle is full, [`crate::ClientOptions::full_handle_pause`] decides:
+//! The server's retained output is the backlog; the client holds only a window of it. A
+//! process handle is full at [`HANDLE_BUFFER_BYTES`] of updates its caller has not taken, and
+//! everything the client holds for one process (those updates, early events, live events held
+//! during a catch-up) stays within [`HANDLE_MEMORY_BYTES`]; besides, a connection has in
+//! flight between its socket and the handles at most [`CONNECTION_EVENT_QUEUE`] events and
+//! [`CONNECTION_QUEUE_BYTES`] of their bytes, shared by its processes. When a handle is full,
+//! [`crate::ClientOptions::full_handle_pause`] decides:
 //!
 //! - For a moment (the default, [`DEFAULT_FULL_HANDLE_PAUSE`]), the connection pauses as
 //!   below: a caller that was only slow for a moment (a busy machine) loses nothing and holds
@@ -26,6 +28,8 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use crate::reorder::MAX_PENDING_EVENT_BYTES;
+
 /// How long a full handle may hold the connection paused before it falls behind instead:
 /// long enough to ride out a caller descheduled on a busy machine (at 700 MB/s, a 4 MiB
 /// buffer fills in 6 ms), short enough that a caller which stopped reading one handle holds
@@ -35,11 +39,21 @@ pub const DEFAULT_FULL_HANDLE_PAUSE: Duration = Duration::from_secs(2);
 pub(crate) use tether_engine::exec::update_cost;
 pub use tether_engine::exec::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OVERHEAD_BYTES};
 
-/// Most bytes of live events held while a catch-up reads the backlog. Past it the newest are
-/// dropped (the oldest run is kept) and the catch-up reads them back in another page:
-/// everything dropped is still on the server. The same size as a handle's buffer, so a
-/// catch-up never holds more than its handle.
-pub const HELD_EVENT_BYTES: usize = HANDLE_BUFFER_BYTES;
+/// Most bytes the client holds for one process at any moment, wherever they wait: updates its
+/// handle's caller has not taken, early events waiting in the reorder buffer for a gap to
+/// close, and live events held while a catch-up reads the backlog — each event counted with
+/// [`UPDATE_OVERHEAD_BYTES`], as its handle counts it. Events past it are not held: a handle
+/// that would go over falls behind, a catch-up drops the live events it cannot hold, and the
+/// server's retained output gives both back later.
+///
+/// The handle's window ([`HANDLE_BUFFER_BYTES`], where a handle counts as full) and one
+/// reorder buffer's worth ([`MAX_PENDING_EVENT_BYTES`]) above it: room for what is still on
+/// its way when a handle pauses the connection (the reader's queue, [`CONNECTION_QUEUE_BYTES`],
+/// and the event in the reader's hand) or for events a server sent out of order, so the
+/// ordinary course never meets the bound. What it cuts is live output arriving while a
+/// catch-up reads, past the room the handle leaves: read back from the server's retained
+/// output instead.
+pub const HANDLE_MEMORY_BYTES: usize = HANDLE_BUFFER_BYTES + MAX_PENDING_EVENT_BYTES;
 
 /// Events queued between a connection's socket reader and the client's router. The router
 /// never waits (handles are bounded by dropping to the server's backlog or by pausing the

@@ -14,7 +14,8 @@
 //!   of the server's retained output), and what happens when it is full: the connection
 //!   pauses for a moment, then the handle falls behind and catches up later.
 //! - `registration`: the client's record of one process — its reorder buffer, what was
-//!   published, what its handle holds, where its handle listens.
+//!   published, what its handle holds, where its handle listens — as small state machines,
+//!   each a type; it holds the process's events within [`HANDLE_MEMORY_BYTES`].
 //! - `catch_up`: `process/read` pages that bring a handle up to date after a reconnect, after
 //!   it fell behind, or when it is attached.
 //! - `connection`: one WebSocket and the calls in flight on it (one "generation"); `tls`, the
@@ -63,7 +64,7 @@ pub mod tls;
 pub use client::{ConnectionStatus, ExecServerClient, StatusChanges};
 pub use environment::Environment;
 pub use error::ClientError;
-pub use flow::{DEFAULT_FULL_HANDLE_PAUSE, HANDLE_BUFFER_BYTES};
+pub use flow::{DEFAULT_FULL_HANDLE_PAUSE, HANDLE_BUFFER_BYTES, HANDLE_MEMORY_BYTES};
 pub use http_streams::{MAX_QUEUED_BODY_DELTAS, MAX_QUEUED_HTTP_BODY_BYTES};
 pub use options::{
     ClientOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_INITIALIZE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,

@@ -30,8 +30,8 @@ use crate::process::{ProcessControl, RemoteProcess};
 /// The most connections one [`PortForward`] carries at once; past it, new connections wait in
 /// the listener's backlog until one ends (the kernel's own backpressure). A browser opens six
 /// per host, a dev server's live reload one more; 32 is far above that. The bound is on
-/// memory: each connection's handle holds up to [`crate::HANDLE_BUFFER_BYTES`] its local peer
-/// has not read yet, so 32 hold at most 128 MiB even when every local peer stops reading.
+/// memory: the client holds up to [`crate::HANDLE_MEMORY_BYTES`] for each connection its local
+/// peer has not read yet, so 32 hold at most 160 MiB even when every local peer stops reading.
 pub const MAX_FORWARDED_CONNECTIONS: usize = 32;
 
 /// How long a stopping forward waits for each connection's close on the executor. A

@@ -3,6 +3,7 @@
 //! can hand to another task than the one that reads the updates.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use tether_engine::{ProcessEvent, ProcessUpdate};
@@ -22,8 +23,9 @@ use crate::session::{Retry, Session};
 /// across reconnects, ending with `Closed` or a `Failed` that says why. Dropping the handle
 /// stops following the process; it does not kill it.
 ///
-/// The handle holds at most [`crate::HANDLE_BUFFER_BYTES`] its caller has not taken; past
-/// that, [`crate::ClientOptions::full_handle_pause`] says what happens (see [`crate::flow`]).
+/// The handle is full at [`crate::HANDLE_BUFFER_BYTES`] its caller has not taken, and then
+/// [`crate::ClientOptions::full_handle_pause`] says what happens (see [`crate::flow`]); the
+/// client never holds more than [`crate::HANDLE_MEMORY_BYTES`] for it.
 ///
 /// Its [`ProcessControl`] (through `Deref`, or [`RemoteProcess::control`] for another task)
 /// writes, signals and terminates. A caller that waits for such a call's answer in the same
@@ -43,7 +45,8 @@ impl RemoteProcess {
         registration: Arc<Registration>,
         updates: mpsc::UnboundedReceiver<ProcessUpdate>,
     ) -> Self {
-        Self { control: ProcessControl { session, registration }, updates, ended: false }
+        let write_ids = Arc::new(WriteIds::default());
+        Self { control: ProcessControl { session, registration, write_ids }, updates, ended: false }
     }
 
     /// What acts on the process, for another task: a clone of this handle's.
@@ -52,7 +55,7 @@ impl RemoteProcess {
     }
 
     /// Bytes of updates this handle holds that its caller has not taken yet (each update
-    /// counted with a small overhead): at most about [`crate::HANDLE_BUFFER_BYTES`].
+    /// counted with a small overhead): at most [`crate::HANDLE_MEMORY_BYTES`].
     pub fn buffered_bytes(&self) -> usize {
         self.registration.queued_bytes()
     }
@@ -94,6 +97,22 @@ impl std::ops::Deref for RemoteProcess {
 pub struct ProcessControl {
     session: Arc<Session>,
     registration: Arc<Registration>,
+    /// Shared by every clone, so no two writes through this handle share an id.
+    write_ids: Arc<WriteIds>,
+}
+
+/// The `writeId`s of one handle's stdin writes: decimal strings from "1", each kept by its
+/// write across its retries, so the server applies the write once however often it is sent.
+#[derive(Debug, Default)]
+struct WriteIds {
+    /// How many ids were handed out.
+    issued: AtomicU64,
+}
+
+impl WriteIds {
+    fn next(&self) -> String {
+        (self.issued.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+    }
 }
 
 impl ProcessControl {
@@ -107,7 +126,7 @@ impl ProcessControl {
         let params = WriteParams {
             process_id: self.registration.process_id.clone(),
             chunk: ByteChunk::new(bytes),
-            write_id: self.registration.next_write_id(),
+            write_id: self.write_ids.next(),
         };
         let response: WriteResponse =
             self.session.call("process/write", &params, Retry::Safe).await?;

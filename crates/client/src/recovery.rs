@@ -6,7 +6,6 @@
 //! connection: a late "closed" from an older generation changes nothing.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tether_engine::{ProcessFailure, ProcessFailureKind};
 use tether_protocol::error::{SESSION_ALREADY_ATTACHED, TRANSPORT_CLOSED};
@@ -19,8 +18,7 @@ use crate::catch_up::{CatchUp, catch_up, lose, refill};
 use crate::connection::Connection;
 use crate::error::{ClientError, ConnectError, ConnectErrorKind};
 use crate::options::{ClientOptions, GOING_AWAY_RECOVERY};
-use crate::registration::Registration;
-use crate::session::{ConnectionState, Session};
+use crate::session::Session;
 
 pub(crate) async fn initialize(
     connection: &Connection,
@@ -64,14 +62,7 @@ pub(crate) fn connection_lost(
     reason: String,
     going_away: bool,
 ) {
-    let current = session.state.send_if_modified(|state| {
-        let current = matches!(state, ConnectionState::Connected(c) if c.generation == generation);
-        if current {
-            *state = ConnectionState::Recovering;
-        }
-        current
-    });
-    if current {
+    if session.begin_recovery(generation) {
         warn!(generation, %reason, "exec-server connection lost; recovering the session");
         tokio::spawn(recover(session.clone(), reason, going_away));
     }
@@ -83,7 +74,7 @@ pub(crate) fn connection_lost(
 pub(crate) fn install(session: &Arc<Session>, connection: Arc<Connection>) {
     let generation = connection.generation;
     connection.apply_gate();
-    session.state.send_replace(ConnectionState::Connected(connection.clone()));
+    session.set_connected(connection.clone());
     if connection.is_closed() {
         connection_lost(
             session,
@@ -97,20 +88,12 @@ pub(crate) fn install(session: &Arc<Session>, connection: Arc<Connection>) {
 async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
     let started = Instant::now();
     let patience = match going_away {
-        true => session.options.recovery_timeout.min(GOING_AWAY_RECOVERY),
-        false => session.options.recovery_timeout,
+        true => session.options().recovery_timeout.min(GOING_AWAY_RECOVERY),
+        false => session.options().recovery_timeout,
     };
     let deadline = started + patience;
     // Starts in flight settle first (their connection is gone, so they fail fast).
-    while session.starts_in_flight.load(Ordering::Acquire) > 0 {
-        let settled = session.starts_settled.notified();
-        if session.starts_in_flight.load(Ordering::Acquire) == 0 {
-            break;
-        }
-        if tokio::time::timeout_at(deadline, settled).await.is_err() {
-            break;
-        }
-    }
+    session.starts_settled_by(deadline).await;
     let mut last_error = reason.clone();
     loop {
         if Instant::now() >= deadline {
@@ -119,11 +102,11 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
             return give_up(&session, message, going_away);
         }
         // Read for each attempt: a token renewed since the last one is the one sent.
-        let token = match session.options.token_now() {
+        let token = match session.options().token_now() {
             Ok(token) => token,
             Err(error) => {
                 last_error = error.to_string();
-                tokio::time::sleep(session.options.recovery_retry_interval).await;
+                tokio::time::sleep(session.options().recovery_retry_interval).await;
                 continue;
             }
         };
@@ -149,8 +132,8 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
             Err(ClientError::Connect(error))
                 if error.kind == ConnectErrorKind::Refused { status: 401 } =>
             {
-                let renewed = session.options.token_now().ok().flatten();
-                if session.options.token_source.is_some() && renewed != token {
+                let renewed = session.options().token_now().ok().flatten();
+                if session.options().token_source.is_some() && renewed != token {
                     debug!("the server refused the token; trying the renewed one");
                     last_error = error.to_string();
                     continue;
@@ -164,7 +147,7 @@ async fn recover(session: Arc<Session>, reason: String, going_away: bool) {
             Err(error) if is_retryable(&error) => {
                 debug!(%error, "resume attempt failed; retrying");
                 last_error = error.to_string();
-                tokio::time::sleep(session.options.recovery_retry_interval).await;
+                tokio::time::sleep(session.options().recovery_retry_interval).await;
             }
             Err(error) => {
                 let message = format!("{reason}; could not resume the session: {error}");
@@ -179,31 +162,13 @@ async fn resume(
     session: &Arc<Session>,
     token: Option<&str>,
 ) -> Result<Arc<Connection>, ClientError> {
-    let registrations: Vec<Arc<Registration>> = session
-        .registrations
-        .lock()
-        .unwrap()
-        .values()
-        .filter(|r| r.is_started())
-        .cloned()
-        .collect();
+    let registrations = session.running_registrations();
     // Live events from the new connection can arrive before the catch-up reads are answered.
     for registration in &registrations {
         registration.begin_catch_up();
     }
-    let generation = session.generations.fetch_add(1, Ordering::AcqRel) + 1;
-    let events = session.events.clone();
-    let connection = Connection::open(
-        &session.url,
-        generation,
-        &session.options,
-        token,
-        events,
-        session.gate.clone(),
-        false,
-    )
-    .await?;
-    initialize(&connection, &session.options, Some(&session.session_id)).await?;
+    let connection = session.open_connection(token).await?;
+    initialize(&connection, session.options(), Some(session.id())).await?;
     // A process whose catch-up another task runs (a handle that fell behind) is left to it: it
     // reads on over this connection once it is installed.
     let claimed: Vec<_> = registrations.iter().filter(|r| r.claim_catch_up()).collect();
@@ -258,11 +223,7 @@ fn is_retryable(error: &ClientError) -> bool {
 /// was going away, so its processes ended with it (no reattach will find them).
 pub(crate) fn give_up(session: &Arc<Session>, message: String, server_went_away: bool) {
     warn!(%message, server_went_away, "exec-server session lost");
-    session
-        .state
-        .send_replace(ConnectionState::Failed { message: message.clone(), server_went_away });
-    let registrations: Vec<_> =
-        session.registrations.lock().unwrap().drain().map(|(_, r)| r).collect();
+    let registrations = session.fail(message.clone(), server_went_away);
     let kind = ProcessFailureKind::SessionLost { server_went_away };
     for registration in registrations {
         let message = format!("process {}: {message}", registration.process_id);
@@ -284,14 +245,14 @@ mod tests {
     use tether_protocol::process::{ExecOutputStream, ExecParams, ProcessOutputNotification};
     use tether_protocol::{ByteChunk, Notification, PathUri};
     use tether_testkit::{ServerProcess, Target};
-    use tokio::sync::mpsc;
 
     use super::*;
     use crate::reader::ConnectionEvent;
+    use crate::session::ConnectionState;
     use crate::{ConnectionStatus, ExecServerClient, ProcessUpdate};
 
     fn generation(client: &ExecServerClient) -> Option<u64> {
-        match &*client.session.state.borrow() {
+        match client.session.current_state() {
             ConnectionState::Connected(connection) => Some(connection.generation),
             _ => None,
         }
@@ -326,10 +287,9 @@ mod tests {
         let mut process = client.start(sleeper).await.unwrap();
 
         // Exercise: generation 1's close, then a marker the route handles after it.
-        let events = &client.session.events;
         let late =
             ConnectionEvent::Closed { generation: 1, reason: "late".into(), going_away: false };
-        events.send(late).await.unwrap();
+        client.session.report(late).await;
         let marker = ProcessOutputNotification {
             process_id: "quiet".into(),
             seq: 1,
@@ -340,7 +300,7 @@ mod tests {
             method: PROCESS_OUTPUT.into(),
             params: Some(serde_json::to_value(marker).unwrap()),
         };
-        events.send(ConnectionEvent::Notification(marker)).await.unwrap();
+        client.session.report(ConnectionEvent::Notification(marker)).await;
 
         // Assert: once the marker is through, the session is still on the same connection.
         let update = tokio::time::timeout(Duration::from_secs(10), process.next_update()).await;
@@ -384,7 +344,7 @@ mod tests {
             chunk: ByteChunk::from(b"x".to_vec()),
         };
         let event = ConnectionEvent::Output(senseless, Default::default());
-        client.session.events.send(event).await.unwrap();
+        client.session.report(event).await;
 
         let update = tokio::time::timeout(Duration::from_secs(10), victim.next_update()).await;
         assert!(
@@ -424,7 +384,7 @@ mod tests {
                 "done": false,
             })),
         };
-        client.session.events.send(ConnectionEvent::Notification(oversized)).await.unwrap();
+        client.session.report(ConnectionEvent::Notification(oversized)).await;
 
         wait_for_generation_after(&client, before).await;
         let update = tokio::time::timeout(Duration::from_secs(10), process.next_update()).await;
@@ -446,27 +406,14 @@ mod tests {
             ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
         let session = &client.session;
         let first = client.connected().await.unwrap();
-        session.state.send_replace(ConnectionState::Recovering);
+        assert!(session.begin_recovery(first.generation));
         first.close();
 
         // A new connection that closes before it is installed; its close goes nowhere (as when
         // the route saw it during the recovery and ignored it).
-        let resumed_generation = session.generations.fetch_add(1, Ordering::AcqRel) + 1;
-        let (unheard, _) = mpsc::channel(1);
-        let options = &session.options;
-        let gate = session.gate.clone();
-        let token = options.token_now().unwrap();
-        let resumed = Connection::open(
-            &server.url,
-            resumed_generation,
-            options,
-            token.as_deref(),
-            unheard,
-            gate,
-            false,
-        )
-        .await
-        .unwrap();
+        let token = session.options().token_now().unwrap();
+        let resumed = session.open_unreported_connection(token.as_deref()).await.unwrap();
+        let resumed_generation = resumed.generation;
         resumed.close();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !resumed.is_closed() {

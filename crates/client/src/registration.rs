@@ -1,10 +1,17 @@
 //! A client's record of one remote process: the events published to its handle so far, the
 //! ones waiting for a gap to close, what its handle holds, and where its handle listens.
 //!
-//! Bounded whatever the caller does (see [`crate::flow`]): the handle's queue by
-//! [`HANDLE_BUFFER_BYTES`], early events by the reorder buffer's limits, live events held
-//! during a catch-up by [`HELD_EVENT_BYTES`]. A handle that is full either falls behind (and
-//! is caught up later from the server's retained output) or pauses the connection.
+//! Where the record stands is four small state machines, each a type: the process's
+//! [`Stage`] (starting, running, finished), whether its handle [`Follow`]s live events or is
+//! catching up (and the live events a catch-up holds meanwhile), whether its being full puts
+//! [`Pressure`] on the connection (and the gate it holds while it does), and whether a
+//! [`CatchUpTask`] works on it.
+//!
+//! Bounded whatever the caller does (see [`crate::flow`]): everything held for one process —
+//! its handle's queue, early events in the reorder buffer, live events held during a
+//! catch-up — counts against one bound, [`HANDLE_MEMORY_BYTES`], enforced here, where events
+//! are held. A handle that is full either falls behind (and is caught up later from the
+//! server's retained output) or pauses the connection.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,58 +21,126 @@ use tether_protocol::process::ReadResponse;
 use tokio::sync::mpsc;
 
 use crate::flow::{
-    FallBehind, HANDLE_BUFFER_BYTES, HELD_EVENT_BYTES, PauseGate, RESUME_BELOW_BYTES, update_cost,
+    FallBehind, HANDLE_BUFFER_BYTES, HANDLE_MEMORY_BYTES, PauseGate, RESUME_BELOW_BYTES,
+    UPDATE_OVERHEAD_BYTES, update_cost,
 };
 use crate::reconcile::{Known, ReconcileError, reconcile};
-use crate::reorder::{ReorderBuffer, event_bytes};
+use crate::reorder::{
+    MAX_PENDING_EVENT_BYTES, MAX_PENDING_EVENTS, ReorderBuffer, ReorderError, event_bytes,
+};
 
 /// Most output bytes asked for in one catch-up page.
 pub(crate) const CATCH_UP_PAGE_BYTES: usize = 1024 * 1024;
 
+// A catch-up asks for a page only while its handle holds at most `RESUME_BELOW_BYTES`; the
+// reorder buffer holds at most its own bounds; held live events give way to a page. So the
+// first chunk of a page (at most `MAX_PENDING_EVENT_BYTES`, as any event) always fits under
+// the bound, and every page moves the catch-up on: a page that could publish nothing would be
+// asked for again for ever.
+const _: () = assert!(
+    RESUME_BELOW_BYTES
+        + MAX_PENDING_EVENT_BYTES
+        + MAX_PENDING_EVENTS * UPDATE_OVERHEAD_BYTES
+        + MAX_PENDING_EVENT_BYTES
+        + UPDATE_OVERHEAD_BYTES
+        <= HANDLE_MEMORY_BYTES
+);
+
 pub(crate) struct Registration {
     pub process_id: ProcessId,
     state: Mutex<State>,
-    /// Whether a full handle pauses the connection (and the gate it holds while it does), or
-    /// falls behind at once.
+    /// The gate a full handle pauses the connection through; `None`: a full handle falls
+    /// behind at once instead.
     gate: Option<Arc<PauseGate>>,
 }
 
 struct State {
+    /// What was published, and early events waiting for a gap to close.
     reorder: ReorderBuffer,
+    /// Whether the exit was among what was published: a catch-up places it otherwise.
     exit_published: bool,
-    /// Its start succeeded, so a reconnect catches it up (an ambiguous start is not).
-    started: bool,
-    /// Closed or failed: nothing more is published.
-    finished: Option<Finished>,
+    stage: Stage,
+    follow: Follow,
+    pressure: Pressure,
+    catch_up: CatchUpTask,
     /// Where the handle listens; let go after the last update, which ends the handle's stream.
     updates: Option<mpsc::UnboundedSender<ProcessUpdate>>,
     /// What the updates sent to the handle and not yet taken cost ([`update_cost`]): the
     /// channel is unbounded, this is its bound.
     queued: usize,
-    /// This handle is full and holds the connection paused.
-    pausing: bool,
-    next_write_id: u64,
-    /// Behind the server: a catch-up (after a reconnect, or for a handle that fell behind)
-    /// reads what was missed from the server's retained output. Live events meanwhile are held
-    /// here, up to [`HELD_EVENT_BYTES`], instead of the reorder buffer: the gap they wait on is
-    /// the one the catch-up is about to fill.
-    catching_up: bool,
-    held: Vec<ProcessEvent>,
-    held_bytes: usize,
-    /// Past [`HELD_EVENT_BYTES`], live events are dropped (the oldest held are kept, so what
-    /// is held stays one run) until the catch-up's next answer is merged.
-    dropping: bool,
-    /// The newest sequence dropped so: a catch-up answer that does not reach it does not end
-    /// the catch-up, and another page reads the rest back.
-    dropped_through: u64,
-    /// A catch-up task (a recovery's, or a refill) is working on this process.
-    catch_up_running: bool,
+}
+
+/// Where the process stands, as this client follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Stage {
+    /// Registered while its start is in flight, or after a start that may or may not have run
+    /// (which is terminated, never adopted): a reconnect does not catch it up.
+    Starting,
+    /// Its start succeeded, or it was attached: a reconnect catches it up.
+    Running,
+    /// Closed or failed: nothing more is published.
+    Finished(Finished),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Finished {
     Closed,
     Failed(ProcessFailure),
+}
+
+/// Whether the handle follows live events or is behind the server.
+enum Follow {
+    /// Live events go to the handle through the reorder buffer as they come.
+    Live,
+    /// Behind the server: a catch-up (after a reconnect, for a handle that fell behind, for an
+    /// attach) reads what was missed from the server's retained output. Live events meanwhile
+    /// are held instead of going to the reorder buffer: the gap they would wait on is the one
+    /// the catch-up is about to fill.
+    CatchingUp(Held),
+}
+
+/// Live events held while a catch-up runs, merged in with its next answer.
+#[derive(Default)]
+struct Held {
+    events: Vec<ProcessEvent>,
+    /// What `events` cost against [`HANDLE_MEMORY_BYTES`] ([`event_cost`]).
+    cost: usize,
+    dropped: Dropped,
+}
+
+/// Live events a catch-up did not hold for want of room under [`HANDLE_MEMORY_BYTES`]. The
+/// server still has them: the catch-up reads them back.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    #[default]
+    Nothing,
+    /// Dropping now: this and every later live event until the catch-up's next merge, so what
+    /// is held stays the oldest run. `through`: the newest sequence dropped.
+    Now { through: u64 },
+    /// Dropped before the catch-up's last merge, through `through`; live events are held
+    /// again meanwhile. A merge whose read does not reach `through` does not end the catch-up:
+    /// another page reads the rest back.
+    Earlier { through: u64 },
+}
+
+/// What the handle's being full does to the connection.
+enum Pressure {
+    /// Nothing: the handle has room, or falls behind when it has none.
+    Free,
+    /// The handle is full and holds the connection paused through this gate until its caller
+    /// reads it down to [`RESUME_BELOW_BYTES`], its process ends, or the pause outlasts its
+    /// patience.
+    Pausing(Arc<PauseGate>),
+}
+
+/// Whether a task catches this process up: one at a time (a claim), so a recovery and a
+/// refill never read the same backlog twice. Apart from [`Follow`] because the task that
+/// merged the last answer (the handle following live events again) still holds the claim
+/// until it decides whether to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatchUpTask {
+    Idle,
+    Running,
 }
 
 /// What a catch-up may do next.
@@ -90,36 +165,37 @@ impl Registration {
         let state = State {
             reorder: ReorderBuffer::new(0),
             exit_published: false,
-            started: false,
-            finished: None,
+            stage: Stage::Starting,
+            follow: Follow::Live,
+            pressure: Pressure::Free,
+            catch_up: CatchUpTask::Idle,
             updates: Some(updates),
             queued: 0,
-            pausing: false,
-            next_write_id: 1,
-            catching_up: false,
-            held: Vec::new(),
-            held_bytes: 0,
-            dropping: false,
-            dropped_through: 0,
-            catch_up_running: false,
         };
         (Self { process_id, state: Mutex::new(state), gate }, receiver)
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn mark_started(&self) {
-        self.state().started = true;
+        let mut state = self.state();
+        if state.stage == Stage::Starting {
+            state.stage = Stage::Running;
+        }
     }
 
-    pub(crate) fn is_started(&self) -> bool {
-        self.state().started
+    /// Started and not finished: a reconnect catches it up.
+    pub(crate) fn is_running(&self) -> bool {
+        self.state().stage == Stage::Running
     }
 
     pub(crate) fn finished(&self) -> Option<Finished> {
-        self.state().finished.clone()
+        match &self.state().stage {
+            Stage::Finished(finished) => Some(finished.clone()),
+            Stage::Starting | Stage::Running => None,
+        }
     }
 
     pub(crate) fn last_published(&self) -> u64 {
@@ -131,13 +207,10 @@ impl Registration {
         self.state().queued
     }
 
-    /// A fresh write id: decimal strings from "1", kept by a write across its retries so the
-    /// server applies it once.
-    pub(crate) fn next_write_id(&self) -> String {
-        let mut state = self.state();
-        let id = state.next_write_id;
-        state.next_write_id += 1;
-        id.to_string()
+    /// Everything held for this process now, counted against [`HANDLE_MEMORY_BYTES`].
+    #[cfg(test)]
+    fn holding(&self) -> usize {
+        self.state().holding()
     }
 
     /// Treats everything up to `seq` as seen: for a handle attached after that output was
@@ -152,14 +225,14 @@ impl Registration {
     /// A reconnect (or an attach) is about to catch this process up: hold live events until
     /// it has.
     pub(crate) fn begin_catch_up(&self) {
-        self.state().catching_up = true;
+        self.state().fall_behind();
     }
 
     /// Claims the catch-up of this process for the caller's task; false if another task has
     /// it (it then also does what the caller would have).
     pub(crate) fn claim_catch_up(&self) -> bool {
         let mut state = self.state();
-        !std::mem::replace(&mut state.catch_up_running, true)
+        std::mem::replace(&mut state.catch_up, CatchUpTask::Running) == CatchUpTask::Idle
     }
 
     /// A catch-up task stops (caught up, waiting for its caller to read, or failed). Returns
@@ -172,12 +245,11 @@ impl Registration {
     /// dropped meanwhile). The pause has its patience, as any other.
     pub(crate) fn end_catch_up(self: &Arc<Self>) -> bool {
         let mut state = self.state();
-        let behind = state.catching_up && state.finished.is_none();
+        let behind = matches!(state.follow, Follow::CatchingUp(_));
         let go_on = behind && state.queued <= RESUME_BELOW_BYTES;
-        state.catch_up_running = go_on;
-        if behind && !go_on && self.gate.is_some() && !state.pausing {
-            state.pausing = true;
-            self.hold_gate();
+        state.catch_up = if go_on { CatchUpTask::Running } else { CatchUpTask::Idle };
+        if behind && !go_on {
+            self.pause(&mut state);
         }
         go_on
     }
@@ -185,7 +257,7 @@ impl Registration {
     /// Before a catch-up page is asked for: how much it may bring.
     pub(crate) fn next_page(&self) -> NextPage {
         let state = self.state();
-        if state.finished.is_some() {
+        if state.is_finished() {
             return NextPage::Finished;
         }
         if state.queued > RESUME_BELOW_BYTES {
@@ -197,7 +269,7 @@ impl Registration {
     /// A catch-up task stops for a reason of its own (its connection dropped during a
     /// resume, or the process was lost): the claim goes, so the next one can take it.
     pub(crate) fn release_catch_up(&self) {
-        self.state().catch_up_running = false;
+        self.state().catch_up = CatchUpTask::Idle;
     }
 
     /// The handle took `update`. Returns true when that made room for a catch-up nobody runs
@@ -209,12 +281,11 @@ impl Registration {
             return false;
         }
         // Read down: a paused connection is read again (a refill needs its answers).
-        if std::mem::take(&mut state.pausing) {
-            self.release_gate();
-        }
-        let refill = state.catching_up && state.finished.is_none() && !state.catch_up_running;
+        state.relieve();
+        let refill =
+            matches!(state.follow, Follow::CatchingUp(_)) && state.catch_up == CatchUpTask::Idle;
         if refill {
-            state.catch_up_running = true;
+            state.catch_up = CatchUpTask::Running;
         }
         refill
     }
@@ -224,62 +295,59 @@ impl Registration {
         let mut state = self.state();
         state.updates = None;
         state.queued = 0;
-        if std::mem::take(&mut state.pausing) {
-            self.release_gate();
-        }
+        state.relieve();
     }
 
     /// Takes a live event; publishes what is now in order. Returns the failure, if the event
     /// made the process impossible to follow.
     pub(crate) fn push(self: &Arc<Self>, event: ProcessEvent) -> Option<ProcessFailure> {
         let mut state = self.state();
-        if state.finished.is_some() || event.seq() <= state.reorder.last_published() {
+        if state.is_finished() || event.seq() <= state.reorder.last_published() {
             return None;
         }
-        if state.catching_up {
-            hold(&mut state, event);
+        if matches!(state.follow, Follow::CatchingUp(_)) {
+            state.hold(event);
             return None;
         }
-        if state.queued + event_bytes(&event) > HANDLE_BUFFER_BYTES && self.gate.is_none() {
-            // Full, and falling behind is the policy: the catch-up reads this and what follows.
-            state.catching_up = true;
-            hold(&mut state, event);
+        // Full, where falling behind is the policy, or at the bound whatever the policy: the
+        // catch-up reads this and what follows from the server.
+        let full = self.gate.is_none() && state.queued + event_bytes(&event) > HANDLE_BUFFER_BYTES;
+        if full || state.holding() + event_cost(&event) > HANDLE_MEMORY_BYTES {
+            state.fall_behind();
+            state.hold(event);
             return None;
         }
         let outcome = match state.reorder.push(event) {
             Ok(ready) => {
-                ready.into_iter().for_each(|event| publish(&mut state, event));
+                ready.into_iter().for_each(|event| state.publish(event));
                 None
             }
             Err(error) => {
-                let failure = ProcessFailure::new(
-                    ProcessFailureKind::Protocol,
-                    format!("process {} failed: {error}", self.process_id),
-                );
-                fail(&mut state, failure.clone());
+                let failure = protocol_failure(&self.process_id, &error);
+                state.fail(failure.clone());
                 Some(failure)
             }
         };
-        if state.queued > HANDLE_BUFFER_BYTES
-            && state.finished.is_none()
-            && !std::mem::replace(&mut state.pausing, true)
-        {
-            self.hold_gate();
+        if state.queued > HANDLE_BUFFER_BYTES && !state.is_finished() {
+            self.pause(&mut state);
         }
-        self.unlock(state);
         outcome
     }
 
     /// Publishes the leading run of a catch-up page: chunks that follow what was published
     /// with no hole between them. Pages let a large backlog be caught up in parts that each
     /// survive a later drop (the next attempt reads on from here), where one read of it all
-    /// might never arrive whole over a flaky link. Returns whether the whole page was such a
-    /// run, so paging may go on; false when it held a hole (an exit, or output the server
-    /// dropped) or nothing new: the rest then comes from one complete read, whose answer
-    /// places exits and closes (see [`crate::reconcile`]).
+    /// might never arrive whole over a flaky link. Returns whether paging may go on: the whole
+    /// page was such a run, or the handle ran out of room for the rest (the next page waits
+    /// for its caller then); false when it held a hole (an exit, or output the server dropped)
+    /// or nothing new: the rest then comes from one complete read, whose answer places exits
+    /// and closes (see [`crate::reconcile`]).
+    ///
+    /// Live events held meanwhile give way to the page (the newest first): they come later in
+    /// the stream, and the server still has them.
     pub(crate) fn publish_page(&self, page: &ReadResponse) -> bool {
         let mut state = self.state();
-        if state.finished.is_some() || page.failure.is_some() {
+        if state.is_finished() || page.failure.is_some() {
             return false;
         }
         let last = state.reorder.last_published();
@@ -294,6 +362,7 @@ impl Registration {
         if run == 0 {
             return false;
         }
+        let mut published = 0;
         for chunk in &fresh[..run] {
             let event = ProcessEvent::Output {
                 process_id: self.process_id.clone(),
@@ -301,89 +370,107 @@ impl Registration {
                 stream: chunk.stream,
                 chunk: chunk.chunk.0.clone(),
             };
-            publish(&mut state, event);
+            let bytes = event_bytes(&event);
+            if bytes > MAX_PENDING_EVENT_BYTES {
+                let limit = MAX_PENDING_EVENT_BYTES;
+                let error = ReorderError::EventTooLarge { seq: chunk.seq, bytes, limit };
+                state.fail(protocol_failure(&self.process_id, &error));
+                return false;
+            }
+            if !state.make_room(event_cost(&event)) {
+                break;
+            }
+            state.publish(event);
+            published += 1;
         }
         let pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
-        let whole = restart_ordering(&mut state, &self.process_id, last + run as u64, pending)
-            && run == fresh.len();
-        self.unlock(state);
-        whole
+        let through = last + published as u64;
+        let ordered = state.restart_ordering(&self.process_id, through, pending);
+        ordered && (published < run || run == fresh.len())
     }
 
     /// Merges a catch-up read into the stream (see [`crate::reconcile`]). Returns whether the
-    /// process is now caught up: not if live events past this read's end were dropped, when
-    /// the catch-up reads on.
+    /// process is now caught up: not if live events past this read's end were dropped, or if
+    /// the handle had no room for all of it, when the catch-up reads on.
     pub(crate) fn catch_up(&self, read: &ReadResponse) -> Result<bool, ReconcileError> {
         let mut state = self.state();
-        if state.finished.is_some() {
+        if state.is_finished() {
             return Ok(true);
         }
-        let complete = state.dropped_through < read.next_seq;
-        let held = std::mem::take(&mut state.held);
-        state.held_bytes = 0;
-        // Live events are held again from here; the pages read what was dropped.
-        state.dropping = false;
+        let last_published = state.reorder.last_published();
         let mut pending: Vec<ProcessEvent> = state.reorder.pending().cloned().collect();
-        pending.extend(held);
+        if let Follow::CatchingUp(held) = &state.follow {
+            pending.extend(held.events.iter().cloned());
+        }
+        pending.retain(|event| event.seq() > last_published);
         pending.sort_by_key(ProcessEvent::seq);
         pending.dedup_by_key(|e| e.seq());
         let known = Known {
             process_id: &self.process_id,
-            last_published: state.reorder.last_published(),
+            last_published,
             exit_published: state.exit_published,
             pending: pending.clone(),
         };
-        let last_published = state.reorder.last_published();
         let events = reconcile(known, read)?;
-        // `reconcile` returns exactly the events after `last_published` through the read's end.
-        let caught_up_to = events.last().map_or(last_published, ProcessEvent::seq);
+        let dropped = match std::mem::replace(&mut state.follow, Follow::Live) {
+            Follow::CatchingUp(held) => held.dropped,
+            Follow::Live => Dropped::Nothing,
+        };
+        // What was held (live and early events) is counted already; what the read brings is
+        // published only while it fits beside it.
+        let mut reserved: usize = pending.iter().map(event_cost).sum();
+        let mut caught_up_to = last_published;
+        let mut fits = true;
         for event in events {
-            publish(&mut state, event);
+            let cost = event_cost(&event);
+            let counted = pending.binary_search_by_key(&event.seq(), ProcessEvent::seq).is_ok();
+            if counted {
+                reserved -= cost.min(reserved);
+            } else if state.queued + reserved + cost > HANDLE_MEMORY_BYTES {
+                fits = false;
+                break;
+            }
+            caught_up_to = event.seq();
+            state.publish(event);
         }
+        // `reconcile` returns exactly the events after `last_published` through the read's end.
+        let complete = fits && dropped.through() < read.next_seq;
         if complete {
-            state.catching_up = false;
-            state.dropped_through = 0;
-            restart_ordering(&mut state, &self.process_id, caught_up_to, pending);
+            state.restart_ordering(&self.process_id, caught_up_to, pending);
         } else {
+            // Live and early events past what was published are let go: the pages read them.
+            let let_go = pending.last().map_or(0, ProcessEvent::seq);
+            let through = dropped.through().max(let_go);
+            let dropped = if through > 0 { Dropped::Earlier { through } } else { Dropped::Nothing };
             state.reorder = ReorderBuffer::new(caught_up_to);
+            if !state.is_finished() {
+                state.follow = Follow::CatchingUp(Held { dropped, ..Held::default() });
+            }
         }
-        self.unlock(state);
         Ok(complete)
     }
 
     /// Ends the stream with a failure (no-op if already finished).
     pub(crate) fn fail(&self, failure: ProcessFailure) {
         let mut state = self.state();
-        if state.finished.is_none() {
-            fail(&mut state, failure);
-        }
-        self.unlock(state);
-    }
-
-    /// Lets go of the state; if the process finished while its handle paused the connection,
-    /// the pause is over.
-    fn unlock(&self, mut state: MutexGuard<'_, State>) {
-        if state.finished.is_some() && std::mem::take(&mut state.pausing) {
-            self.release_gate();
+        if !state.is_finished() {
+            state.fail(failure);
         }
     }
 
-    /// This handle pauses the connection (its `pausing` was just set). Called with the state
-    /// locked, as [`Self::release_gate`] is: the gate's count changes together with `pausing`,
-    /// so a read that ends a pause can never be counted before the pause it ends (which would
-    /// leave the connection paused with nothing holding it). The gate never calls back into a
-    /// registration while it holds a lock of its own.
-    fn hold_gate(self: &Arc<Self>) {
-        if let Some(gate) = &self.gate {
-            let me: Arc<dyn FallBehind> = self.clone();
-            gate.hold(Arc::downgrade(&me));
+    /// This handle is full and pauses the connection, if its policy is to pause and it does
+    /// not already. Called with the state locked, as [`State::relieve`] is: the gate's count
+    /// changes together with [`Pressure`], so a read that ends a pause can never be counted
+    /// before the pause it ends (which would leave the connection paused with nothing holding
+    /// it). The gate never calls back into a registration while it holds a lock of its own.
+    fn pause(self: &Arc<Self>, state: &mut State) {
+        let Some(gate) = &self.gate else { return };
+        if matches!(state.pressure, Pressure::Pausing(_)) || state.is_finished() {
+            return;
         }
-    }
-
-    fn release_gate(&self) {
-        if let Some(gate) = &self.gate {
-            gate.release();
-        }
+        state.pressure = Pressure::Pausing(gate.clone());
+        let me: Arc<dyn FallBehind> = self.clone();
+        gate.hold(Arc::downgrade(&me));
     }
 }
 
@@ -392,79 +479,166 @@ impl FallBehind for Registration {
     /// catches up from the server once its caller reads it.
     fn fall_behind(&self) {
         let mut state = self.state();
-        if !std::mem::take(&mut state.pausing) {
+        if state.relieve() {
+            state.fall_behind();
+        }
+    }
+}
+
+impl State {
+    fn is_finished(&self) -> bool {
+        matches!(self.stage, Stage::Finished(_))
+    }
+
+    /// Everything held for this process, counted against [`HANDLE_MEMORY_BYTES`]: updates
+    /// the handle's caller has not taken, early events in the reorder buffer, live events held
+    /// for a catch-up.
+    fn holding(&self) -> usize {
+        let early =
+            self.reorder.pending_bytes() + self.reorder.pending_len() * UPDATE_OVERHEAD_BYTES;
+        let held = match &self.follow {
+            Follow::Live => 0,
+            Follow::CatchingUp(held) => held.cost,
+        };
+        self.queued + early + held
+    }
+
+    /// Behind the server from here (if not already, and not finished): live events are held
+    /// for a catch-up.
+    fn fall_behind(&mut self) {
+        if matches!(self.follow, Follow::Live) && !self.is_finished() {
+            self.follow = Follow::CatchingUp(Held::default());
+        }
+    }
+
+    /// Lets go of the connection if this handle pauses it. Returns whether it did.
+    fn relieve(&mut self) -> bool {
+        match std::mem::replace(&mut self.pressure, Pressure::Free) {
+            Pressure::Pausing(gate) => {
+                gate.release();
+                true
+            }
+            Pressure::Free => false,
+        }
+    }
+
+    /// Holds a live event for the catch-up under way, in what room the bound leaves; past
+    /// that, this and every later event until the catch-up's next merge is dropped (the server
+    /// still has them: the pages read them back), the oldest held kept.
+    fn hold(&mut self, event: ProcessEvent) {
+        let room = HANDLE_MEMORY_BYTES.saturating_sub(self.holding());
+        let Follow::CatchingUp(held) = &mut self.follow else { return };
+        let cost = event_cost(&event);
+        if matches!(held.dropped, Dropped::Now { .. }) || cost > room {
+            held.drop_through(event.seq());
             return;
         }
-        self.release_gate();
-        if state.finished.is_none() {
-            state.catching_up = true;
-        }
+        held.cost += cost;
+        held.events.push(event);
     }
-}
 
-/// Holds a live event for the catch-up under way, within [`HELD_EVENT_BYTES`]; past that,
-/// this and every later event until the catch-up's next answer is dropped (the server still
-/// has them: the pages read them back), the oldest held kept.
-fn hold(state: &mut State, event: ProcessEvent) {
-    let bytes = event_bytes(&event).max(1);
-    if state.dropping || state.held_bytes + bytes > HELD_EVENT_BYTES {
-        state.dropping = true;
-        state.dropped_through = state.dropped_through.max(event.seq());
-        return;
-    }
-    state.held_bytes += bytes;
-    state.held.push(event);
-}
-
-/// Restarts ordering after `through` (just published) and feeds it the `pending` events
-/// beyond, publishing what is then in order. Returns false if that failed the process.
-fn restart_ordering(
-    state: &mut State,
-    process_id: &ProcessId,
-    through: u64,
-    pending: Vec<ProcessEvent>,
-) -> bool {
-    state.reorder = ReorderBuffer::new(through);
-    for event in pending.into_iter().filter(|e| e.seq() > through) {
-        match state.reorder.push(event) {
-            Ok(ready) => ready.into_iter().for_each(|e| publish(state, e)),
-            Err(error) => {
-                let message = format!("process {process_id} failed: {error}");
-                fail(state, ProcessFailure::new(ProcessFailureKind::Protocol, message));
-                return false;
+    /// Makes room for `cost` more under [`HANDLE_MEMORY_BYTES`] by letting held live events
+    /// go, the newest first. Returns whether there is room now.
+    fn make_room(&mut self, cost: usize) -> bool {
+        let over = (self.holding() + cost).saturating_sub(HANDLE_MEMORY_BYTES);
+        if let Follow::CatchingUp(held) = &mut self.follow {
+            let keep = held.cost.saturating_sub(over);
+            while held.cost > keep
+                && let Some(event) = held.events.pop()
+            {
+                held.cost -= event_cost(&event);
+                held.drop_through(event.seq());
             }
         }
+        self.holding() + cost <= HANDLE_MEMORY_BYTES
     }
-    true
+
+    /// Restarts ordering after `through` (just published) and feeds it the `pending` events
+    /// beyond, publishing what is then in order. Returns false if that failed the process.
+    fn restart_ordering(
+        &mut self,
+        process_id: &ProcessId,
+        through: u64,
+        pending: Vec<ProcessEvent>,
+    ) -> bool {
+        self.reorder = ReorderBuffer::new(through);
+        for event in pending.into_iter().filter(|e| e.seq() > through) {
+            match self.reorder.push(event) {
+                Ok(ready) => ready.into_iter().for_each(|e| self.publish(e)),
+                Err(error) => {
+                    self.fail(protocol_failure(process_id, &error));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn publish(&mut self, event: ProcessEvent) {
+        if self.is_finished() {
+            return;
+        }
+        match &event {
+            ProcessEvent::Exited { .. } => self.exit_published = true,
+            ProcessEvent::Closed { .. } => self.finish(Finished::Closed),
+            ProcessEvent::Output { .. } => {}
+        }
+        self.send(ProcessUpdate::Event(event));
+    }
+
+    fn fail(&mut self, failure: ProcessFailure) {
+        self.finish(Finished::Failed(failure.clone()));
+        self.send(ProcessUpdate::Failed(failure));
+    }
+
+    /// Nothing more is published: nothing is held for a catch-up any more, and the handle's
+    /// pause, if it paused the connection, is over.
+    fn finish(&mut self, finished: Finished) {
+        self.stage = Stage::Finished(finished);
+        self.follow = Follow::Live;
+        self.relieve();
+    }
+
+    fn send(&mut self, update: ProcessUpdate) {
+        let Some(updates) = &self.updates else { return };
+        let cost = update_cost(&update);
+        // A handle that was dropped no longer listens; the stream still advances.
+        if updates.send(update).is_ok() {
+            self.queued += cost;
+        }
+        if self.is_finished() {
+            self.updates = None;
+        }
+    }
 }
 
-fn publish(state: &mut State, event: ProcessEvent) {
-    if state.finished.is_some() {
-        return;
+impl Held {
+    /// Live events through `seq` are not held: the catch-up reads them back.
+    fn drop_through(&mut self, seq: u64) {
+        let through = self.dropped.through().max(seq);
+        self.dropped = Dropped::Now { through };
     }
-    match &event {
-        ProcessEvent::Exited { .. } => state.exit_published = true,
-        ProcessEvent::Closed { .. } => state.finished = Some(Finished::Closed),
-        ProcessEvent::Output { .. } => {}
-    }
-    send(state, ProcessUpdate::Event(event));
 }
 
-fn fail(state: &mut State, failure: ProcessFailure) {
-    state.finished = Some(Finished::Failed(failure.clone()));
-    send(state, ProcessUpdate::Failed(failure));
+impl Dropped {
+    /// The newest sequence dropped; 0 when none was.
+    fn through(self) -> u64 {
+        match self {
+            Dropped::Nothing => 0,
+            Dropped::Now { through } | Dropped::Earlier { through } => through,
+        }
+    }
 }
 
-fn send(state: &mut State, update: ProcessUpdate) {
-    let Some(updates) = &state.updates else { return };
-    let cost = update_cost(&update);
-    // A handle that was dropped no longer listens; the stream still advances.
-    if updates.send(update).is_ok() {
-        state.queued += cost;
-    }
-    if state.finished.is_some() {
-        state.updates = None;
-    }
+/// What an event costs against [`HANDLE_MEMORY_BYTES`]: what it costs its handle once
+/// published ([`update_cost`]), wherever it waits before.
+fn event_cost(event: &ProcessEvent) -> usize {
+    UPDATE_OVERHEAD_BYTES + event_bytes(event)
+}
+
+fn protocol_failure(process_id: &ProcessId, error: &ReorderError) -> ProcessFailure {
+    let message = format!("process {process_id} failed: {error}");
+    ProcessFailure::new(ProcessFailureKind::Protocol, message)
 }
 
 #[cfg(test)]
@@ -603,8 +777,8 @@ mod tests {
     /// the read that ended it would keep the connection paused for ever.
     #[test]
     fn a_pause_and_the_read_that_ends_it_never_cross() {
-        // The largest chunk a process event may carry; 6 MiB overfill the handle's 4 MiB.
-        let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
+        // Six overfill the handle's 4 MiB (it pauses), within the bound (it never falls behind).
+        let chunk = Bytes::from(vec![b'x'; 768 * 1024]);
         const EVENTS: u64 = 6;
         for round in 0..ROUNDS {
             let gate = Arc::new(PauseGate::new(None));
@@ -638,6 +812,190 @@ mod tests {
             pusher.join().unwrap();
             let paused = *gate.subscribe().borrow();
             assert_eq!(paused, 0, "round {round}: the connection stays paused with nothing held");
+        }
+    }
+
+    /// Chunks of the simulated process below: the largest a Tether server sends.
+    const CHUNK: usize = 64 * 1024;
+
+    /// A process printing `CHUNK`-sized chunks and then closing, as a server sends it live and
+    /// retains it for `process/read`; and the caller of its handle, reading when it pleases.
+    /// Every step checks that the registration holds no more than its bound.
+    struct Simulation {
+        registration: Arc<Registration>,
+        updates: mpsc::UnboundedReceiver<ProcessUpdate>,
+        /// The process's chunks, 1..=`produced`; then its close.
+        produced: u64,
+        total: u64,
+        closed: bool,
+        /// What the caller took, in order.
+        delivered: Vec<u64>,
+        /// The most the registration held beyond its handle's queue: live events held
+        /// for a catch-up, early events.
+        most_held: usize,
+    }
+
+    impl Simulation {
+        fn new(gate: Option<Arc<PauseGate>>, total: u64) -> Self {
+            let (registration, updates) = Registration::new("p".into(), gate);
+            registration.mark_started();
+            let registration = Arc::new(registration);
+            Self {
+                registration,
+                updates,
+                produced: 0,
+                total,
+                closed: false,
+                delivered: Vec::new(),
+                most_held: 0,
+            }
+        }
+
+        fn check_bound(&mut self) {
+            let holding = self.registration.holding();
+            assert!(holding <= HANDLE_MEMORY_BYTES, "{holding} bytes held");
+            let held = holding - self.registration.queued_bytes();
+            self.most_held = self.most_held.max(held);
+        }
+
+        /// The process prints up to `n` more chunks (its close after the last), each sent
+        /// live to the registration — whether or not the connection is paused: what was on
+        /// its way still arrives.
+        fn print(&mut self, n: u64) {
+            for _ in 0..n {
+                let event = if self.produced < self.total {
+                    self.produced += 1;
+                    let chunk = Bytes::from(vec![b'x'; CHUNK]);
+                    let stream = ExecOutputStream::Stdout;
+                    ProcessEvent::Output {
+                        process_id: "p".into(),
+                        seq: self.produced,
+                        stream,
+                        chunk,
+                    }
+                } else if !self.closed {
+                    self.closed = true;
+                    closed(self.total + 1)
+                } else {
+                    return;
+                };
+                self.registration.push(event);
+                self.check_bound();
+            }
+        }
+
+        /// `process/read {afterSeq: after, maxBytes}` as the server answers it.
+        fn read(&self, after: u64, max_bytes: Option<usize>) -> ReadResponse {
+            let mut chunks = Vec::new();
+            let mut bytes = 0;
+            for seq in after + 1..=self.produced {
+                if max_bytes.is_some_and(|max| bytes + CHUNK > max) && !chunks.is_empty() {
+                    break;
+                }
+                bytes += CHUNK;
+                chunks.push(ProcessOutputChunk {
+                    seq,
+                    stream: ExecOutputStream::Stdout,
+                    chunk: ByteChunk::from(vec![b'x'; CHUNK]),
+                });
+            }
+            let last = chunks.last().map_or(after, |chunk| chunk.seq);
+            let whole = last == self.produced;
+            let closed = whole && self.closed;
+            let next_seq = if closed { self.total + 2 } else { last + 1 };
+            ReadResponse { chunks, closed, ..read_of(&[], next_seq) }
+        }
+
+        /// The caller takes one update; if that makes room for a refill, runs it.
+        fn take_one(&mut self) -> bool {
+            let Ok(update) = self.updates.try_recv() else { return false };
+            match &update {
+                ProcessUpdate::Event(event) => self.delivered.push(event.seq()),
+                ProcessUpdate::Failed(failure) => panic!("failed: {failure}"),
+            }
+            if self.registration.taken(&update) {
+                self.catch_up();
+            }
+            self.check_bound();
+            true
+        }
+
+        /// A claimed catch-up, as `catch_up::run_claimed` runs it, with the process printing
+        /// while each read is on its way.
+        fn catch_up(&mut self) {
+            loop {
+                let page_bytes = match self.registration.next_page() {
+                    NextPage::Read(bytes) => bytes,
+                    NextPage::HandleFull | NextPage::Finished => {
+                        if self.registration.end_catch_up() {
+                            continue;
+                        }
+                        return;
+                    }
+                };
+                self.print(3);
+                let last = self.registration.last_published();
+                let page = self.read(last, Some(page_bytes));
+                self.print(3);
+                let last_read = if page.chunks.iter().all(|chunk| chunk.seq <= last) {
+                    page
+                } else if self.registration.publish_page(&page) {
+                    self.check_bound();
+                    continue;
+                } else {
+                    self.read(self.registration.last_published(), None)
+                };
+                self.check_bound();
+                let complete = self.registration.catch_up(&last_read).unwrap();
+                self.check_bound();
+                if complete && !self.registration.end_catch_up() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Everything the client holds for one process stays within `HANDLE_MEMORY_BYTES` while
+    /// its handle is caught up and live output goes on arriving — held for the catch-up while
+    /// there is room, read back from the server when there is not — and the caller still gets
+    /// every chunk once, in order. Both policies: falling behind at once, and pausing, with
+    /// live output arriving after the pause (the worst case: all a paused connection still
+    /// had on its way, and more).
+    #[test]
+    fn a_catch_up_holds_no_more_than_the_bound_and_loses_nothing() {
+        for gate in [None, Some(Arc::new(PauseGate::new(None)))] {
+            // 25 MiB: several times what the bound holds.
+            let total = 400;
+            let mut simulation = Simulation::new(gate.clone(), total);
+            // The caller is away while the process prints 12.5 MiB: the handle fills, pauses
+            // or not, and falls behind.
+            simulation.print(200);
+            assert!(simulation.registration.queued_bytes() >= HANDLE_BUFFER_BYTES / 2);
+            // The caller reads, one update at a time, while the process goes on printing.
+            let mut rounds = 0;
+            while simulation.delivered.last() != Some(&(total + 1)) {
+                simulation.print(1);
+                if !simulation.take_one() {
+                    // Nothing to read: what the handle waits for is a catch-up's next answer.
+                    if simulation.registration.claim_catch_up() {
+                        simulation.catch_up();
+                    }
+                }
+                rounds += 1;
+                assert!(rounds < 100_000, "the caller never got the whole stream");
+            }
+            assert_eq!(simulation.delivered, (1..=total + 1).collect::<Vec<_>>());
+            // The catch-ups held live events, up to what the bound left them.
+            match gate {
+                // Fallen behind at its window, the handle had room left under the bound: the
+                // catch-up held live events.
+                None => assert!(simulation.most_held > 0, "nothing was ever held"),
+                // Pushed to the bound itself, the handle fell behind with no room: every live
+                // event was read back instead, and the pause ended with the catch-up.
+                Some(gate) => {
+                    assert_eq!(*gate.subscribe().borrow(), 0, "the connection is left paused")
+                }
+            }
         }
     }
 }

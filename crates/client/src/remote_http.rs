@@ -48,7 +48,7 @@ impl HttpClient for ExecServerClient {
         mut params: HttpRequestParams,
     ) -> Result<(HttpRequestResponse, HttpBodyStream), HttpError> {
         let connection = self.connected().await.map_err(http_error)?;
-        let streams = &self.session.http_streams;
+        let streams = &self.session.http_streams();
         params.request_id = streams.next_request_id();
         params.stream_response = true;
         // The bytes raw beside each delta, where the server can send them so.

@@ -57,6 +57,16 @@ impl ReorderBuffer {
         self.pending.values()
     }
 
+    /// Output bytes of the events held.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// How many events are held.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Takes one event; returns the events that can now be published, in order.
     pub fn push(&mut self, event: ProcessEvent) -> Result<Vec<ProcessEvent>, ReorderError> {
         let seq = event.seq();

@@ -40,13 +40,13 @@ pub(crate) async fn route_events(
                 },
             ),
             ConnectionEvent::BodyDelta(delta, _queued) => {
-                session.http_streams.deliver_decoded(delta)
+                session.http_streams().deliver_decoded(delta)
             }
             ConnectionEvent::Notification(notification) => {
                 route_notification(&session, notification)
             }
             ConnectionEvent::Closed { generation, reason, going_away } => {
-                session.http_streams.connection_closed(generation, &reason);
+                session.http_streams().connection_closed(generation, &reason);
                 connection_lost(&session, generation, reason, going_away);
             }
         }
@@ -69,7 +69,7 @@ pub(crate) async fn supervise_router(session: Weak<Session>, router: tokio::task
 fn route_notification(session: &Arc<Session>, notification: Notification) {
     let params = notification.params.unwrap_or_default();
     if notification.method == HTTP_REQUEST_BODY_DELTA {
-        if let Err(violation) = session.http_streams.deliver(params) {
+        if let Err(violation) = session.http_streams().deliver(params) {
             warn!(%violation, "exec-server broke the protocol; dropping the connection to recover");
             session.disconnect();
         }
@@ -108,8 +108,7 @@ fn route_notification(session: &Arc<Session>, notification: Notification) {
 
 /// Hands a process's event to its handle, if one follows it.
 fn route_event(session: &Arc<Session>, event: ProcessEvent) {
-    let registration = session.registrations.lock().unwrap().get(event.process_id()).cloned();
-    if let Some(registration) = registration {
+    if let Some(registration) = session.registration(event.process_id()) {
         registration.push(event);
         if registration.finished().is_some() {
             session.unregister(&registration);

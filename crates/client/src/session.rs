@@ -4,7 +4,7 @@
 //! the public handle ([`crate::ExecServerClient`]) sit above it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,8 +12,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tether_engine::ProcessFailureKind;
 use tether_protocol::ProcessId;
-use tether_protocol::session::{EnvironmentInfo, TetherExtensions};
+use tether_protocol::session::{EnvironmentInfo, InitializeResponse, TetherExtensions};
 use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
 
 use crate::connection::Connection;
 use crate::error::ClientError;
@@ -47,29 +48,82 @@ pub(crate) enum Retry {
 
 /// The session itself.
 pub(crate) struct Session {
-    pub(crate) url: String,
-    pub(crate) options: ClientOptions,
-    pub(crate) session_id: String,
-    pub(crate) environment_info: Option<EnvironmentInfo>,
+    url: String,
+    options: ClientOptions,
+    session_id: String,
+    environment_info: Option<EnvironmentInfo>,
     /// What the server granted of [`ClientOptions::detached_ttl`], when it was asked for and
     /// the server knows `sessionTtl`.
-    pub(crate) detached_ttl: Option<Duration>,
-    pub(crate) state: watch::Sender<ConnectionState>,
-    pub(crate) registrations: Mutex<HashMap<ProcessId, Arc<Registration>>>,
-    pub(crate) events: mpsc::Sender<ConnectionEvent>,
+    detached_ttl: Option<Duration>,
+    state: watch::Sender<ConnectionState>,
+    registrations: Mutex<HashMap<ProcessId, Arc<Registration>>>,
+    /// Where every connection of this session reports, to its one router.
+    events: mpsc::Sender<ConnectionEvent>,
     /// Which full handles pause the connection (see [`crate::flow`]).
-    pub(crate) gate: Arc<PauseGate>,
-    pub(crate) generations: AtomicU64,
+    gate: Arc<PauseGate>,
+    /// The last connection's generation: each new one is numbered past it, so a drop reported
+    /// by an older one is told apart.
+    generations: AtomicU64,
     /// `process/start` calls in flight; recovery waits for them to settle so it never catches
     /// up a half-registered process.
-    pub(crate) starts_in_flight: AtomicUsize,
-    pub(crate) starts_settled: Notify,
+    starts_in_flight: AtomicUsize,
+    starts_settled: Notify,
     /// Streamed `http/request` bodies in progress. They cannot survive their connection, so
     /// they end with it, recovery or not.
-    pub(crate) http_streams: HttpStreams,
+    http_streams: HttpStreams,
 }
 
 impl Session {
+    /// The session `initialized` started (or resumed) over `connection`, generation 1, whose
+    /// reader reports to `events` and pauses at `gate`.
+    pub(crate) fn new(
+        url: &str,
+        options: ClientOptions,
+        initialized: InitializeResponse,
+        connection: Arc<Connection>,
+        events: mpsc::Sender<ConnectionEvent>,
+        gate: Arc<PauseGate>,
+    ) -> Self {
+        Self {
+            url: url.to_owned(),
+            options,
+            session_id: initialized.session_id,
+            environment_info: initialized.environment_info,
+            detached_ttl: initialized.detached_ttl_secs.map(Duration::from_secs),
+            state: watch::channel(ConnectionState::Connected(connection)).0,
+            registrations: Mutex::new(HashMap::new()),
+            events,
+            gate,
+            generations: AtomicU64::new(1),
+            starts_in_flight: AtomicUsize::new(0),
+            starts_settled: Notify::new(),
+            http_streams: HttpStreams::default(),
+        }
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.session_id
+    }
+
+    pub(crate) fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    /// What the server reported about its environment when the session started.
+    pub(crate) fn environment_info(&self) -> Option<&EnvironmentInfo> {
+        self.environment_info.as_ref()
+    }
+
+    /// What the server granted of [`ClientOptions::detached_ttl`].
+    pub(crate) fn detached_ttl(&self) -> Option<Duration> {
+        self.detached_ttl
+    }
+
+    /// Streamed `http/request` bodies, to deliver to and to start.
+    pub(crate) fn http_streams(&self) -> &HttpStreams {
+        &self.http_streams
+    }
+
     pub(crate) fn register(
         &self,
         process_id: &ProcessId,
@@ -106,8 +160,114 @@ impl Session {
         }
     }
 
+    /// The registration that follows `process_id`, if any.
+    pub(crate) fn registration(&self, process_id: &ProcessId) -> Option<Arc<Registration>> {
+        self.registrations.lock().unwrap().get(process_id).cloned()
+    }
+
+    /// The processes a resumed connection catches up: those started and not finished.
+    pub(crate) fn running_registrations(&self) -> Vec<Arc<Registration>> {
+        let registrations = self.registrations.lock().unwrap();
+        registrations.values().filter(|r| r.is_running()).cloned().collect()
+    }
+
     pub(crate) fn current_state(&self) -> ConnectionState {
         self.state.borrow().clone()
+    }
+
+    /// Where the session stands from now on, each change as it happens.
+    pub(crate) fn state_changes(&self) -> watch::Receiver<ConnectionState> {
+        self.state.subscribe()
+    }
+
+    /// The connection of `generation` dropped: if it is the current one, the session is
+    /// recovering from now on, and the caller recovers it (true). The check and the change are
+    /// one step, so two reports of one drop start one recovery.
+    pub(crate) fn begin_recovery(&self, generation: u64) -> bool {
+        self.state.send_if_modified(|state| {
+            let current =
+                matches!(state, ConnectionState::Connected(c) if c.generation == generation);
+            if current {
+                *state = ConnectionState::Recovering;
+            }
+            current
+        })
+    }
+
+    /// `connection` is the current one from now on.
+    pub(crate) fn set_connected(&self, connection: Arc<Connection>) {
+        self.state.send_replace(ConnectionState::Connected(connection));
+    }
+
+    /// Gives the session up with `message`: calls fail from now on. Returns every
+    /// registration, each to be failed, none followed any more.
+    pub(crate) fn fail(&self, message: String, server_went_away: bool) -> Vec<Arc<Registration>> {
+        self.state.send_replace(ConnectionState::Failed { message, server_went_away });
+        self.registrations.lock().unwrap().drain().map(|(_, r)| r).collect()
+    }
+
+    /// A new connection to the session's server, numbered past every earlier one, reporting
+    /// to the session's router; not read under the pause gate until it is installed
+    /// (`Connection::apply_gate`). Not initialized yet.
+    pub(crate) async fn open_connection(
+        &self,
+        token: Option<&str>,
+    ) -> Result<Arc<Connection>, ClientError> {
+        self.open_connection_reporting_to(self.events.clone(), token).await
+    }
+
+    async fn open_connection_reporting_to(
+        &self,
+        events: mpsc::Sender<ConnectionEvent>,
+        token: Option<&str>,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let generation = self.generations.fetch_add(1, Ordering::AcqRel) + 1;
+        let gate = self.gate.clone();
+        Connection::open(&self.url, generation, &self.options, token, events, gate, false).await
+    }
+
+    /// A connection as [`Self::open_connection`] makes, whose drop nobody hears of: for a test
+    /// of what happens when a drop was reported before its connection was current.
+    #[cfg(test)]
+    pub(crate) async fn open_unreported_connection(
+        &self,
+        token: Option<&str>,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let (unheard, _) = mpsc::channel(1);
+        self.open_connection_reporting_to(unheard, token).await
+    }
+
+    /// Reports `event` to the router as a connection would: for tests of what the router does
+    /// with events no server sends on demand.
+    #[cfg(test)]
+    pub(crate) async fn report(&self, event: ConnectionEvent) {
+        self.events.send(event).await.unwrap();
+    }
+
+    /// A start's request is about to go out: until [`Self::start_settled`], recovery waits
+    /// for it.
+    pub(crate) fn start_sending(&self) {
+        self.starts_in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A start whose request went out has its outcome, and it was acted on.
+    pub(crate) fn start_settled(&self) {
+        if self.starts_in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.starts_settled.notify_waiters();
+        }
+    }
+
+    /// Waits until no start is in flight, or until `deadline`.
+    pub(crate) async fn starts_settled_by(&self, deadline: Instant) {
+        while self.starts_in_flight.load(Ordering::Acquire) > 0 {
+            let settled = self.starts_settled.notified();
+            if self.starts_in_flight.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                break;
+            }
+        }
     }
 
     /// What a process fails with for a session that is lost: whether the server had said it

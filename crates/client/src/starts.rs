@@ -2,7 +2,6 @@
 //! never comes.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tether_engine::{ProcessFailure, ProcessFailureKind};
 use tether_protocol::process::TerminateParams;
@@ -39,17 +38,14 @@ impl<'a> PendingStart<'a> {
 
     /// The request is about to go out.
     pub(crate) fn sending(&mut self) {
-        self.session.starts_in_flight.fetch_add(1, Ordering::AcqRel);
+        self.session.start_sending();
         self.stage = StartStage::InFlight;
     }
 
     /// The outcome is known and acted on.
     pub(crate) fn settle(&mut self) {
         if self.stage == StartStage::InFlight {
-            let session = &self.session;
-            if session.starts_in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-                session.starts_settled.notify_waiters();
-            }
+            self.session.start_settled();
         }
         self.stage = StartStage::Settled;
     }

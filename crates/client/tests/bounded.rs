@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tether_client::flow::{CONNECTION_EVENT_QUEUE, HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES};
+use tether_client::flow::{HANDLE_MEMORY_BYTES, RESUME_BELOW_BYTES};
 use tether_client::{ClientOptions, ExecServerClient, RemoteProcess};
 use tether_testkit::shell_params as params;
 use tether_testkit::{ServerProcess, Target, against_both};
 
 mod common;
-use common::{assert_is_seq_output, drain};
+use common::{assert_is_seq_output, drain, drain_within};
 
 against_both!(a_paused_connection_holds_the_process_back_and_loses_nothing);
 
@@ -25,9 +25,9 @@ const LINES: usize = 5_000_000;
 /// 50 MiB at most), so the process cannot finish while nobody reads.
 const PAUSED_LINES: usize = 10_000_000;
 
-/// The most a stalled handle may hold: its buffer, and what was already on its way from the
-/// socket when it filled (the reader→router queue, each event at most one 64 KiB chunk).
-const BOUND: usize = HANDLE_BUFFER_BYTES + CONNECTION_EVENT_QUEUE * (64 * 1024 + 64);
+/// The most a handle may hold, stalled or caught up: everything the client holds for one
+/// process stays within it, the handle's updates among them.
+const BOUND: usize = HANDLE_MEMORY_BYTES;
 
 fn options(full_handle_pause: Option<Duration>) -> ClientOptions {
     ClientOptions { full_handle_pause, ..ClientOptions::default() }
@@ -100,7 +100,7 @@ async fn a_paused_connection_holds_the_process_back_and_loses_nothing(target: Ta
     }
     assert!(!scratch.marker().exists(), "the process printed everything while nobody read it");
 
-    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    let (out, _, code, _) = drain_within(&mut process, BOUND).await.unwrap();
     assert_eq!(code, 0);
     assert_is_seq_output(&out, PAUSED_LINES);
 }
@@ -123,7 +123,8 @@ async fn a_handle_that_fell_behind_catches_up_whole_and_holds_nobody_up() {
     assert_eq!(out, b"still-served\n");
     assert!(process.buffered_bytes() <= BOUND, "{} bytes held", process.buffered_bytes());
 
-    let (out, _, code, seqs) = drain(&mut process).await.unwrap();
+    // Caught up in pages as its caller reads.
+    let (out, _, code, seqs) = drain_within(&mut process, BOUND).await.unwrap();
     assert_eq!(code, 0);
     assert_is_seq_output(&out, LINES);
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "every sequence once, in order");
@@ -143,7 +144,7 @@ async fn a_pause_past_its_patience_falls_behind_and_still_loses_nothing() {
 
     wait_for_marker(&process, &scratch.marker()).await;
 
-    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    let (out, _, code, _) = drain_within(&mut process, BOUND).await.unwrap();
     assert_eq!(code, 0);
     assert_is_seq_output(&out, LINES);
 }

@@ -13,12 +13,22 @@ use tether_protocol::process::ExecOutputStream;
 pub async fn drain(
     process: &mut RemoteProcess,
 ) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), ProcessFailure> {
+    drain_within(process, usize::MAX).await
+}
+
+/// As [`drain`], checking after every update that the handle holds at most `bound` bytes.
+pub async fn drain_within(
+    process: &mut RemoteProcess,
+    bound: usize,
+) -> Result<(Vec<u8>, Vec<u8>, i32, Vec<u64>), ProcessFailure> {
     let (mut out, mut err, mut code, mut seqs) = (Vec::new(), Vec::new(), None, Vec::new());
     loop {
         let update = tokio::time::timeout(Duration::from_secs(60), process.next_update())
             .await
             .expect("no update within 60 s")
             .expect("stream ended without close");
+        let held = process.buffered_bytes();
+        assert!(held <= bound, "{held} bytes held, more than {bound}");
         let event = match update {
             ProcessUpdate::Event(event) => event,
             ProcessUpdate::Failed(failure) => return Err(failure),
