@@ -101,17 +101,38 @@ pub struct ProcessControl {
     write_ids: Arc<WriteIds>,
 }
 
-/// The `writeId`s of one handle's stdin writes: decimal strings from "1", each kept by its
-/// write across its retries, so the server applies the write once however often it is sent.
-#[derive(Debug, Default)]
+/// The `writeId`s of one handle's stdin writes: `HANDLE-N`, `N` counting from 1, each kept
+/// by its write across its retries, so the server applies the write once however often it is
+/// sent. `HANDLE` is drawn afresh for every handle: a server remembers the ids a process was
+/// written with and takes a known one as a resend, so a later handle on the same process
+/// (after an attach, or in a program that restarted and resumed its session) must not count
+/// from 1 again, or its writes would be dropped as the earlier handle's.
+#[derive(Debug)]
 struct WriteIds {
+    handle: u64,
     /// How many ids were handed out.
     issued: AtomicU64,
 }
 
+impl Default for WriteIds {
+    fn default() -> Self {
+        // Seeded from the operating system's randomness once per thread, then stepped: unlike
+        // any other handle's of this program, and with 64 bits, of any other program's.
+        use std::hash::{BuildHasher as _, Hasher as _};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos()),
+        );
+        Self { handle: hasher.finish(), issued: AtomicU64::new(0) }
+    }
+}
+
 impl WriteIds {
     fn next(&self) -> String {
-        (self.issued.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+        let n = self.issued.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{:016x}-{n}", self.handle)
     }
 }
 

@@ -163,3 +163,29 @@ async fn attached_output_is_read_raw_in_any_member_order_and_a_malformed_one_fai
     let asked = script.await.unwrap();
     assert_eq!(asked["attachOutput"], true);
 }
+
+against_both!(writes_through_a_later_handle_reach_the_process);
+
+/// A handle that follows a process another handle already wrote to — the program restarted
+/// and resumed its session, say — writes with ids of its own: every write reaches the process
+/// once, and none is taken for one of the earlier handle's (the server forgets nothing it was
+/// sent under an id it has seen).
+async fn writes_through_a_later_handle_reach_the_process(target: Target) {
+    let server = ServerProcess::start(target).await.unwrap();
+    let first = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    let mut params = shared::params("cat", "read a; echo \"$a\"; read b; echo \"$b\"");
+    params.pipe_stdin = true;
+    let mut process = first.start(params).await.unwrap();
+    process.write(bytes::Bytes::from_static(b"one\n")).await.unwrap();
+    shared::wait_for_output(&mut process, "one\n").await;
+    let session = first.session_id().to_owned();
+    drop(process);
+    first.disconnect();
+    drop(first);
+    let second =
+        ExecServerClient::resume(&server.url, &session, ClientOptions::default()).await.unwrap();
+    let (mut again, _) = second.attach("cat").await.unwrap();
+    again.write(bytes::Bytes::from_static(b"two\n")).await.unwrap();
+    let followed = shared::follow(&mut again).await;
+    assert_eq!((&followed.stdout[..], followed.exit_code), (&b"one\ntwo\n"[..], Some(0)));
+}

@@ -76,7 +76,7 @@ async fn follow_after(process: &mut dyn ExecProcess, seen: u64) -> Followed {
 }
 
 /// Waits until the process has printed `text`; returns the last sequence taken.
-async fn wait_for_output(process: &mut dyn ExecProcess, text: &str) -> u64 {
+pub async fn wait_for_output(process: &mut dyn ExecProcess, text: &str) -> u64 {
     let (mut seen, mut last) = (Vec::new(), 0);
     while !String::from_utf8_lossy(&seen).contains(text) {
         match next(process).await {
