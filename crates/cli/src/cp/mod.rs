@@ -377,14 +377,14 @@ fn remote(path: &Path, error: FsError) -> anyhow::Error {
     anyhow::anyhow!("{} on the executor: {}", path.display(), error.message)
 }
 
-/// A name for a file being written next to `name`, unique to this run.
+/// A name for a file being written next to `name`, unique to this run. It is a staged name
+/// the server knows (`tether_engine::fs::staged_name`): a stage it opens under it is held for
+/// this copy, and removed by the server if the copy's connection ends before it is placed, so
+/// a copy killed outright (`kill -9`) leaves nothing behind either.
 fn staged_name(name: &OsStr) -> OsString {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut staged = OsString::from(".");
-    staged.push(name);
-    staged.push(format!(".tether-{}-{unique}", std::process::id()));
-    staged
+    tether_engine::fs::staged_name(name, std::process::id(), unique)
 }
 
 /// The last component of a source, for "copy into this directory".
