@@ -91,6 +91,21 @@ impl FileHandles {
                 }
                 file
             }
+            (FsOpenMode::Replace, admission) if staged => {
+                // Made in the sandbox, held here where this side's path leads to the same
+                // file, so that no sweep takes it for dead; not swept from here, where the
+                // sandbox's confinement would not apply.
+                self.make_room_for_a_stage().await?;
+                let op = FileOp::Open { path: path.clone(), how: OpenHow::Replace };
+                let file: File = admission.perform(op).await?;
+                let file = Arc::new(file);
+                let held = Arc::clone(&file);
+                if let Ok(Some(stage)) = blocking(move || hold_made_elsewhere(&path, &held)).await {
+                    self.stages.push(stage);
+                }
+                self.open.insert(id.clone(), OpenFile { file });
+                return Ok(FsOpenResponse { handle_id: id });
+            }
             (mode, admission) => {
                 let how = match mode {
                     FsOpenMode::Read => OpenHow::Read { follow: true },
@@ -221,6 +236,13 @@ fn open_stage(path: &std::path::Path) -> io::Result<(File, Option<Stage>)> {
             None => return Ok((file, None)),
         }
     }
+}
+
+/// Holds the staged file `path`, opened as `file` somewhere else (a sandbox), where this
+/// side's `path` leads to that very file; `None` where it does not.
+fn hold_made_elsewhere(path: &std::path::Path, file: &File) -> io::Result<Option<Stage>> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return Ok(None) };
+    Stage::hold(stage::open_directory(parent)?, name, file)
 }
 
 /// Refuses an id longer than any handle may have, without repeating it (it may be huge).

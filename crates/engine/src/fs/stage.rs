@@ -36,8 +36,10 @@
 //! could still swap in between the last check and the unlink is a file they could remove
 //! themselves (or, in a sticky directory, their own).
 //!
-//! A stage a server opened in a sandbox helper, and a staged symbolic link (which cannot be
-//! locked), are left to their writer: what cannot be checked is not removed.
+//! A stage opened in a sandbox helper is held as any other where the server's own path to it
+//! leads to the same file, but sweeps nothing: the sandbox's confinement would not apply to a
+//! sweep made here. A staged symbolic link (which cannot be locked) is left to its writer:
+//! what cannot be checked is not removed.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
