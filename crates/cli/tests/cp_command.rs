@@ -708,3 +708,68 @@ async fn unreadable_entries_in_a_tree_are_skipped_and_the_rest_copied() {
     assert!(!sides.there("tree/secret.txt").exists());
     assert!(!sides.there("tree/locked").exists());
 }
+
+/// Coming down, a file or directory in a tree that the executor may not read (the server's
+/// refusal, `permissionDenied`) is named in one line and skipped, whether read whole or
+/// streamed, and the rest is copied; the copy then fails (1) naming how many. Named on the
+/// command line it is the copy's error. The server runs as an ordinary user in a user
+/// namespace of its own, for whom mode 000 means what it says (the tests may run as root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_entries_on_the_executor_are_skipped_and_the_rest_copied() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Setup: a tree on the executor with a small file, a big one and a directory closed.
+    let sides = Sides::new("denied-down");
+    let wrapper = ["unshare", "--user", "--map-user=1000", "--map-group=1000", "--"];
+    let server = ServerProcess::start_wrapped(Target::Tether, &wrapper, &[], &[]).await.unwrap();
+    write(&sides.there("tree/a.txt"), b"a\n", 0o644, 1);
+    write(&sides.there("tree/secret.txt"), b"secret\n", 0o644, 1);
+    write(&sides.there("tree/big-secret.bin"), &vec![1; 3 * BLOCK], 0o644, 1);
+    write(&sides.there("tree/locked/inner.txt"), b"inner\n", 0o644, 1);
+    write(&sides.there("tree/sub/b.txt"), b"b\n", 0o644, 1);
+    for closed in ["tree/secret.txt", "tree/big-secret.bin", "tree/locked"] {
+        std::fs::set_permissions(sides.there(closed), std::fs::Permissions::from_mode(0o000))
+            .unwrap();
+    }
+    let here = sides.here("tree").display().to_string();
+    let there = sides.there("tree").display().to_string();
+
+    // Exercise: the tree down, then one closed file named on the command line.
+    let output = tether_cp(&server.url, &["-r", &sides.remote("tree"), &here]).await;
+    let named = tether_cp(&server.url, &[&sides.remote("tree/secret.txt"), &here]).await;
+    // Opened again so that the scratch directory can be removed.
+    std::fs::set_permissions(sides.there("tree/locked"), std::fs::Permissions::from_mode(0o755))
+        .unwrap();
+
+    // Assert: each closed one named and skipped, the rest copied, and the count last.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    for closed in ["secret.txt", "big-secret.bin", "locked"] {
+        let said = format!(
+            "tether cp: cannot read {there}/{closed} on the executor: permission denied; skipped"
+        );
+        assert!(lines.contains(&said.as_str()), "{said:?} not in {stderr}");
+    }
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "tether cp: 3 files or directories could not be read (permission denied) and were \
+             skipped, each named above; the rest was copied: make them readable and copy again"
+        )
+    );
+    assert_eq!(std::fs::read(sides.here("tree/a.txt")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(sides.here("tree/sub/b.txt")).unwrap(), b"b\n");
+    let mut left: Vec<String> = std::fs::read_dir(sides.here("tree"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["a.txt", "sub"], "nothing skipped is there, not even staged");
+    let stderr = String::from_utf8_lossy(&named.stderr);
+    assert_eq!(named.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("tether cp: cannot read {there}/secret.txt on the executor: permission denied")
+    );
+}

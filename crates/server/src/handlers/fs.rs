@@ -228,5 +228,12 @@ pub(crate) fn to_rpc(error: FsError) -> JsonRpcError {
         FsErrorKind::Unsupported => METHOD_NOT_FOUND,
         FsErrorKind::Other => INTERNAL_ERROR,
     };
-    JsonRpcError::new(code, error.message)
+    let denied = error.kind == FsErrorKind::PermissionDenied;
+    let mut rpc = JsonRpcError::new(code, error.message);
+    // What the code does not tell apart from invalid input.
+    if denied {
+        let kind = tether_protocol::fs::FsFailureKind::PermissionDenied;
+        rpc.data = serde_json::to_value(tether_protocol::fs::FsFailure { kind }).ok();
+    }
+    rpc
 }
