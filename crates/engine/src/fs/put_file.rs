@@ -62,12 +62,14 @@ pub(crate) fn put(
         let (file, staged) = create_staged(&directory, name)?;
         match Stage::hold(directory.try_clone()?, &staged, &file)? {
             Some(held) => break (file, staged, held),
-            // Swept between its making and its lock: made again under a new name.
+            // Swept between its making and its lock (or locked by another): made again under
+            // a new name.
             None if attempt < stage::STAGE_ATTEMPTS => attempt += 1,
             None => {
                 let _ = rustix::fs::unlinkat(&directory, &staged, AtFlags::empty());
                 return Err(io::Error::other(format!(
-                    "the temporary file for `{}` was removed as it was made",
+                    "the temporary file for `{}` was removed, or locked by another process, \
+                     as it was made; put the file again",
                     path.display()
                 )));
             }

@@ -63,6 +63,16 @@ pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// but another server's.
 pub(crate) const STAGE_ATTEMPTS: u32 = 2;
 
+/// Tries at a new stage's lock, [`LOCK_PAUSE`] apart, while another holds it exclusively: a
+/// sweep holds a stage's lock for a stat and an unlink, microseconds, and ten tries a
+/// millisecond apart cover a loaded machine's scheduling. A holder that keeps it longer is no
+/// sweep; the stage is then made again, or left unheld (and unswept, as that holder's lock
+/// keeps every sweep off it) rather than waited on.
+const LOCK_TRIES: u32 = 10;
+
+/// The pause between two of [`LOCK_TRIES`].
+const LOCK_PAUSE: Duration = Duration::from_millis(1);
+
 /// Directories whose last sweep is remembered: enough for every directory a busy server
 /// copies into within [`SWEEP_INTERVAL`]; past it, the ones swept longest ago are forgotten
 /// (and swept again sooner, which costs a listing, never a stage).
@@ -130,16 +140,23 @@ pub(crate) struct Stage {
 impl Stage {
     /// Holds `file`, just made or opened as `name` in `directory`: registered, then locked,
     /// then checked to be there still under its name. `None` if a sweep removed it between
-    /// its making and its lock: the caller makes it again.
+    /// its making and its lock (the caller makes it again), or another holds it locked.
     pub(crate) fn hold(directory: OwnedFd, name: &OsStr, file: &File) -> io::Result<Option<Stage>> {
         let locked = file.try_clone()?;
         let identity = identity_of(&locked)?;
         *held().get_or_insert_default().entry(identity).or_default() += 1;
         let stage = Stage { directory, name: name.to_owned(), locked, identity };
-        // Waits while a sweep holds it exclusively: that sweep then finds it registered, or
-        // has removed it, which the check below sees.
-        rustix::fs::flock(&stage.locked, FlockOperation::LockShared)?;
-        Ok(stage.in_place().then_some(stage))
+        // Waits briefly while a sweep holds it exclusively: that sweep then has removed it,
+        // which the check below sees. Never longer: whoever else can open the file could
+        // hold a lock on it for ever, and a thread of the blocking pool with it.
+        for _ in 0..LOCK_TRIES {
+            match rustix::fs::flock(&stage.locked, FlockOperation::NonBlockingLockShared) {
+                Ok(()) => return Ok(stage.in_place().then_some(stage)),
+                Err(rustix::io::Errno::WOULDBLOCK) => std::thread::sleep(LOCK_PAUSE),
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(None)
     }
 
     /// Whether its name still leads to it (not renamed, removed or replaced since).

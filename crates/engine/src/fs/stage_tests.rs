@@ -115,3 +115,23 @@ fn a_connections_stages_go_with_it_unless_placed() {
         .collect();
     assert_eq!(left, ["placed"]);
 }
+
+/// A stage someone else holds exclusively (no sweep, which would have removed it at once) is
+/// left unheld after a few milliseconds, never waited on: that holder could keep it for ever.
+#[test]
+fn a_stage_locked_by_another_is_not_waited_on() {
+    let scratch = Scratch::new("contended");
+    let path = scratch.0.join(".held.tether-1-1");
+    let file = std::fs::File::create(&path).unwrap();
+    let other = std::fs::File::open(&path).unwrap();
+    rustix::fs::flock(&other, FlockOperation::LockExclusive).unwrap();
+    let directory = open_directory(&scratch.0).unwrap();
+    let held = Stage::hold(directory, OsStr::new(".held.tether-1-1"), &file).unwrap();
+    assert!(held.is_none());
+    assert!(!held_in_this_process(&file));
+}
+
+fn held_in_this_process(file: &std::fs::File) -> bool {
+    let identity = identity_of(file).unwrap();
+    held().as_ref().is_some_and(|map| map.contains_key(&identity))
+}
