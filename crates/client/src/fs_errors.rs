@@ -51,3 +51,25 @@ pub(crate) fn stream_error(error: ClientError, of: StreamOf) -> FsError {
         error => fs_error(error),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn invalid_request(data: Option<serde_json::Value>) -> ClientError {
+        ClientError::Server { code: INVALID_REQUEST, message: "m".into(), data }
+    }
+
+    /// `-32600` is a refusal where Tether's data says so, and invalid input otherwise (the
+    /// reference's, which gives no data, and any data this client does not know).
+    #[test]
+    fn a_refusal_is_told_from_invalid_input_by_its_data() {
+        let denied = fs_error(invalid_request(Some(json!({"kind": "permissionDenied"}))));
+        assert_eq!((denied.kind, denied.message.as_str()), (FsErrorKind::PermissionDenied, "m"));
+        for data in [None, Some(json!({"kind": "somethingNew"})), Some(json!("text"))] {
+            assert_eq!(fs_error(invalid_request(data)).kind, FsErrorKind::InvalidInput);
+        }
+    }
+}
