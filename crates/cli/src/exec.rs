@@ -71,27 +71,8 @@ pub struct ExecArgs {
     #[arg(long, env = "TETHER_URL", value_name = "URL|NAME")]
     url: String,
 
-    /// Read the exec-server's bearer token from this file (default: the TETHER_TOKEN
-    /// environment variable), for a server started with `--ws-auth`.
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<std::path::PathBuf>,
-
-    /// For `wss://`: trust only this CA certificate (PEM) instead of the system's roots — or
-    /// the server's own self-signed certificate.
-    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
-    tls_ca_file: Option<std::path::PathBuf>,
-
-    /// For `wss://`: trust exactly the certificate with this fingerprint (`SHA256:<hex>`, as
-    /// `tether serve --tls-self-signed` prints it; case and colons do not matter).
-    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
-    tls_fingerprint: Option<tether_client::TlsFingerprint>,
-
-    /// For `wss://`: trust a certificate nothing vouches for, not yet known for this executor,
-    /// without asking, and remember it (known_fingerprints, beside the config file), as ssh's
-    /// StrictHostKeyChecking=accept-new; without it, tether asks at a terminal and refuses
-    /// elsewhere. A changed one is refused either way.
-    #[arg(long)]
-    accept_new_fingerprint: bool,
+    #[command(flatten)]
+    connection: ConnectionFlags,
 
     /// Run the command on a pseudo-terminal (one merged output stream); `TERM` is passed on.
     #[arg(short, long)]
@@ -147,30 +128,97 @@ pub struct ExecArgs {
     #[arg(long, requires = "resume", conflicts_with_all = ["process", "command"])]
     list: bool,
 
-    /// Seconds of silence from the server (pings go out every third of it) before the
-    /// connection is presumed dead and the session resumed on a new one; 0: no pings, wait for
-    /// TCP to notice.
-    #[arg(long, default_value_t = tether_client::DEFAULT_KEEPALIVE_TIMEOUT.as_secs())]
-    keepalive_timeout_secs: u64,
-
-    /// Seconds to go on trying to resume the session after a drop before giving up (the
-    /// command keeps running on the executor; `--resume` can reattach later).
-    #[arg(long, default_value_t = tether_client::DEFAULT_RECOVERY_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    recovery_timeout_secs: u64,
-
     /// The command and its arguments; none: a login shell, on a terminal when this is one
     /// (as `ssh host`).
     #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
+/// How `tether exec` and `tether shell` reach an executor and hold on to it: its credential,
+/// how its certificate is trusted, and how a drop is noticed and recovered.
+#[derive(Args)]
+pub struct ConnectionFlags {
+    /// Read the exec-server's bearer token from this file (default: the TETHER_TOKEN
+    /// environment variable), for a server started with `--ws-auth`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<std::path::PathBuf>,
+
+    /// For `wss://`: trust only this CA certificate (PEM) instead of the system's roots — or
+    /// the server's own self-signed certificate.
+    #[arg(long, value_name = "PEM", env = "TETHER_TLS_CA_FILE")]
+    pub(crate) tls_ca_file: Option<std::path::PathBuf>,
+
+    /// For `wss://`: trust exactly the certificate with this fingerprint (`SHA256:<hex>`, as
+    /// `tether serve --tls-self-signed` prints it; case and colons do not matter).
+    #[arg(long, value_name = "SHA256:HEX", env = "TETHER_TLS_FINGERPRINT")]
+    pub(crate) tls_fingerprint: Option<tether_client::TlsFingerprint>,
+
+    /// For `wss://`: trust a certificate nothing vouches for, not yet known for this executor,
+    /// without asking, and remember it (known_fingerprints, beside the config file), as ssh's
+    /// StrictHostKeyChecking=accept-new; without it, tether asks at a terminal and refuses
+    /// elsewhere. A changed one is refused either way.
+    #[arg(long)]
+    pub(crate) accept_new_fingerprint: bool,
+
+    /// Seconds of silence from the server (pings go out every third of it) before the
+    /// connection is presumed dead and the session resumed on a new one; 0: no pings, wait for
+    /// TCP to notice.
+    #[arg(long, default_value_t = tether_client::DEFAULT_KEEPALIVE_TIMEOUT.as_secs())]
+    pub(crate) keepalive_timeout_secs: u64,
+
+    /// Seconds to go on trying to resume the session after a drop before giving up (the
+    /// command keeps running on the executor; `--resume` can reattach later).
+    #[arg(long, default_value_t = tether_client::DEFAULT_RECOVERY_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) recovery_timeout_secs: u64,
+}
+
+impl ExecArgs {
+    /// `tether shell`'s `tether exec`: no command (a login shell, on a terminal when this is
+    /// one), on `url` with `connection`, every other flag as its default leaves it.
+    pub(crate) fn login_shell(url: String, connection: ConnectionFlags) -> Self {
+        ExecArgs {
+            url,
+            connection,
+            tty: false,
+            cwd: None,
+            env: Vec::new(),
+            clean_env: false,
+            no_stdin: false,
+            print_ids: false,
+            detach: false,
+            json: false,
+            detach_ttl_secs: DEFAULT_DETACH_TTL_SECS,
+            resume: None,
+            process: None,
+            list: false,
+            command: Vec::new(),
+        }
+    }
+}
+
+/// `tether shell`: the login shell `args` names; returns the exit code to exit with.
+pub async fn exec_shell(args: crate::shell::ShellArgs) -> anyhow::Result<i32> {
+    match args.into_exec() {
+        Ok(args) => exec_as("tether shell", args).await,
+        Err(error) => {
+            eprintln!("tether shell: {}", crate::report::one_line(&error));
+            Ok(TETHER_FAILURE)
+        }
+    }
+}
+
 /// Runs the command; returns the exit code to exit with.
 pub async fn exec(args: ExecArgs) -> anyhow::Result<i32> {
+    exec_as("tether exec", args).await
+}
+
+/// Runs the command, its failure said as `name`'s.
+async fn exec_as(name: &str, args: ExecArgs) -> anyhow::Result<i32> {
     match run(args).await {
         Ok(code) => Ok(code),
         Err(error) if crate::stdout::is_closed(&error) => Ok(crate::stdout::CLOSED_STDOUT_EXIT),
         Err(error) => {
-            eprintln!("tether exec: {}", crate::report::one_line(&error));
+            eprintln!("{name}: {}", crate::report::one_line(&error));
             Ok(error
                 .downcast_ref::<start_failure::ExitWith>()
                 .map_or(TETHER_FAILURE, |exit| exit.code))
@@ -193,17 +241,17 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
         );
     }
     let executor = crate::executors::resolve(&args.url)?.with_flags(
-        args.token_file.clone(),
-        args.tls_ca_file.clone(),
-        args.tls_fingerprint,
-        args.accept_new_fingerprint,
+        args.connection.token_file.clone(),
+        args.connection.tls_ca_file.clone(),
+        args.connection.tls_fingerprint,
+        args.connection.accept_new_fingerprint,
     );
     let url = executor.url.as_str();
     let options = ClientOptions {
-        keepalive_interval: (args.keepalive_timeout_secs > 0)
-            .then(|| Duration::from_secs(args.keepalive_timeout_secs) / 3),
-        keepalive_timeout: Duration::from_secs(args.keepalive_timeout_secs.max(1)),
-        recovery_timeout: Duration::from_secs(args.recovery_timeout_secs),
+        keepalive_interval: (args.connection.keepalive_timeout_secs > 0)
+            .then(|| Duration::from_secs(args.connection.keepalive_timeout_secs) / 3),
+        keepalive_timeout: Duration::from_secs(args.connection.keepalive_timeout_secs.max(1)),
+        recovery_timeout: Duration::from_secs(args.connection.recovery_timeout_secs),
         // One stream into whatever reads our stdout: when that stops, the command is held back
         // on the server (as under ssh) for as long as it takes, never buffered here.
         full_handle_pause: None,
@@ -378,13 +426,13 @@ async fn run(mut args: ExecArgs) -> anyhow::Result<i32> {
 /// and fingerprint given on the command line.
 fn again(args: &ExecArgs) -> String {
     let mut command = format!("tether exec --url {}", shell_word(&args.url));
-    if let Some(file) = &args.token_file {
+    if let Some(file) = &args.connection.token_file {
         command.push_str(&format!(" --token-file {}", shell_word(&file.to_string_lossy())));
     }
-    if let Some(file) = &args.tls_ca_file {
+    if let Some(file) = &args.connection.tls_ca_file {
         command.push_str(&format!(" --tls-ca-file {}", shell_word(&file.to_string_lossy())));
     }
-    if let Some(fingerprint) = &args.tls_fingerprint {
+    if let Some(fingerprint) = &args.connection.tls_fingerprint {
         command.push_str(&format!(" --tls-fingerprint {fingerprint}"));
     }
     command

@@ -12,6 +12,7 @@ mod port_forward;
 mod report;
 mod serve;
 mod sessions;
+mod shell;
 mod start_failure;
 mod stdout;
 mod token;
@@ -42,6 +43,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Run a command on an exec-server, streaming its output here and exiting with its code.
     Exec(exec::ExecArgs),
+    /// Open a login shell on an exec-server, in the user's home, on a terminal (as `ssh host`).
+    Shell(shell::ShellArgs),
     /// Use an MCP server placed on an exec-server (or here): list its tools, call one.
     Mcp(mcp::McpArgs),
     /// Copy files and directory trees to or from an executor (`:/path`, `NAME:/path`).
@@ -100,7 +103,7 @@ fn parse() -> Cli {
         error.exit();
     }
     let code = match std::env::args().nth(1).as_deref() {
-        Some("exec") => exec::TETHER_FAILURE,
+        Some("exec" | "shell") => exec::TETHER_FAILURE,
         Some("mcp" | "cp" | "sessions" | "kill" | "port-forward") => 1,
         _ => 2,
     };
@@ -136,7 +139,7 @@ fn run() -> anyhow::Result<()> {
                     Command::Serve(_) => "info",
                     // What goes wrong reaches the person once, as the command's own one-line error;
                     // a reconnect that works needs no word. `TETHER_LOG=info` shows the client's.
-                    Command::Exec(_) => "error",
+                    Command::Exec(_) | Command::Shell(_) => "error",
                     Command::Mcp(_) => "error,rmcp=off",
                     Command::Cp(_)
                     | Command::PortForward(_)
@@ -190,6 +193,13 @@ fn run() -> anyhow::Result<()> {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve::serve(*args)),
         Command::Exec(args) => match runtime.block_on(exec::exec(args)) {
+            Ok(code) => {
+                runtime.shutdown_timeout(Duration::from_millis(100));
+                std::process::exit(code);
+            }
+            Err(error) => Err(error),
+        },
+        Command::Shell(args) => match runtime.block_on(exec::exec_shell(args)) {
             Ok(code) => {
                 runtime.shutdown_timeout(Duration::from_millis(100));
                 std::process::exit(code);

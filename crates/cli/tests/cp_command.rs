@@ -240,6 +240,149 @@ async fn an_interrupted_copy_leaves_no_partial_file_under_the_final_name() {
     assert!(!sides.there("big.bin").exists(), "a partial file under the final name");
 }
 
+/// One block of a streamed upload: what `tether cp -` reads from its input before it sends
+/// anything, so a test that writes this much knows a block is on its way to the staged file.
+const BLOCK: usize = 1024 * 1024;
+
+/// `tether cp - TO`, its input a pipe the test writes.
+fn copy_from_stdin(url: &str, to: &str) -> tokio::process::Child {
+    tokio::process::Command::new(tether_binary().unwrap())
+        .args(["cp", "--url", url, "-", to])
+        .env_remove("TETHER_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Writes one [`BLOCK`] to `copy`'s input, and waits until its staged file in `directory`
+/// (named `.NAME.tether-…`) holds it; returns that file's name.
+async fn one_block_staged(
+    copy: &mut tokio::process::Child,
+    directory: &Path,
+    name: &str,
+) -> String {
+    use tokio::io::AsyncWriteExt as _;
+    copy.stdin.as_mut().unwrap().write_all(&vec![7; BLOCK]).await.unwrap();
+    let prefix = format!(".{name}.tether-");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let found = std::fs::read_dir(directory).unwrap().find_map(|e| {
+                let entry = e.unwrap();
+                let file_name = entry.file_name().into_string().unwrap();
+                let full = entry.metadata().is_ok_and(|m| m.len() == BLOCK as u64);
+                (file_name.starts_with(&prefix) && full).then_some(file_name)
+            });
+            if let Some(staged) = found {
+                break staged;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the block reached the staged file")
+}
+
+/// Writes another [`BLOCK`] to `copy`'s input and ends it; the copy must then succeed.
+async fn finish_copy(mut copy: tokio::process::Child) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut stdin = copy.stdin.take().unwrap();
+    stdin.write_all(&vec![7; BLOCK]).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(60), copy.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}
+
+/// Killed outright (`kill -9`) in the middle of an upload, a copy can remove nothing itself:
+/// the server removes its staged file as the copy's connection ends. Another copy into the
+/// same directory, under way meanwhile, keeps its staged file and finishes whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_copys_staged_file_goes_with_its_connection() {
+    // Setup: two copies into one directory, each with a block in its staged file.
+    let sides = Sides::new("killed-stage");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut killed = copy_from_stdin(&server.url, &sides.remote("killed.bin"));
+    let mut live = copy_from_stdin(&server.url, &sides.remote("live.bin"));
+    let killed_stage = one_block_staged(&mut killed, &sides.there(""), "killed.bin").await;
+    let live_stage = one_block_staged(&mut live, &sides.there(""), "live.bin").await;
+
+    // Exercise: SIGKILL one of them.
+    killed.start_kill().unwrap();
+    killed.wait().await.unwrap();
+
+    // Assert: its staged file goes (when the server sees the connection end), the other's
+    // stays whole, and that copy completes.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while sides.there(&killed_stage).exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the killed copy's staged file was removed");
+    let live_len = std::fs::metadata(sides.there(&live_stage)).unwrap().len();
+    assert_eq!(live_len, BLOCK as u64, "the live copy's staged file was touched");
+    finish_copy(live).await;
+    assert_eq!(std::fs::read(sides.there("live.bin")).unwrap(), vec![7; 2 * BLOCK]);
+    assert!(!sides.there("killed.bin").exists());
+}
+
+/// A server killed (`kill -9`) in the middle of an upload cannot remove its staged file; the
+/// next copy into that directory, through any server, sweeps it away. It never removes what
+/// is not provably dead: a staged file another server is writing (it holds its lock), a link
+/// under a staged name (nor what it leads to), a staged name with a second hard link, or any
+/// other name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_servers_staged_file_is_swept_by_the_next_copy_into_its_directory() {
+    // Setup: a server killed with a block in a copy's staged file.
+    let sides = Sides::new("swept-stage");
+    let doomed = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut orphaned = copy_from_stdin(&doomed.url, &sides.remote("orphan.bin"));
+    let orphan_stage = one_block_staged(&mut orphaned, &sides.there(""), "orphan.bin").await;
+    // The server itself, not the guardian the test started (which would stop it cleanly).
+    let guardian = doomed.pid().unwrap();
+    let children = format!("/proc/{guardian}/task/{guardian}/children");
+    let server: i32 = std::fs::read_to_string(children).unwrap().trim().parse().unwrap();
+    // SAFETY: a plain system call on the server this test started.
+    unsafe { libc::kill(server, libc::SIGKILL) };
+    drop(doomed);
+    orphaned.start_kill().unwrap();
+    orphaned.wait().await.unwrap();
+    assert!(sides.there(&orphan_stage).exists(), "nothing could remove it yet");
+    // A copy under way through another server, and what only looks like a stage.
+    let holder = ServerProcess::start(Target::Tether).await.unwrap();
+    let mut live = copy_from_stdin(&holder.url, &sides.remote("live.bin"));
+    let live_stage = one_block_staged(&mut live, &sides.there(""), "live.bin").await;
+    std::fs::write(sides.there("victim"), b"keep").unwrap();
+    std::os::unix::fs::symlink(sides.there("victim"), sides.there(".link.tether-1-1")).unwrap();
+    std::fs::write(sides.there(".linked.tether-1-2"), b"two names").unwrap();
+    std::fs::hard_link(sides.there(".linked.tether-1-2"), sides.there("second-name")).unwrap();
+    std::fs::write(sides.there("notes.tether-1-3"), b"mine").unwrap();
+
+    // Exercise: the next copy into the directory, through a third server.
+    let sweeper = ServerProcess::start(Target::Tether).await.unwrap();
+    std::fs::write(sides.here("next.txt"), b"next\n").unwrap();
+    let here = sides.here("next.txt").display().to_string();
+    let output = tether_cp(&sweeper.url, &[&here, &sides.remote("next.txt")]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+
+    // Assert: the dead stage is gone, and everything else is as it was.
+    assert!(!sides.there(&orphan_stage).exists(), "the dead staged file was left");
+    assert_eq!(std::fs::metadata(sides.there(&live_stage)).unwrap().len(), BLOCK as u64);
+    assert_eq!(std::fs::read(sides.there("victim")).unwrap(), b"keep");
+    assert!(sides.there(".link.tether-1-1").symlink_metadata().unwrap().is_symlink());
+    assert_eq!(std::fs::read(sides.there(".linked.tether-1-2")).unwrap(), b"two names");
+    assert_eq!(std::fs::read(sides.there("notes.tether-1-3")).unwrap(), b"mine");
+    finish_copy(live).await;
+    assert_eq!(std::fs::read(sides.there("live.bin")).unwrap(), vec![7; 2 * BLOCK]);
+    assert_eq!(std::fs::read(sides.there("next.txt")).unwrap(), b"next\n");
+}
+
 /// Interrupted by a signal (Ctrl-C, `SIGTERM`) in the middle of a big copy, up or down: the
 /// copy removes its temporary file before it exits, as a shell reports a signal (128 + n),
 /// saying so in one line; neither the final name nor a temporary one is left.
@@ -564,4 +707,69 @@ async fn unreadable_entries_in_a_tree_are_skipped_and_the_rest_copied() {
     assert_eq!(std::fs::read(sides.there("tree/sub/b.txt")).unwrap(), b"b\n");
     assert!(!sides.there("tree/secret.txt").exists());
     assert!(!sides.there("tree/locked").exists());
+}
+
+/// Coming down, a file or directory in a tree that the executor may not read (the server's
+/// refusal, `permissionDenied`) is named in one line and skipped, whether read whole or
+/// streamed, and the rest is copied; the copy then fails (1) naming how many. Named on the
+/// command line it is the copy's error. The server runs as an ordinary user in a user
+/// namespace of its own, for whom mode 000 means what it says (the tests may run as root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_entries_on_the_executor_are_skipped_and_the_rest_copied() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Setup: a tree on the executor with a small file, a big one and a directory closed.
+    let sides = Sides::new("denied-down");
+    let wrapper = ["unshare", "--user", "--map-user=1000", "--map-group=1000", "--"];
+    let server = ServerProcess::start_wrapped(Target::Tether, &wrapper, &[], &[]).await.unwrap();
+    write(&sides.there("tree/a.txt"), b"a\n", 0o644, 1);
+    write(&sides.there("tree/secret.txt"), b"secret\n", 0o644, 1);
+    write(&sides.there("tree/big-secret.bin"), &vec![1; 3 * BLOCK], 0o644, 1);
+    write(&sides.there("tree/locked/inner.txt"), b"inner\n", 0o644, 1);
+    write(&sides.there("tree/sub/b.txt"), b"b\n", 0o644, 1);
+    for closed in ["tree/secret.txt", "tree/big-secret.bin", "tree/locked"] {
+        std::fs::set_permissions(sides.there(closed), std::fs::Permissions::from_mode(0o000))
+            .unwrap();
+    }
+    let here = sides.here("tree").display().to_string();
+    let there = sides.there("tree").display().to_string();
+
+    // Exercise: the tree down, then one closed file named on the command line.
+    let output = tether_cp(&server.url, &["-r", &sides.remote("tree"), &here]).await;
+    let named = tether_cp(&server.url, &[&sides.remote("tree/secret.txt"), &here]).await;
+    // Opened again so that the scratch directory can be removed.
+    std::fs::set_permissions(sides.there("tree/locked"), std::fs::Permissions::from_mode(0o755))
+        .unwrap();
+
+    // Assert: each closed one named and skipped, the rest copied, and the count last.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    for closed in ["secret.txt", "big-secret.bin", "locked"] {
+        let said = format!(
+            "tether cp: cannot read {there}/{closed} on the executor: permission denied; skipped"
+        );
+        assert!(lines.contains(&said.as_str()), "{said:?} not in {stderr}");
+    }
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "tether cp: 3 files or directories could not be read (permission denied) and were \
+             skipped, each named above; the rest was copied: make them readable and copy again"
+        )
+    );
+    assert_eq!(std::fs::read(sides.here("tree/a.txt")).unwrap(), b"a\n");
+    assert_eq!(std::fs::read(sides.here("tree/sub/b.txt")).unwrap(), b"b\n");
+    let mut left: Vec<String> = std::fs::read_dir(sides.here("tree"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["a.txt", "sub"], "nothing skipped is there, not even staged");
+    let stderr = String::from_utf8_lossy(&named.stderr);
+    assert_eq!(named.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("tether cp: cannot read {there}/secret.txt on the executor: permission denied")
+    );
 }

@@ -8,6 +8,8 @@ use tether_testkit::server::tether_binary;
 use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 use tokio::io::AsyncWriteExt;
 
+mod common;
+
 against_both!(
     exec_streams_output_and_returns_the_exit_code,
     exec_output_is_identical_through_a_connection_cut_ten_times,
@@ -350,4 +352,54 @@ async fn exec_into_a_stalled_pipe_stays_small_and_delivers_every_byte(target: Ta
     assert!(highest < LIMIT_KIB, "tether exec peaked at {highest} KiB");
     let expected: String = (1..=LINES).map(|i| format!("{i}\n")).collect();
     assert!(out == expected.as_bytes(), "{} of {} bytes, not `seq`'s", out.len(), expected.len());
+}
+
+/// `tether shell`, as `ssh host` at a terminal: the executor user's login shell, in their
+/// home, on a terminal of its own; what is typed reaches it, and its exit status is ours.
+/// The executor can be named on its own, as ssh takes its host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_shell_is_a_login_shell_on_a_terminal_in_the_users_home() {
+    // Setup: a server, and `tether shell URL` on a terminal of the test's own.
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let home = std::env::var("HOME").unwrap();
+    let (pty, pts) = pty_process::open().unwrap();
+    let mut child = pty_process::Command::new(tether_binary().unwrap())
+        .args(["shell", &server.url])
+        .env_remove("TETHER_URL")
+        .kill_on_drop(true)
+        .spawn(pts)
+        .unwrap();
+    let (mut reader, mut writer) = pty.into_split();
+
+    // Exercise: type what shows where it runs and what it is, then leave with a status.
+    // (Each answer is made of pieces, so the echo of what was typed cannot match it.)
+    let typed = "echo \"in=$(pwd)\"; [ -t 0 ] && echo \"on-a-\"terminal; \
+                 shopt -q login_shell && echo \"log\"in-shell; exit 3\r";
+    writer.write_all(typed.as_bytes()).await.unwrap();
+
+    // Assert: in the home, on a terminal, a login shell; its status comes back.
+    let mut seen = String::new();
+    common::read_until(&mut reader, &format!("in={home}\r\n"), &mut seen).await;
+    common::read_until(&mut reader, "on-a-terminal\r\n", &mut seen).await;
+    common::read_until(&mut reader, "login-shell\r\n", &mut seen).await;
+    let status =
+        tokio::time::timeout(Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(3), "{seen:?}");
+}
+
+/// `tether shell` with no executor named anywhere says so in one line, with what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_shell_without_an_executor_says_how_to_name_one() {
+    let output = tokio::process::Command::new(tether_binary().unwrap())
+        .arg("shell")
+        .env_remove("TETHER_URL")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(255));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim_end(),
+        "tether shell: which executor? name it (tether shell NAME), or give --url (or TETHER_URL)"
+    );
 }

@@ -21,7 +21,7 @@ fn tether(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 #[test]
 fn every_flag_in_help_is_in_the_readme() {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    for command in ["serve", "exec", "mcp", "cp", "port-forward"] {
+    for command in ["serve", "exec", "shell", "mcp", "cp", "port-forward"] {
         let help = tether(&[command, "--help"], &[]);
         assert_eq!(help.status.code(), Some(0));
         let help = String::from_utf8(help.stdout).unwrap();
@@ -224,7 +224,9 @@ fn a_closed_stdout_ends_a_listing_quietly() {
 /// rest. The refusal still says what is wrong; help still exits 0.
 #[test]
 fn a_wrong_command_line_exits_with_the_commands_own_failure_code() {
-    for (command, code) in [("exec", 255), ("mcp", 1), ("cp", 1), ("serve", 2), ("token", 2)] {
+    for (command, code) in
+        [("exec", 255), ("shell", 255), ("mcp", 1), ("cp", 1), ("serve", 2), ("token", 2)]
+    {
         let refused = tether(&[command, "--no-such-flag"], &[]);
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert_eq!(refused.status.code(), Some(code), "{command}: {stderr}");

@@ -37,6 +37,24 @@ pub const FS_READ_FILE_MAX_BYTES: u64 = 512 * 1024 * 1024;
 /// 1048576`).
 pub const FS_BLOCK_MAX_BYTES: usize = 1024 * 1024;
 
+/// What an `fs/*` failure was, where its code does not say (Tether's, in `error.data`; the
+/// reference gives no data): a refusal by the OS (`EACCES`, `EPERM`) comes back `-32600` as
+/// on the reference, the code invalid input has too, so a client that goes on past what it
+/// may not read (`tether cp`) tells the two apart by this, never by the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum FsFailureKind {
+    PermissionDenied,
+}
+
+/// `error.data` of an `fs/*` failure whose kind its code does not tell: `{"kind":
+/// "permissionDenied"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsFailure {
+    pub kind: FsFailureKind,
+}
+
 /// How many file handles one connection may hold open at once: 128. Each is an OS file
 /// descriptor held on a client's behalf, so a client that never closes must not exhaust the
 /// executor's. The 129th `fs/open` is refused with `-32600` (`at most 128 file handles may be
@@ -1112,5 +1130,11 @@ mod tests {
     fn limits_are_the_references() {
         assert_eq!(FS_READ_FILE_MAX_BYTES, 536_870_912);
         assert_eq!(FS_BLOCK_MAX_BYTES, 1_048_576);
+    }
+
+    #[test]
+    fn a_refusal_by_the_os_is_said_in_data() {
+        let data = serde_json::to_value(FsFailure { kind: FsFailureKind::PermissionDenied });
+        assert_eq!(data.unwrap(), serde_json::json!({"kind": "permissionDenied"}));
     }
 }

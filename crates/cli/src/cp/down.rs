@@ -124,8 +124,18 @@ impl Copier<'_> {
             if let Some((parent, there, entry)) = next.take() {
                 let shown = parent.shown.join(&entry.name);
                 check_depth(stack.len(), format_args!("{} on the executor", there.display()))?;
+                // Listed before it is made here, so that one it may not read is not made.
+                let listing = match self.list(&there, &mut budget).await {
+                    Ok(listing) => listing,
+                    // One directory in the tree this side may not read is not a reason to copy
+                    // nothing of it, as with cp -r; the tree's root is.
+                    Err(denied) if denied.is::<RemoteDenied>() && !stack.is_empty() => {
+                        self.skipped_denied(&denied);
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
                 let here = make_directory(parent.here.as_fd(), &entry.name, &shown)?;
-                let listing = self.list(&there, &mut budget).await?;
                 let directory = Arc::new(Directory {
                     here,
                     shown,
@@ -168,7 +178,15 @@ impl Copier<'_> {
         if noted {
             self.stages.local_done(&staged);
         }
-        copied?;
+        match copied {
+            // A file in a tree that the executor may not read is skipped; one named on the
+            // command line (in the landing directory, which has no parent) is the copy's error.
+            Err(denied) if denied.is::<RemoteDenied>() && directory.parent.is_some() => {
+                self.progress.dec_length(size(&entry));
+                self.skipped_denied(&denied);
+            }
+            copied => copied?,
+        }
         finish(directory)
     }
 
@@ -191,7 +209,8 @@ impl Copier<'_> {
                     sandbox: None,
                     attach_data: None,
                 };
-                let read = self.client.read_file(params).await.map_err(|e| remote(&source, e))?;
+                let read =
+                    self.client.read_file(params).await.map_err(|e| remote_read(&source, e))?;
                 let bytes = read.data_base64.into_bytes();
                 let written = create_staged(here, &staged)
                     .and_then(|file| piecewise::write_all(&file, &bytes).map(|()| file))
@@ -250,11 +269,11 @@ impl Copier<'_> {
             .client
             .read_file_stream(uri(source)?, None)
             .await
-            .map_err(|e| remote(source, e))?;
+            .map_err(|e| remote_read(source, e))?;
         let cannot_write = || format!("cannot write {}", shown.display());
         let file = Arc::new(file.try_clone().with_context(cannot_write)?);
         while let Some(block) = blocks.next().await {
-            let block = block.map_err(|e| remote(source, e))?;
+            let block = block.map_err(|e| remote_read(source, e))?;
             let n = block.len() as u64;
             let file = file.clone();
             tokio::task::spawn_blocking(move || piecewise::write_all(&file, &block))
@@ -273,7 +292,8 @@ impl Copier<'_> {
             include_metadata: self.keeps_metadata.then_some(true),
             sandbox: None,
         };
-        let listing = self.client.read_directory(params).await.map_err(|e| remote(directory, e))?;
+        let listing =
+            self.client.read_directory(params).await.map_err(|e| remote_read(directory, e))?;
         budget.listed(
             listing.entries.len(),
             format_args!("{} on the executor", directory.display()),
@@ -347,6 +367,22 @@ impl Copier<'_> {
             mode: found.mode,
             modified_ms: Some(found.modified_at_ms),
         }))
+    }
+}
+
+/// A file or directory on the executor that the server may not read (its refusal's kind,
+/// `permissionDenied`): named on the command line it is the copy's error, as cp's; met in a
+/// tree it is said, skipped, and counted, and the copy goes on.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {} on the executor: permission denied", .0.display())]
+struct RemoteDenied(PathBuf);
+
+/// A failure to read `path` on the executor: [`RemoteDenied`] where the server refused it,
+/// else as [`remote`] says it.
+fn remote_read(path: &Path, error: tether_engine::fs::FsError) -> anyhow::Error {
+    match error.kind {
+        FsErrorKind::PermissionDenied => RemoteDenied(path.to_owned()).into(),
+        _ => remote(path, error),
     }
 }
 

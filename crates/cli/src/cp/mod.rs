@@ -69,9 +69,9 @@ output as the destination (one file).
 
 A link named on the command line is copied as what it leads to, as cp does without -r; in a
 tree (and with -r) a link is copied as a link, and a copy down stops where a directory it makes
-would go through one. FIFOs, sockets and devices in a tree are skipped, and counted; going up,
-a file or directory in a tree that cannot be read is named and skipped, the rest copied, and
-the copy exits 1 saying how many. A copy takes at most 1000000 entries, 256 directories
+would go through one. FIFOs, sockets and devices in a tree are skipped, and counted; a file
+or directory in a tree that cannot be read (here going up, on the executor coming down) is
+named and skipped, the rest copied, and the copy exits 1 saying how many. A copy takes at most 1000000 entries, 256 directories
 deep.
 
 Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
@@ -196,7 +196,8 @@ struct NotKept {
     links: AtomicU64,
     /// FIFOs, sockets and devices met in a tree, skipped.
     special: AtomicU64,
-    /// Files and directories in a tree this side may not read, skipped.
+    /// Files and directories in a tree that this side (going up) or the executor (coming
+    /// down) may not read, skipped.
     denied: AtomicU64,
 }
 
@@ -377,14 +378,14 @@ fn remote(path: &Path, error: FsError) -> anyhow::Error {
     anyhow::anyhow!("{} on the executor: {}", path.display(), error.message)
 }
 
-/// A name for a file being written next to `name`, unique to this run.
+/// A name for a file being written next to `name`, unique to this run. It is a staged name
+/// the server knows (`tether_engine::fs::staged_name`): a stage it opens under it is held for
+/// this copy, and removed by the server if the copy's connection ends before it is placed, so
+/// a copy killed outright (`kill -9`) leaves nothing behind either.
 fn staged_name(name: &OsStr) -> OsString {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut staged = OsString::from(".");
-    staged.push(name);
-    staged.push(format!(".tether-{}-{unique}", std::process::id()));
-    staged
+    tether_engine::fs::staged_name(name, std::process::id(), unique)
 }
 
 /// The last component of a source, for "copy into this directory".
@@ -443,6 +444,15 @@ struct Copier<'a> {
     not_kept: &'a NotKept,
     progress: &'a ProgressBar,
     stages: &'a stages::Stages,
+}
+
+impl Copier<'_> {
+    /// Says in one line that `denied`, in a tree, was skipped as this side or the executor
+    /// may not read it, and counts it for the copy's last line.
+    fn skipped_denied(&self, denied: &anyhow::Error) {
+        self.progress.suspend(|| eprintln!("tether cp: {denied}; skipped"));
+        self.not_kept.denied.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Runs a tree's walk beside its copies: the walk hands each file or link to a queue of

@@ -4,7 +4,10 @@
 //!
 //! A stage is noted before it is made and let go once it is placed or removed, whatever the
 //! outcome: what is still noted when the copy is interrupted is exactly what was left halfway.
-//! (A copy killed outright, `kill -9`, can remove nothing; its stages keep their telling names.)
+//! (A copy killed outright, `kill -9`, can remove nothing itself: the server removes the
+//! stages it streamed as its connection ends, and any other left by a server that went away
+//! at the next copy into the same directory; see `tether_engine::fs::stage`. Stages made
+//! here, coming down, are this copy's alone to remove.)
 
 use std::collections::HashSet;
 use std::ffi::OsString;

@@ -132,8 +132,7 @@ impl Copier<'_> {
                 // Nor is one file or directory this side may not read, as with cp -r: said
                 // now, counted for the end.
                 Err(denied) if denied.is::<Denied>() => {
-                    self.progress.suspend(|| eprintln!("tether cp: {denied}; skipped"));
-                    self.not_kept.denied.fetch_add(1, Ordering::Relaxed);
+                    self.skipped_denied(&denied);
                     continue;
                 }
                 Err(error) => return Err(error),

@@ -33,6 +33,7 @@ mod remove_tree;
 pub(crate) mod request;
 pub(crate) mod sandboxed;
 mod set_metadata;
+mod stage;
 mod stream;
 pub(crate) mod walk;
 mod watch_missing;
@@ -52,6 +53,7 @@ use tether_protocol::sandbox::SandboxContext;
 
 pub use handles::FileHandles;
 pub use local::{DEFAULT_WHOLE_READ_BUDGET_BYTES, LocalFileSystem};
+pub use stage::{is_staged_name, staged_name};
 pub use stream::FileReadStream;
 pub use watch_missing::MissingWatch;
 pub use whole_read::ReadGrant;

@@ -6,9 +6,13 @@
 //! removes the temporary file and leaves the destination as it was. Everything happens
 //! relative to one descriptor of the directory, so a directory swapped meanwhile cannot send
 //! the rename somewhere the temporary file is not.
+//!
+//! The temporary file is a stage (see [`super::stage`]): held locked until it is renamed, so
+//! a server killed in the middle leaves one that the next stage made in its directory sweeps
+//! away, which this one does first.
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +21,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps, UTIME_OMIT};
 use super::metadata::PERMISSION_BITS;
 use super::piecewise;
 use super::set_metadata::timespec_of_ms;
+use super::stage::{self, Stage};
 
 /// Temporary names tried before giving up: another writer holding the name just drawn is
 /// next to impossible (the names carry the process id and a counter), so a few tries only
@@ -39,17 +44,43 @@ pub(crate) fn put(
             format!("`{}` names no file to put", path.display()),
         ));
     };
-    let directory = rustix::fs::open(
-        parent,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let (file, staged) = create_staged(&directory, name)?;
+    // Readable, so that it can be swept; a directory this user may only pass through is
+    // written in without a sweep.
+    let directory = match stage::open_directory(parent) {
+        Ok(directory) => {
+            stage::sweep(directory.as_fd());
+            directory
+        }
+        Err(_) => rustix::fs::open(
+            parent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?,
+    };
+    let mut attempt = 1;
+    let (file, staged, held) = loop {
+        let (file, staged) = create_staged(&directory, name)?;
+        match Stage::hold(directory.try_clone()?, &staged, &file)? {
+            Some(held) => break (file, staged, held),
+            // Swept between its making and its lock (or locked by another): made again under
+            // a new name.
+            None if attempt < stage::STAGE_ATTEMPTS => attempt += 1,
+            None => {
+                let _ = rustix::fs::unlinkat(&directory, &staged, AtFlags::empty());
+                return Err(io::Error::other(format!(
+                    "the temporary file for `{}` was removed, or locked by another process, \
+                     as it was made; put the file again",
+                    path.display()
+                )));
+            }
+        }
+    };
     let written = fill(file, data, mode, modified_at_ms)
         .and_then(|()| Ok(rustix::fs::renameat(&directory, &staged, &directory, name)?));
     if written.is_err() {
         let _ = rustix::fs::unlinkat(&directory, &staged, AtFlags::empty());
     }
+    drop(held);
     written
 }
 
@@ -63,10 +94,8 @@ fn create_staged(
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut attempt = 0;
     loop {
-        let mut staged = std::ffi::OsString::from(".");
-        staged.push(name);
         let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-        staged.push(format!(".tether-put-{}-{unique}", std::process::id()));
+        let staged = stage::put_staged_name(name, std::process::id(), unique);
         match rustix::fs::openat(directory, &staged, flags, Mode::from_raw_mode(0o600)) {
             Ok(fd) => return Ok((std::fs::File::from(fd), staged)),
             Err(rustix::io::Errno::EXIST) if attempt + 1 < NAME_ATTEMPTS => attempt += 1,

@@ -5,8 +5,10 @@
 //! device can have effects of its own. Every open is non-blocking as well, so a path swapped
 //! for a FIFO between the check and the open cannot hang either.
 
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -84,6 +86,20 @@ pub(crate) fn open_for_write(path: &Path, follow_symlinks: bool) -> io::Result<F
         let mode = Mode::from_raw_mode(0o666);
         File::from(rustix::fs::openat(&beneath.dir, &beneath.name, flags, mode)?)
     };
+    let flags = rustix::fs::fcntl_getfl(&file)?;
+    rustix::fs::fcntl_setfl(&file, flags - OFlags::NONBLOCK)?;
+    Ok(file)
+}
+
+/// [`open_for_write`] following links, of `name` in `directory`.
+pub(crate) fn open_for_write_at(directory: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NONBLOCK;
+    let file = File::from(rustix::fs::openat(
+        directory,
+        name,
+        flags | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    )?);
     let flags = rustix::fs::fcntl_getfl(&file)?;
     rustix::fs::fcntl_setfl(&file, flags - OFlags::NONBLOCK)?;
     Ok(file)

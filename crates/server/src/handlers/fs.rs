@@ -147,13 +147,18 @@ pub(crate) async fn run(
         }
         FsCall::Walk(p) => encode_response(id, &fs.walk(p).await.map_err(to_rpc)?),
         FsCall::Remove(p) => {
-            fs.remove(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+            let removed = fs.remove(p).await;
+            connection.handles.release_placed_stages().await;
+            removed.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
         FsCall::Copy(p) => {
             fs.copy(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
         FsCall::Rename(p) => {
-            fs.rename(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
+            let renamed = fs.rename(p).await;
+            // A stage placed is let go of at once, so it is not held locked past its copy.
+            connection.handles.release_placed_stages().await;
+            renamed.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
         }
         FsCall::SetMetadata(p) => {
             fs.set_metadata(p).await.map(|()| encode_response(id, &empty)).map_err(to_rpc)?
@@ -223,5 +228,12 @@ pub(crate) fn to_rpc(error: FsError) -> JsonRpcError {
         FsErrorKind::Unsupported => METHOD_NOT_FOUND,
         FsErrorKind::Other => INTERNAL_ERROR,
     };
-    JsonRpcError::new(code, error.message)
+    let denied = error.kind == FsErrorKind::PermissionDenied;
+    let mut rpc = JsonRpcError::new(code, error.message);
+    // What the code does not tell apart from invalid input.
+    if denied {
+        let kind = tether_protocol::fs::FsFailureKind::PermissionDenied;
+        rpc.data = serde_json::to_value(tether_protocol::fs::FsFailure { kind }).ok();
+    }
+    rpc
 }
