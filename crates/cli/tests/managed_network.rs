@@ -34,6 +34,7 @@ against_both!(
     allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks,
     a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host,
     credential_providers_are_typed_as_the_reference_types_them,
+    a_request_naming_a_unix_socket_is_refused_before_any_policy,
     a_custom_providers_key_reaches_its_prefix_and_nothing_else,
     transparent_tcp_carries_what_ignores_the_proxy_variables,
     transparent_tcp_carries_ipv6_by_name_and_by_address,
@@ -891,6 +892,31 @@ async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(targe
     assert!(child.starts_with("ghp_masked") && child.len() == token.len(), "{}", finished.stdout);
     assert_eq!(lines.next(), Some(format!("Bearer {token}").as_str()), "{}", finished.stdout);
     assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"]);
+}
+
+/// A request that names a Unix socket to reach (`x-unix-socket`) is refused with `501` and
+/// reported as the proxy's own refusal, before any policy and whatever `unixSockets` allows:
+/// on Linux the reference's proxy reaches no Unix socket, and neither does Tether's.
+async fn a_request_naming_a_unix_socket_is_refused_before_any_policy(target: Target) {
+    let home = ExecutorHome::new("network", target, "unix-socket");
+    let (_server, mut client) = home.started(target).await;
+    let socket = home.path("docker.sock").display().to_string();
+    let script = format!(
+        "curl -sS -i --noproxy '' -x \"$HTTP_PROXY\" -H 'x-unix-socket: {socket}' http://localhost/v1.41/info"
+    );
+    let changes = json!({"unixSockets": {socket.clone(): "allow"}, "allowLocalBinding": true});
+    let params = proxied("p", &script, &home, Confined::No, launch(json!({}), changes));
+    let finished = run(&mut client, params).await;
+    let status = finished.stdout.lines().next().unwrap_or_default();
+    assert_eq!(status.trim_end(), "HTTP/1.1 501 Not Implemented", "{}", finished.stdout);
+    assert!(finished.stdout.ends_with("\r\n\r\nunix sockets unsupported"), "{}", finished.stdout);
+    let reported: Vec<Value> = finished.decisions.iter().map(decision).collect();
+    assert_eq!(
+        reported,
+        [json!({"processId": "p", "scope": "non_domain", "decision": "deny",
+            "source": "proxy_state", "reason": "unix_socket_unsupported", "protocol": "http",
+            "host": "unix-socket", "port": 0, "method": "GET", "policyOverride": false})]
+    );
 }
 
 /// `credentialProviders` is typed as the reference types it (a map of providers, each member

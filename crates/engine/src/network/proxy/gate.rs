@@ -60,7 +60,31 @@ struct Decided {
     overridden: bool,
 }
 
+/// What a request naming a Unix socket (`x-unix-socket`) is refused with and reported as,
+/// in the reference's words: on Linux its proxy reaches no Unix socket, whatever the launch's
+/// `unixSockets` allow.
+pub(super) const UNIX_SOCKET_UNSUPPORTED: &str = "unix_socket_unsupported";
+
 impl Proxy {
+    /// Reports the refusal of a request that names a Unix socket (`method`, from `client`):
+    /// the proxy's own state refuses it before any policy, as the reference's does.
+    pub(super) async fn refuse_unix_socket(&self, method: &str, client: SocketAddr) {
+        let target = Target {
+            protocol: ProxyProtocol::Http,
+            host: "unix-socket",
+            port: 0,
+            method: Some(method),
+            client,
+        };
+        let refused = (
+            Decision::Deny,
+            DecisionSource::ProxyState,
+            UNIX_SOCKET_UNSUPPORTED,
+            DecisionScope::NonDomain,
+        );
+        self.report(target, refused, false).await;
+    }
+
     /// Decides `target`, reporting each decision.
     pub(super) async fn admit(&self, target: Target<'_>) -> Admission {
         let decided = self.decide_domain(target).await;

@@ -71,9 +71,17 @@ async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     Ok(match request.method() == Method::CONNECT {
         true => tunnel(&proxy, client, request, &slot).await,
+        false if request.headers().contains_key(UNIX_SOCKET_HEADER) => {
+            proxy.refuse_unix_socket(request.method().as_str(), client).await;
+            text(StatusCode::NOT_IMPLEMENTED, "unix sockets unsupported")
+        }
         false => forward(&proxy, client, request).await,
     })
 }
+
+/// The header a request names a Unix socket to reach with (the reference's); such a request
+/// is refused ([`super::gate::UNIX_SOCKET_UNSUPPORTED`]), never sent on with it.
+const UNIX_SOCKET_HEADER: &str = "x-unix-socket";
 
 /// `CONNECT host:port`: answered here; the tunnel is left in `slot` for the connection's task.
 async fn tunnel(
