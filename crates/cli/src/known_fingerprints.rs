@@ -12,7 +12,7 @@
 //! `HOST:PORT`. Blank lines and lines starting with `#` are skipped; a line is removed by hand
 //! (with an editor) when its server's certificate changed on purpose.
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
@@ -21,6 +21,11 @@ use tether_client::TlsFingerprint;
 
 /// The file's name, beside the config file.
 const FILE_NAME: &str = "known_fingerprints";
+
+/// The most of the file read: a line is under 200 bytes, so this is thousands of executors,
+/// more than a person accepts by hand; a file larger is no list of theirs, and reading it
+/// whole (it is read for every connection) would cost without end.
+const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// A fingerprint remembered for an executor, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +44,8 @@ pub fn path() -> Option<PathBuf> {
 /// nothing; a line for `key` whose fingerprint cannot be read is an error naming it, since
 /// taking it for nothing remembered would ask about a certificate the person already pinned.
 pub fn lookup(file: &Path, key: &str) -> anyhow::Result<Option<Remembered>> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
+    let opened = match std::fs::File::open(file) {
+        Ok(opened) => opened,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => {
             return Err(
@@ -48,6 +53,17 @@ pub fn lookup(file: &Path, key: &str) -> anyhow::Result<Option<Remembered>> {
             );
         }
     };
+    let mut text = String::new();
+    std::io::Read::take(opened, MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        bail!(
+            "{} is larger than {} KiB, more than a list of accepted certificates; remove the lines of executors you no longer use",
+            file.display(),
+            MAX_FILE_BYTES / 1024
+        );
+    }
     for (index, line) in text.lines().enumerate() {
         let mut words = line.split_whitespace();
         let Some(first) = words.next().filter(|word| !word.starts_with('#')) else { continue };
@@ -86,11 +102,24 @@ pub fn remember(file: &Path, key: &str, fingerprint: TlsFingerprint) -> anyhow::
         .mode(0o600)
         .open(file)
         .with_context(failed)?;
-    // A last line a person left without its newline is ended first, so ours stands alone.
-    let unended =
-        std::fs::read(file).with_context(failed)?.last().is_some_and(|last| *last != b'\n');
+    // A last line a person left without its newline is ended first, so ours stands alone
+    // (only the last byte is read, however large the file).
+    let unended = last_byte(file).with_context(failed)?.is_some_and(|last| last != b'\n');
     let line = format!("{}{key} {fingerprint}\n", if unended { "\n" } else { "" });
     opened.write_all(line.as_bytes()).with_context(failed)
+}
+
+/// The file's last byte; `None` when it is empty.
+fn last_byte(file: &Path) -> std::io::Result<Option<u8>> {
+    use std::io::{Seek as _, SeekFrom};
+    let mut opened = std::fs::File::open(file)?;
+    if opened.seek(SeekFrom::End(0))? == 0 {
+        return Ok(None);
+    }
+    opened.seek(SeekFrom::End(-1))?;
+    let mut byte = [0u8];
+    std::io::Read::read_exact(&mut opened, &mut byte)?;
+    Ok(Some(byte[0]))
 }
 
 #[cfg(test)]
@@ -132,6 +161,21 @@ mod tests {
         assert_eq!(lookup(&file, "nobody").unwrap(), None);
         let error = lookup(&file, "build").unwrap_err().to_string();
         assert!(error.starts_with(&format!("{}:2: ", file.display())), "{error}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A file past the bound is refused in one line saying what to do, not read whole.
+    #[test]
+    fn a_file_too_large_to_be_a_list_is_refused() {
+        let dir = scratch("large");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(FILE_NAME);
+        let line = format!("other {}\n", TlsFingerprint([3; 32]));
+        let lines = (MAX_FILE_BYTES as usize / line.len()) + 1;
+        std::fs::write(&file, line.repeat(lines)).unwrap();
+        let error = lookup(&file, "build").unwrap_err().to_string();
+        assert!(error.ends_with("remove the lines of executors you no longer use"), "{error}");
+        assert!(!error.contains('\n'), "{error}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
