@@ -191,9 +191,11 @@ impl ExecServerClient {
     }
 
     /// Starts a process and returns its handle. If the connection drops before the server
-    /// answers, the start is ambiguous: the call fails, and the process — if it did start — is
-    /// terminated once the session is back, never silently adopted. The same happens if the
-    /// caller stops waiting (drops this future) once the request may have been sent.
+    /// answers, the start is sent again once the session is back: a process id is never
+    /// reused, so the server runs it only if the first request never reached it. If it
+    /// refuses (the first one may have run), the start is ambiguous: the call fails, and the
+    /// process — if it did start — is terminated, never silently adopted. The same happens if
+    /// the caller stops waiting (drops this future) once the request may have been sent.
     pub async fn start(&self, params: ExecParams) -> Result<RemoteProcess, ClientError> {
         let process_id = params.process_id.clone();
         self.start_with::<_, ExecResponse>("process/start", &process_id, &params).await
@@ -231,7 +233,21 @@ impl ExecServerClient {
         let mut start = PendingStart::new(&self.session, registration.clone());
         let connection = self.connected().await?;
         start.sending();
-        match connection.call::<_, R>(method, params).await {
+        let mut answer = connection.call::<_, R>(method, params).await.map(drop);
+        if let Err(ClientError::Disconnected(_)) = &answer {
+            // Lost with its connection: once the session is back, asked again. Refused there
+            // (its id already exists: the first one reached the server), or lost again, it is
+            // ambiguous as it was.
+            start.lost();
+            if let Ok(connection) = self.connected().await {
+                start.sending();
+                match connection.call::<_, R>(method, params).await {
+                    Ok(_) => answer = Ok(()),
+                    Err(_) => start.lost(),
+                }
+            }
+        }
+        match answer {
             Ok(_) => {
                 registration.mark_started();
                 start.settle();

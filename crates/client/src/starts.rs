@@ -28,6 +28,10 @@ enum StartStage {
     Waiting,
     /// The request may have reached the server.
     InFlight,
+    /// Its connection was lost before the answer: it may have run. Recovery no longer waits
+    /// for it (it waits for the recovery, to be asked again); dropped now, whatever runs under
+    /// its id is terminated.
+    Uncertain,
     Settled,
 }
 
@@ -40,6 +44,15 @@ impl<'a> PendingStart<'a> {
     pub(crate) fn sending(&mut self) {
         self.session.start_sending();
         self.stage = StartStage::InFlight;
+    }
+
+    /// Its connection was lost before the answer came: recovery goes on without it, and the
+    /// caller may send it again once the session is back.
+    pub(crate) fn lost(&mut self) {
+        if self.stage == StartStage::InFlight {
+            self.session.start_settled();
+        }
+        self.stage = StartStage::Uncertain;
     }
 
     /// The outcome is known and acted on.
@@ -78,7 +91,7 @@ impl Drop for PendingStart<'_> {
     fn drop(&mut self) {
         match self.stage {
             StartStage::Waiting => self.session.unregister(&self.registration),
-            StartStage::InFlight => {
+            StartStage::InFlight | StartStage::Uncertain => {
                 let message = format!(
                     "the caller stopped waiting for process/start for {}; it is being terminated",
                     self.registration.process_id

@@ -3,8 +3,9 @@
 //! still holds the old connection, a network that swallows everything), so each case happens
 //! the same way on every run, against Tether and against the reference.
 //!
-//! The cases: an ambiguous start is terminated and reported, never adopted; recovery waits for
-//! starts in flight but never for starts waiting on it; `-32010` is retried until the server
+//! The cases: a start lost before the server saw it is sent again; an ambiguous start is
+//! terminated and reported, never adopted; recovery waits for starts in flight but never for
+//! starts waiting on it; `-32010` is retried until the server
 //! lets the old connection go; a mutating request whose answer is lost is resent only if the
 //! server applies it once (a write, by its `writeId`) and otherwise reported (an interrupt);
 //! calls made while recovering complete after the resume; and when the session is lost, every
@@ -38,6 +39,7 @@ against_both!(
     calls_made_while_recovering_complete_after_the_resume,
     a_refused_resume_fails_every_waiting_and_later_call_alike,
     the_recovery_deadline_bounds_an_attempt_that_hangs,
+    a_start_lost_before_the_server_saw_it_is_sent_again,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -74,6 +76,34 @@ async fn a_start_whose_answer_is_lost_fails_and_its_process_is_terminated(target
     client.wait_connected().await.unwrap();
     wait_until_dead(pid).await;
     assert_eq!(client.status(), ConnectionStatus::Connected);
+}
+
+/// The start's request never reaches the server: it is lost with the connection. Once the
+/// session is back it is sent again (a process id is never reused, so a server that had run
+/// it would refuse), and the process runs once, its handle like any other.
+async fn a_start_lost_before_the_server_saw_it_is_sent_again(target: Target) {
+    // Setup.
+    let server = ServerProcess::start(target).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+    let scratch = Scratch::new();
+    let ran = scratch.path("ran");
+
+    // Exercise: the request is on the wire but held back from the server, then cut.
+    proxy.freeze_upstream();
+    let start = tokio::spawn({
+        let client = client.clone();
+        let script = format!("echo once >> {}; echo ran", ran.display());
+        async move { client.start(params("lost", &script)).await }
+    });
+    proxy.wait_held_upstream_bytes(1).await.unwrap();
+    proxy.cut();
+
+    // Assert: the caller gets a handle, the process ran once.
+    let mut process = start.await.unwrap().unwrap();
+    let (out, _, code, _) = drain(&mut process).await.unwrap();
+    assert_eq!((out.as_slice(), code), (&b"ran\n"[..], 0));
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "once\n");
 }
 
 /// A caller that stops waiting for a start (a timeout drops the future) leaves a process that

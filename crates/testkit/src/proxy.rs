@@ -8,6 +8,8 @@
 //! - [`freeze_downstream`](FaultProxy::freeze_downstream): requests still reach the server,
 //!   its answers never reach the client. A request sent then has taken effect, but its caller
 //!   cannot know: the ambiguous case, made deterministic.
+//! - [`freeze_upstream`](FaultProxy::freeze_upstream): the client's bytes never reach the
+//!   server: a request sent then is lost with the connection, surely not taken effect.
 //! - [`cut_client_side`](FaultProxy::cut_client_side): the client sees its connection end while
 //!   the server's side stays open for a while, so the server still holds the session attached.
 //! - [`set_down`](FaultProxy::set_down) and [`set_unresponsive`](FaultProxy::set_unresponsive)
@@ -46,6 +48,8 @@ struct Control {
     accepted: AtomicUsize,
     /// Server→client bytes held back since the last `freeze_downstream`.
     held: Arc<AtomicUsize>,
+    /// Client→server bytes held back since the last `freeze_upstream`.
+    held_upstream: Arc<AtomicUsize>,
 }
 
 /// One client connection and its way to the server.
@@ -59,6 +63,8 @@ enum LinkMode {
     Open,
     /// Client→server bytes flow; server→client bytes are read and held back.
     DownstreamFrozen,
+    /// Client→server bytes are read and held back; server→client bytes flow.
+    UpstreamFrozen,
     /// The client's side is closed; the server's is held open (unread) for this long.
     ClientSideCut {
         hold_server_for: Duration,
@@ -82,6 +88,7 @@ impl FaultProxy {
             freeze_new: Mutex::new(false),
             accepted: AtomicUsize::new(0),
             held: Arc::new(AtomicUsize::new(0)),
+            held_upstream: Arc::new(AtomicUsize::new(0)),
         });
         let acceptor_control = control.clone();
         let acceptor = tokio::spawn(async move {
@@ -111,7 +118,7 @@ impl FaultProxy {
                 } else {
                     let upstream = control.upstream.lock().unwrap().clone();
                     let limit = control.downstream_limit.lock().unwrap().unwrap_or(usize::MAX);
-                    let held = control.held.clone();
+                    let held = (control.held.clone(), control.held_upstream.clone());
                     tokio::spawn(relay(client, upstream, mode_changes, held, limit))
                 };
                 links.push(Link { mode, task: task.abort_handle() });
@@ -177,6 +184,38 @@ impl FaultProxy {
         self.freeze_downstream();
     }
 
+    /// From now on, the open connections still carry server→client bytes, but client→server
+    /// bytes are read and held back (and dropped by a later [`cut`](Self::cut)): what the
+    /// client sends never reaches the server. Resets
+    /// [`held_upstream_bytes`](Self::held_upstream_bytes).
+    pub fn freeze_upstream(&self) {
+        self.control.held_upstream.store(0, Ordering::SeqCst);
+        for link in self.control.links.lock().unwrap().iter() {
+            link.mode.send_replace(LinkMode::UpstreamFrozen);
+        }
+    }
+
+    /// Client→server bytes held back since [`freeze_upstream`](Self::freeze_upstream).
+    pub fn held_upstream_bytes(&self) -> usize {
+        self.control.held_upstream.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the client has sent at least `bytes` bytes that were held back: proof
+    /// that what it sent after the freeze is on the wire, and lost with a cut.
+    pub async fn wait_held_upstream_bytes(&self, bytes: usize) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while self.held_upstream_bytes() < bytes {
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "the client sent {} of {bytes} bytes within 20 s",
+                    self.held_upstream_bytes()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
     /// Server→client bytes held back since [`freeze_downstream`](Self::freeze_downstream).
     pub fn held_bytes(&self) -> usize {
         self.control.held.load(Ordering::SeqCst)
@@ -223,7 +262,7 @@ async fn relay(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<LinkMode>,
-    held: Arc<AtomicUsize>,
+    (held, held_upstream): (Arc<AtomicUsize>, Arc<AtomicUsize>),
     mut downstream_limit: usize,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else { return };
@@ -246,6 +285,10 @@ async fn relay(
             }
             read = client_read.read(&mut up) => {
                 let Ok(n @ 1..) = read else { return };
+                if *mode.borrow() == LinkMode::UpstreamFrozen {
+                    held_upstream.fetch_add(n, Ordering::SeqCst);
+                    continue;
+                }
                 if server_write.write_all(&up[..n]).await.is_err() {
                     return;
                 }
