@@ -5,6 +5,7 @@
 //! registry is refused ([`registration`]).
 
 mod codex_settings;
+mod config;
 mod managed_network;
 mod registration;
 mod stdin_close;
@@ -18,20 +19,20 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
-use tether_engine::process::{
-    DEFAULT_MAX_RETAINED_OUTPUT_BYTES, DEFAULT_SPILL_BYTES_PER_PROCESS, OutputBudget, SpillConfig,
-};
+use tether_engine::process::{DEFAULT_MAX_RETAINED_OUTPUT_BYTES, DEFAULT_SPILL_BYTES_PER_PROCESS};
 use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
 use tether_engine::sandbox::{PidNamespace, Sandboxing};
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
     DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE,
-    DEFAULT_SHUTDOWN_GRACE, MAX_SHUTDOWN_GRACE,
+    DEFAULT_SHUTDOWN_GRACE,
 };
 use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
 use tether_server::transport::kept_certificate::Kept;
 use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
+
+use config::{Descriptors, SandboxPlan, TlsSource};
 use tokio_util::sync::CancellationToken;
 
 pub use registration::RegistrationRefused;
@@ -316,127 +317,39 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // not be handled (the guardian's death arrives as one) would serve on with nobody to stop
     // it, and a stop that comes as it starts takes the clean way out.
     let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
-    if args.shutdown_grace_secs > MAX_SHUTDOWN_GRACE.as_secs() {
-        let (asked, max) = (args.shutdown_grace_secs, MAX_SHUTDOWN_GRACE.as_secs());
-        bail!(
-            "--shutdown-grace-secs {asked} is more than the most a drain may last, {max} (an \
-             hour); give {max} or less"
-        );
-    }
     let listen: ListenAddress = args.listen.parse()?;
-    let ws_auth = args.ws_auth.settings(&listen)?;
+    let plan = config::plan(&args, &listen)?;
+    let mut config = plan.config;
+    config.ws_auth = plan.ws_auth.load()?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    args.codex_settings.apply(&cwd)?;
-    for flag in args.registration.ignored() {
+    plan.codex_settings.apply(&cwd)?;
+    for flag in plan.ignored_registration_flags {
         tracing::warn!(
             "{flag} names a registration with OpenAI's environment registry, which is made only \
              with --remote (refused by Tether); ignored"
         );
     }
-    let tls_flags =
-        args.tls_cert.is_some() || args.tls_self_signed || args.tls_self_signed_dir.is_some();
-    match &listen {
-        ListenAddress::Stdio if tls_flags => {
-            bail!("TLS requires a WebSocket listener, not stdio; use --listen wss://HOST:PORT")
-        }
-        ListenAddress::WebSocket { tls: true, .. } if !tls_flags => bail!(
-            "--listen {} needs a certificate: add --tls-self-signed, or --tls-cert and --tls-key",
-            args.listen
-        ),
-        _ => {}
-    }
-    let mut fingerprint = None;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            Some(tether_server::transport::tls::load_server_config(cert, key).map_err(|error| {
-                anyhow::anyhow!(
-                    "{error}; give --tls-cert the certificate chain and --tls-key its private \
-                     key, both PEM files this user can read, or use --tls-self-signed"
-                )
-            })?)
-        }
-        _ if let Some(dir) = &args.tls_self_signed_dir => {
-            let (made, kept) = tether_server::transport::kept_certificate::kept_self_signed(
-                dir,
-                certificate_names(&listen),
-            )
-            .map_err(|error| anyhow::anyhow!("--tls-self-signed-dir: {error}"))?;
-            match kept {
-                Kept::Made => {
-                    tracing::info!(dir = %dir.display(), "made a self-signed certificate, kept there for later starts")
-                }
-                Kept::Loaded => {
-                    tracing::info!(dir = %dir.display(), "serving the self-signed certificate kept there")
-                }
-            }
-            fingerprint = Some(made.fingerprint);
-            Some(made.config)
-        }
-        _ if args.tls_self_signed => {
-            let made = tether_server::transport::tls::self_signed(certificate_names(&listen))
-                .map_err(anyhow::Error::msg)?;
-            fingerprint = Some(made.fingerprint);
-            Some(made.config)
-        }
-        _ => None,
+    let fingerprint = load_tls(plan.tls, &listen, &mut config)?;
+    let descriptor_budget = match plan.descriptors {
+        Descriptors::Fit { requested } => fit_connections(requested)?,
+        Descriptors::Stdio => DescriptorBudget::full(DEFAULT_MAX_CONNECTIONS),
     };
-    let descriptor_budget = match listen {
-        ListenAddress::WebSocket { .. } => fit_connections(args.max_connections)?,
-        ListenAddress::Stdio => DescriptorBudget::full(DEFAULT_MAX_CONNECTIONS),
-    };
-    let pid_namespace = args.linux_sandbox_pid_namespace.into();
-    set_up_sandboxing(args.bwrap.clone(), private_files(&args), pid_namespace)?;
+    config.max_connections = descriptor_budget.max_connections;
+    config.max_pending_connections = descriptor_budget.max_pending_connections;
+    set_up_sandboxing(plan.sandbox)?;
     keep_own_memory_private();
     keep_inherited_descriptors_from_commands();
-    let spill = match &args.spill_output_dir {
-        Some(dir) => {
-            let spill =
-                SpillConfig { dir: dir.clone(), bytes_per_process: args.spill_output_bytes };
-            spill.validate().map_err(|e| {
-                anyhow::anyhow!(
-                    "--spill-output-dir: {e}; give a directory that exists and this user can \
-                     write to"
-                )
-            })?;
-            Some(spill)
-        }
-        None => None,
-    };
-    let config = ServerConfig {
-        detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
-        max_detached_session_ttl: Duration::from_secs(args.max_session_ttl_secs),
-        ping_interval: Duration::from_secs(args.ping_interval_secs),
-        pong_timeout: Duration::from_secs(args.pong_timeout_secs),
-        concurrent_requests: args.concurrent_requests as usize,
-        processes: ProcessTableConfig {
-            retained_output_bytes: args.retain_output_bytes,
-            output_budget: Arc::new(OutputBudget::new(args.max_retained_output_bytes)),
-            closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
-            max_processes: args.max_processes_per_session,
-            closed_output_budget: args.closed_output_budget_bytes,
-            spill: spill.map(Arc::new),
-            transparent_tcp: args.managed_network.settings().transparent_tcp,
-            upstream_routing: args.managed_network.settings().upstream_routing(),
-        },
-        max_sessions: args.max_sessions,
-        max_sessions_per_client: args.max_sessions_per_client,
-        max_connections: descriptor_budget.max_connections,
-        max_pending_connections: descriptor_budget.max_pending_connections,
-        ws_auth,
-        insecure_no_auth: args.insecure_no_auth,
-        tls,
-        request_head_deadline: Duration::from_secs(args.request_head_timeout_secs),
-        whole_read_budget_bytes: args.file_read_budget_bytes,
-        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
-        managed_network: args.managed_network.settings(),
-        metrics_listen: args.metrics_listen,
-    };
-    let stdin_closed = match (&listen, args.exit_on_stdin_close) {
-        (ListenAddress::WebSocket { .. }, true) => {
-            Some(stdin_close::closed().context("cannot watch standard input")?)
-        }
-        // On stdio the input is the connection, whose end ends the server.
-        _ => None,
+    if let Some(spill) = plan.spill {
+        spill.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "--spill-output-dir: {e}; give a directory that exists and this user can write to"
+            )
+        })?;
+        config.processes.spill = Some(Arc::new(spill));
+    }
+    let stdin_closed = match plan.watch_stdin {
+        true => Some(stdin_close::closed().context("cannot watch standard input")?),
+        false => None,
     };
     let server = Server::bind(&listen, config).await.map_err(|error| {
         let hint = bind_hint(&error);
@@ -459,6 +372,53 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server.serve(shutdown).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
+}
+
+/// Sets the TLS settings the flags name, read or made; returns the fingerprint to print of a
+/// certificate made here (one of the operator's own is theirs to know).
+fn load_tls(
+    source: TlsSource,
+    listen: &ListenAddress,
+    config: &mut ServerConfig,
+) -> anyhow::Result<Option<String>> {
+    let (tls, fingerprint) = match source {
+        TlsSource::None => (None, None),
+        TlsSource::Files { cert, key } => {
+            let config = tether_server::transport::tls::load_server_config(&cert, &key).map_err(
+                |error| {
+                    anyhow::anyhow!(
+                        "{error}; give --tls-cert the certificate chain and --tls-key its \
+                         private key, both PEM files this user can read, or use \
+                         --tls-self-signed"
+                    )
+                },
+            )?;
+            (Some(config), None)
+        }
+        TlsSource::Kept(dir) => {
+            let (made, kept) = tether_server::transport::kept_certificate::kept_self_signed(
+                &dir,
+                certificate_names(listen),
+            )
+            .map_err(|error| anyhow::anyhow!("--tls-self-signed-dir: {error}"))?;
+            match kept {
+                Kept::Made => {
+                    tracing::info!(dir = %dir.display(), "made a self-signed certificate, kept there for later starts")
+                }
+                Kept::Loaded => {
+                    tracing::info!(dir = %dir.display(), "serving the self-signed certificate kept there")
+                }
+            }
+            (Some(made.config), Some(made.fingerprint))
+        }
+        TlsSource::SelfSigned => {
+            let made = tether_server::transport::tls::self_signed(certificate_names(listen))
+                .map_err(anyhow::Error::msg)?;
+            (Some(made.config), Some(made.fingerprint))
+        }
+    };
+    config.tls = tls;
+    Ok(fingerprint)
 }
 
 /// What a person can do about an address the system would not listen on, by its reason. The
@@ -575,23 +535,11 @@ async fn cancel_on_signal(
     shutdown.cancel();
 }
 
-/// The server's own files, which no sandbox may read or write: the credentials that let a
-/// client in, the TLS key (or the directory a self-signed one is kept in), and the output
-/// spilled for every session.
-fn private_files(args: &ServeArgs) -> Vec<PathBuf> {
-    let others =
-        [&args.tls_key, &args.tls_self_signed_dir, &args.spill_output_dir].into_iter().flatten();
-    args.ws_auth.secret_files().chain(others).cloned().collect()
-}
-
 /// Finds bubblewrap and names this binary as the sandbox's inner stage, and says in the log
 /// whether sandboxed work can run here (and if not, what to install), and when sandboxed
 /// commands share the host's pid namespace.
-fn set_up_sandboxing(
-    bwrap: Option<PathBuf>,
-    private: Vec<PathBuf>,
-    pid_namespace: PidNamespace,
-) -> anyhow::Result<()> {
+fn set_up_sandboxing(plan: SandboxPlan) -> anyhow::Result<()> {
+    let SandboxPlan { bwrap, private, pid_namespace } = plan;
     if let Some(path) = &bwrap
         && !path.is_file()
     {
