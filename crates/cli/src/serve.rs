@@ -14,7 +14,6 @@ mod ws_auth;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -30,10 +29,9 @@ use tether_server::config::{
 };
 use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
 use tether_server::transport::kept_certificate::Kept;
-use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
+use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig, StopSignals};
 
 use config::{Descriptors, SandboxPlan, TlsSource};
-use tokio_util::sync::CancellationToken;
 
 pub use registration::RegistrationRefused;
 
@@ -249,67 +247,15 @@ fn certificate_names(listen: &ListenAddress) -> Vec<String> {
     names
 }
 
-/// Makes the server's `/proc` entries (its environment, memory, descriptors) unreadable by its
-/// children: a command running as the same user could otherwise read the server's whole
-/// environment, tokens included, from `/proc/$PPID/environ`. Children are unaffected (`exec`
-/// makes them dumpable again). A process with `CAP_SYS_PTRACE` (root's commands, unless
-/// sandboxed) can still read it; that is the kernel's rule, not one a server can lift.
-fn keep_own_memory_private() {
-    if let Err(error) =
-        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-    {
-        tracing::warn!(%error, "the server's /proc entries stay readable by its children");
-    }
-}
-
-/// Makes every descriptor the server inherited from whatever started it (above stdin, stdout
-/// and stderr) close-on-exec: the server can still use one it is pointed at (`/dev/fd/N`), but
-/// no command gets it. A launcher's open file (a secrets file, a socket, a pipe to a supervisor)
-/// would otherwise reach every command, as it does under the reference. The server's own
-/// descriptors are close-on-exec from the moment they are made.
-fn keep_inherited_descriptors_from_commands() {
-    if let Err(error) = tether_engine::exec_setup::close_on_exec_from(3) {
-        tracing::warn!(%error, "descriptors the server inherited may reach its commands");
-    }
-}
-
-/// How the file-descriptor limit is shared out (see `tether_server::descriptors`): the limit
-/// raised as far as `--max-connections` (or the default) with the default pending cap and
-/// headroom need, then, where the hard limit is lower, the shares lowered to fit, with one
-/// warning that says what was lowered to what. Only an explicit `--max-connections` that
-/// leaves no room for the rest is an error.
+/// The descriptor limit fitted to `--max-connections` by the server's own policy
+/// ([`descriptors::fit_connections`]), a refusal saying what to do about it.
 fn fit_connections(requested: Option<usize>) -> anyhow::Result<DescriptorBudget> {
-    let wanted = requested.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-    let limit = descriptors::fit_descriptor_limit(wanted);
-    let budget = descriptors::budget(limit.soft, requested).map_err(|error| match error {
+    descriptors::fit_connections(requested).map_err(|error| match error {
         BudgetError::LimitTooLow { .. } => anyhow::anyhow!("{error}; raise it (`ulimit -n`)"),
         BudgetError::ConnectionsDoNotFit { fits, .. } => anyhow::anyhow!(
             "{error} (`ulimit -Hn`); use --max-connections {fits} or fewer, or raise the limit"
         ),
-    })?;
-    let full = DescriptorBudget::full(wanted);
-    if budget != full {
-        let lowered = [
-            ("--max-connections", full.max_connections as u64, budget.max_connections as u64),
-            (
-                "connections waiting for their upgrade",
-                full.max_pending_connections as u64,
-                budget.max_pending_connections as u64,
-            ),
-            ("descriptors kept for the sessions' work", full.headroom, budget.headroom),
-        ]
-        .into_iter()
-        .filter(|(_, from, to)| from != to)
-        .map(|(what, from, to)| format!("{what} {from} to {to}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-        let needed = descriptors::descriptors_needed(wanted);
-        tracing::warn!(
-            "the file-descriptor limit ({}) is below the {needed} these settings need; lowered {lowered}; raise the hard limit to {needed} (`ulimit -Hn`, LimitNOFILE= under systemd) to serve them in full",
-            limit.soft
-        );
-    }
-    Ok(budget)
+    })
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -337,8 +283,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_connections = descriptor_budget.max_connections;
     config.max_pending_connections = descriptor_budget.max_pending_connections;
     set_up_sandboxing(plan.sandbox)?;
-    keep_own_memory_private();
-    keep_inherited_descriptors_from_commands();
+    tether_server::hardening::harden_process();
     if let Some(spill) = plan.spill {
         spill.validate().map_err(|e| {
             anyhow::anyhow!(
@@ -367,9 +312,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(metrics) = server.metrics_addr() {
         tracing::info!(url = %format!("http://{metrics}/metrics"), "serving metrics");
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(stop_signals, stdin_closed, server.drain(), shutdown.clone()));
-    server.serve(shutdown).await?;
+    // With --exit-on-stdin-close the end of standard input is a SIGTERM.
+    let stdin_closed = async move {
+        match stdin_closed {
+            Some(closed) => {
+                let _ = closed.await;
+                tracing::info!("standard input closed");
+            }
+            None => std::future::pending().await,
+        }
+    };
+    server.run_until_signalled(stop_signals, stdin_closed).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
 }
@@ -440,99 +393,6 @@ fn bind_hint(error: &std::io::Error) -> &'static str {
         }
         _ => "",
     }
-}
-
-/// The signals that stop the server, handled from before it is up.
-struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    /// The server's parent as it starts: the guardian (see `guardian`). Another parent later
-    /// means the guardian is gone, and nothing would kill a drain's processes should this
-    /// server be killed too.
-    parent: Option<rustix::process::Pid>,
-}
-
-/// A SIGINT this soon after the first is taken as the same Ctrl-C: a terminal sends it to the
-/// whole process group, the guardian included, which passes its copy on within milliseconds.
-/// A person's second Ctrl-C comes later than this; SIGTERM has no such twin and is never
-/// discounted.
-const SIGINT_TWIN_WINDOW: Duration = Duration::from_millis(500);
-
-/// Which stop signal came.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    Term,
-    Int,
-}
-
-impl StopSignals {
-    fn install() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            parent: rustix::process::getppid(),
-        })
-    }
-
-    async fn next(&mut self) -> Stop {
-        tokio::select! {
-            _ = self.term.recv() => Stop::Term,
-            _ = self.int.recv() => Stop::Int,
-        }
-    }
-
-    /// Whether the guardian this server started under has died (its death arrives as a
-    /// SIGTERM).
-    fn guardian_gone(&self) -> bool {
-        rustix::process::getppid() != self.parent
-    }
-}
-
-/// SIGTERM or SIGINT starts a clean shutdown: connections close and every session's processes
-/// are killed before the server exits. With `--shutdown-grace-secs`, the server drains first
-/// (see `tether_server::drain`), and a second signal ends the drain at once. The guardian's
-/// death arrives as a SIGTERM too; then there is no drain: with no guardian left, stopping
-/// now is what keeps the server's processes from outliving it. With `--exit-on-stdin-close`,
-/// the end of standard input (`stdin_closed`) is a SIGTERM.
-async fn cancel_on_signal(
-    mut signals: StopSignals,
-    stdin_closed: Option<tokio::sync::oneshot::Receiver<()>>,
-    drain: Drain,
-    shutdown: CancellationToken,
-) {
-    let stdin_closed = async {
-        match stdin_closed {
-            Some(closed) => {
-                let _ = closed.await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    let first = tokio::select! {
-        stop = signals.next() => stop,
-        () = stdin_closed => {
-            tracing::info!("standard input closed");
-            Stop::Term
-        }
-    };
-    if !drain.grace().is_zero() && !signals.guardian_gone() {
-        let received = tokio::time::Instant::now();
-        let second = async {
-            loop {
-                let next = signals.next().await;
-                if next == Stop::Term
-                    || first == Stop::Term
-                    || received.elapsed() > SIGINT_TWIN_WINDOW
-                {
-                    return;
-                }
-            }
-        };
-        drain.run(second).await;
-    }
-    tracing::info!("shutting down");
-    shutdown.cancel();
 }
 
 /// Finds bubblewrap and names this binary as the sandbox's inner stage, and says in the log
