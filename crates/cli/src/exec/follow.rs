@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 use tether_client::{
-    ConnectionStatus, ExecServerClient, ProcessControl, ProcessFailureKind, ProcessUpdate,
-    RemoteProcess,
+    ConnectionStatus, ExecServerClient, ProcessControl, ProcessFailure, ProcessFailureKind,
+    ProcessUpdate, RemoteProcess,
 };
 use tether_engine::ProcessEvent;
 use tether_protocol::process::{ExecOutputStream, ProcessSignal};
@@ -32,12 +32,7 @@ pub(super) async fn follow(
 ) -> anyhow::Result<i32> {
     let extensions = client.tether_extensions();
     let resizable = extensions.pty_size;
-    let input_end = match (args.tty, std::io::IsTerminal::is_terminal(&std::io::stdin())) {
-        (true, false) => InputEnd::TerminalEof,
-        (true, true) => InputEnd::Nothing,
-        (false, _) if extensions.close_stdin => InputEnd::Close,
-        (false, _) => InputEnd::Nothing,
-    };
+    let input_end = InputEnd::of(args.tty, extensions.close_stdin);
 
     // On a PTY the remote terminal echoes and interprets keys; ours must pass them through.
     let mut raw = if args.tty { RawTerminal::enable() } else { None };
@@ -86,25 +81,9 @@ pub(super) async fn follow(
                     ProcessEvent::Exited { exit_code: code, .. } => exit_code = Some(code),
                     ProcessEvent::Closed { .. } => return Ok(exit_code.unwrap_or(TETHER_FAILURE)),
                 },
-                Some(ProcessUpdate::Failed(failure)) => match failure.kind {
-                    ProcessFailureKind::SessionLost { server_went_away: true } => bail!(
-                        "the server at {url} shut down, and the command was stopped with it; run it again once the server is back"
-                    ),
-                    ProcessFailureKind::SessionLost { server_went_away: false } => {
-                        // The session's reason, without the process's name in front of it.
-                        let why = match client.status() {
-                            ConnectionStatus::Failed(why) => why,
-                            _ => failure.message,
-                        };
-                        bail!(
-                            "lost the connection: {why}. The command may still be running; reattach with: {} --resume {} --process {}",
-                            again(args),
-                            client.session_id(),
-                            process.process_id()
-                        )
-                    }
-                    _ => bail!("{failure}"),
-                },
+                Some(ProcessUpdate::Failed(failure)) => {
+                    return Err(unfollowable(failure, args, url, &client, &process));
+                }
                 None => bail!("the process's stream ended without a close"),
             },
             Some(error) = call_failures.recv() => return Err(error),
@@ -130,6 +109,37 @@ pub(super) async fn follow(
                 }
             }
         }
+    }
+}
+
+/// Why `process` can no longer be followed, said on the failure's kind: a server that shut
+/// down took the command with it; a lost session may have left it running, so the command
+/// that reattaches comes with it; any other failure in its own words.
+fn unfollowable(
+    failure: ProcessFailure,
+    args: &ExecArgs,
+    url: &str,
+    client: &ExecServerClient,
+    process: &RemoteProcess,
+) -> anyhow::Error {
+    match failure.kind {
+        ProcessFailureKind::SessionLost { server_went_away: true } => anyhow::anyhow!(
+            "the server at {url} shut down, and the command was stopped with it; run it again once the server is back"
+        ),
+        ProcessFailureKind::SessionLost { server_went_away: false } => {
+            // The session's reason, without the process's name in front of it.
+            let why = match client.status() {
+                ConnectionStatus::Failed(why) => why,
+                _ => failure.message,
+            };
+            anyhow::anyhow!(
+                "lost the connection: {why}. The command may still be running; reattach with: {} --resume {} --process {}",
+                again(args),
+                client.session_id(),
+                process.process_id()
+            )
+        }
+        _ => anyhow::anyhow!("{failure}"),
     }
 }
 

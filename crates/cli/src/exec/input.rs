@@ -16,6 +16,19 @@ pub(super) enum InputEnd {
     Nothing,
 }
 
+impl InputEnd {
+    /// The end for a command on a terminal (`tty`) or not, whose stdin the server can close
+    /// or not (`close_stdin`), given whether our own stdin is a terminal.
+    pub(super) fn of(tty: bool, close_stdin: bool) -> Self {
+        match (tty, std::io::IsTerminal::is_terminal(&std::io::stdin())) {
+            (true, false) => InputEnd::TerminalEof,
+            (true, true) => InputEnd::Nothing,
+            (false, _) if close_stdin => InputEnd::Close,
+            (false, _) => InputEnd::Nothing,
+        }
+    }
+}
+
 /// The key a terminal reads as end of input at the start of a line (VEOF, Ctrl-D).
 const TERMINAL_EOF: u8 = 0x04;
 
