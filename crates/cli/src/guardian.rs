@@ -39,7 +39,7 @@ const CLEANUP_DEADLINE_MS: u64 = 10_000;
 /// rather than not at all.
 pub fn split() {
     // The guardian holds the same environment as the server: its `/proc` entries are kept
-    // from the commands too (see `serve::keep_own_memory_private`).
+    // from the commands too (see `tether_server::hardening`).
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     // SAFETY: prctl with integer arguments; getpid has no preconditions.
     let guardian = unsafe {

@@ -199,7 +199,7 @@ fn run() -> anyhow::Result<()> {
             }
             Err(error) => Err(error),
         },
-        Command::Shell(args) => match runtime.block_on(exec::exec_shell(args)) {
+        Command::Shell(args) => match runtime.block_on(shell::shell(args)) {
             Ok(code) => {
                 runtime.shutdown_timeout(Duration::from_millis(100));
                 std::process::exit(code);

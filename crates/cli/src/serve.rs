@@ -5,6 +5,7 @@
 //! registry is refused ([`registration`]).
 
 mod codex_settings;
+mod config;
 mod managed_network;
 mod registration;
 mod stdin_close;
@@ -13,26 +14,24 @@ mod ws_auth;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use tether_engine::ProcessTableConfig;
-use tether_engine::process::{
-    DEFAULT_MAX_RETAINED_OUTPUT_BYTES, DEFAULT_SPILL_BYTES_PER_PROCESS, OutputBudget, SpillConfig,
-};
+use tether_engine::process::{DEFAULT_MAX_RETAINED_OUTPUT_BYTES, DEFAULT_SPILL_BYTES_PER_PROCESS};
 use tether_engine::process_table::{DEFAULT_CLOSED_OUTPUT_BUDGET, DEFAULT_MAX_PROCESSES};
 use tether_engine::sandbox::{PidNamespace, Sandboxing};
 use tether_server::config::{
     DEFAULT_CONCURRENT_REQUESTS, DEFAULT_DETACHED_SESSION_TTL, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DETACHED_SESSION_TTL, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
     DEFAULT_PING_INTERVAL, DEFAULT_PONG_TIMEOUT, DEFAULT_REQUEST_HEAD_DEADLINE,
-    DEFAULT_SHUTDOWN_GRACE, MAX_SHUTDOWN_GRACE,
+    DEFAULT_SHUTDOWN_GRACE,
 };
 use tether_server::descriptors::{self, BudgetError, DescriptorBudget};
 use tether_server::transport::kept_certificate::Kept;
-use tether_server::{DEFAULT_LISTEN, Drain, ListenAddress, Server, ServerConfig};
-use tokio_util::sync::CancellationToken;
+use tether_server::{DEFAULT_LISTEN, ListenAddress, Server, ServerConfig, StopSignals};
+
+use config::{Descriptors, SandboxPlan, TlsSource};
 
 pub use registration::RegistrationRefused;
 
@@ -248,67 +247,15 @@ fn certificate_names(listen: &ListenAddress) -> Vec<String> {
     names
 }
 
-/// Makes the server's `/proc` entries (its environment, memory, descriptors) unreadable by its
-/// children: a command running as the same user could otherwise read the server's whole
-/// environment, tokens included, from `/proc/$PPID/environ`. Children are unaffected (`exec`
-/// makes them dumpable again). A process with `CAP_SYS_PTRACE` (root's commands, unless
-/// sandboxed) can still read it; that is the kernel's rule, not one a server can lift.
-fn keep_own_memory_private() {
-    if let Err(error) =
-        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
-    {
-        tracing::warn!(%error, "the server's /proc entries stay readable by its children");
-    }
-}
-
-/// Makes every descriptor the server inherited from whatever started it (above stdin, stdout
-/// and stderr) close-on-exec: the server can still use one it is pointed at (`/dev/fd/N`), but
-/// no command gets it. A launcher's open file (a secrets file, a socket, a pipe to a supervisor)
-/// would otherwise reach every command, as it does under the reference. The server's own
-/// descriptors are close-on-exec from the moment they are made.
-fn keep_inherited_descriptors_from_commands() {
-    if let Err(error) = tether_engine::exec_setup::close_on_exec_from(3) {
-        tracing::warn!(%error, "descriptors the server inherited may reach its commands");
-    }
-}
-
-/// How the file-descriptor limit is shared out (see `tether_server::descriptors`): the limit
-/// raised as far as `--max-connections` (or the default) with the default pending cap and
-/// headroom need, then, where the hard limit is lower, the shares lowered to fit, with one
-/// warning that says what was lowered to what. Only an explicit `--max-connections` that
-/// leaves no room for the rest is an error.
+/// The descriptor limit fitted to `--max-connections` by the server's own policy
+/// ([`descriptors::fit_connections`]), a refusal saying what to do about it.
 fn fit_connections(requested: Option<usize>) -> anyhow::Result<DescriptorBudget> {
-    let wanted = requested.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-    let limit = descriptors::fit_descriptor_limit(wanted);
-    let budget = descriptors::budget(limit.soft, requested).map_err(|error| match error {
+    descriptors::fit_connections(requested).map_err(|error| match error {
         BudgetError::LimitTooLow { .. } => anyhow::anyhow!("{error}; raise it (`ulimit -n`)"),
         BudgetError::ConnectionsDoNotFit { fits, .. } => anyhow::anyhow!(
             "{error} (`ulimit -Hn`); use --max-connections {fits} or fewer, or raise the limit"
         ),
-    })?;
-    let full = DescriptorBudget::full(wanted);
-    if budget != full {
-        let lowered = [
-            ("--max-connections", full.max_connections as u64, budget.max_connections as u64),
-            (
-                "connections waiting for their upgrade",
-                full.max_pending_connections as u64,
-                budget.max_pending_connections as u64,
-            ),
-            ("descriptors kept for the sessions' work", full.headroom, budget.headroom),
-        ]
-        .into_iter()
-        .filter(|(_, from, to)| from != to)
-        .map(|(what, from, to)| format!("{what} {from} to {to}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-        let needed = descriptors::descriptors_needed(wanted);
-        tracing::warn!(
-            "the file-descriptor limit ({}) is below the {needed} these settings need; lowered {lowered}; raise the hard limit to {needed} (`ulimit -Hn`, LimitNOFILE= under systemd) to serve them in full",
-            limit.soft
-        );
-    }
-    Ok(budget)
+    })
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -316,127 +263,38 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // not be handled (the guardian's death arrives as one) would serve on with nobody to stop
     // it, and a stop that comes as it starts takes the clean way out.
     let stop_signals = StopSignals::install().context("cannot handle SIGTERM and SIGINT")?;
-    if args.shutdown_grace_secs > MAX_SHUTDOWN_GRACE.as_secs() {
-        let (asked, max) = (args.shutdown_grace_secs, MAX_SHUTDOWN_GRACE.as_secs());
-        bail!(
-            "--shutdown-grace-secs {asked} is more than the most a drain may last, {max} (an \
-             hour); give {max} or less"
-        );
-    }
     let listen: ListenAddress = args.listen.parse()?;
-    let ws_auth = args.ws_auth.settings(&listen)?;
+    let plan = config::plan(&args, &listen)?;
+    let mut config = plan.config;
+    config.ws_auth = plan.ws_auth.load()?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    args.codex_settings.apply(&cwd)?;
-    for flag in args.registration.ignored() {
+    plan.codex_settings.apply(&cwd)?;
+    for flag in plan.ignored_registration_flags {
         tracing::warn!(
             "{flag} names a registration with OpenAI's environment registry, which is made only \
              with --remote (refused by Tether); ignored"
         );
     }
-    let tls_flags =
-        args.tls_cert.is_some() || args.tls_self_signed || args.tls_self_signed_dir.is_some();
-    match &listen {
-        ListenAddress::Stdio if tls_flags => {
-            bail!("TLS requires a WebSocket listener, not stdio; use --listen wss://HOST:PORT")
-        }
-        ListenAddress::WebSocket { tls: true, .. } if !tls_flags => bail!(
-            "--listen {} needs a certificate: add --tls-self-signed, or --tls-cert and --tls-key",
-            args.listen
-        ),
-        _ => {}
-    }
-    let mut fingerprint = None;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            Some(tether_server::transport::tls::load_server_config(cert, key).map_err(|error| {
-                anyhow::anyhow!(
-                    "{error}; give --tls-cert the certificate chain and --tls-key its private \
-                     key, both PEM files this user can read, or use --tls-self-signed"
-                )
-            })?)
-        }
-        _ if let Some(dir) = &args.tls_self_signed_dir => {
-            let (made, kept) = tether_server::transport::kept_certificate::kept_self_signed(
-                dir,
-                certificate_names(&listen),
+    let fingerprint = load_tls(plan.tls, &listen, &mut config)?;
+    let descriptor_budget = match plan.descriptors {
+        Descriptors::Fit { requested } => fit_connections(requested)?,
+        Descriptors::Stdio => DescriptorBudget::full(DEFAULT_MAX_CONNECTIONS),
+    };
+    config.max_connections = descriptor_budget.max_connections;
+    config.max_pending_connections = descriptor_budget.max_pending_connections;
+    set_up_sandboxing(plan.sandbox)?;
+    tether_server::hardening::harden_process();
+    if let Some(spill) = plan.spill {
+        spill.validate().map_err(|e| {
+            anyhow::anyhow!(
+                "--spill-output-dir: {e}; give a directory that exists and this user can write to"
             )
-            .map_err(|error| anyhow::anyhow!("--tls-self-signed-dir: {error}"))?;
-            match kept {
-                Kept::Made => {
-                    tracing::info!(dir = %dir.display(), "made a self-signed certificate, kept there for later starts")
-                }
-                Kept::Loaded => {
-                    tracing::info!(dir = %dir.display(), "serving the self-signed certificate kept there")
-                }
-            }
-            fingerprint = Some(made.fingerprint);
-            Some(made.config)
-        }
-        _ if args.tls_self_signed => {
-            let made = tether_server::transport::tls::self_signed(certificate_names(&listen))
-                .map_err(anyhow::Error::msg)?;
-            fingerprint = Some(made.fingerprint);
-            Some(made.config)
-        }
-        _ => None,
-    };
-    let descriptor_budget = match listen {
-        ListenAddress::WebSocket { .. } => fit_connections(args.max_connections)?,
-        ListenAddress::Stdio => DescriptorBudget::full(DEFAULT_MAX_CONNECTIONS),
-    };
-    let pid_namespace = args.linux_sandbox_pid_namespace.into();
-    set_up_sandboxing(args.bwrap.clone(), private_files(&args), pid_namespace)?;
-    keep_own_memory_private();
-    keep_inherited_descriptors_from_commands();
-    let spill = match &args.spill_output_dir {
-        Some(dir) => {
-            let spill =
-                SpillConfig { dir: dir.clone(), bytes_per_process: args.spill_output_bytes };
-            spill.validate().map_err(|e| {
-                anyhow::anyhow!(
-                    "--spill-output-dir: {e}; give a directory that exists and this user can \
-                     write to"
-                )
-            })?;
-            Some(spill)
-        }
-        None => None,
-    };
-    let config = ServerConfig {
-        detached_session_ttl: Duration::from_secs(args.session_ttl_secs),
-        max_detached_session_ttl: Duration::from_secs(args.max_session_ttl_secs),
-        ping_interval: Duration::from_secs(args.ping_interval_secs),
-        pong_timeout: Duration::from_secs(args.pong_timeout_secs),
-        concurrent_requests: args.concurrent_requests as usize,
-        processes: ProcessTableConfig {
-            retained_output_bytes: args.retain_output_bytes,
-            output_budget: Arc::new(OutputBudget::new(args.max_retained_output_bytes)),
-            closed_process_retention: args.closed_process_retention_secs.map(Duration::from_secs),
-            max_processes: args.max_processes_per_session,
-            closed_output_budget: args.closed_output_budget_bytes,
-            spill: spill.map(Arc::new),
-            transparent_tcp: args.managed_network.settings().transparent_tcp,
-            upstream_routing: args.managed_network.settings().upstream_routing(),
-        },
-        max_sessions: args.max_sessions,
-        max_sessions_per_client: args.max_sessions_per_client,
-        max_connections: descriptor_budget.max_connections,
-        max_pending_connections: descriptor_budget.max_pending_connections,
-        ws_auth,
-        insecure_no_auth: args.insecure_no_auth,
-        tls,
-        request_head_deadline: Duration::from_secs(args.request_head_timeout_secs),
-        whole_read_budget_bytes: args.file_read_budget_bytes,
-        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
-        managed_network: args.managed_network.settings(),
-        metrics_listen: args.metrics_listen,
-    };
-    let stdin_closed = match (&listen, args.exit_on_stdin_close) {
-        (ListenAddress::WebSocket { .. }, true) => {
-            Some(stdin_close::closed().context("cannot watch standard input")?)
-        }
-        // On stdio the input is the connection, whose end ends the server.
-        _ => None,
+        })?;
+        config.processes.spill = Some(Arc::new(spill));
+    }
+    let stdin_closed = match plan.watch_stdin {
+        true => Some(stdin_close::closed().context("cannot watch standard input")?),
+        false => None,
     };
     let server = Server::bind(&listen, config).await.map_err(|error| {
         let hint = bind_hint(&error);
@@ -454,11 +312,66 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(metrics) = server.metrics_addr() {
         tracing::info!(url = %format!("http://{metrics}/metrics"), "serving metrics");
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(stop_signals, stdin_closed, server.drain(), shutdown.clone()));
-    server.serve(shutdown).await?;
+    // With --exit-on-stdin-close the end of standard input is a SIGTERM.
+    let stdin_closed = async move {
+        match stdin_closed {
+            Some(closed) => {
+                let _ = closed.await;
+                tracing::info!("standard input closed");
+            }
+            None => std::future::pending().await,
+        }
+    };
+    server.run_until_signalled(stop_signals, stdin_closed).await?;
     tracing::info!("stopped; every process was terminated");
     Ok(())
+}
+
+/// Sets the TLS settings the flags name, read or made; returns the fingerprint to print of a
+/// certificate made here (one of the operator's own is theirs to know).
+fn load_tls(
+    source: TlsSource,
+    listen: &ListenAddress,
+    config: &mut ServerConfig,
+) -> anyhow::Result<Option<String>> {
+    let (tls, fingerprint) = match source {
+        TlsSource::None => (None, None),
+        TlsSource::Files { cert, key } => {
+            let config = tether_server::transport::tls::load_server_config(&cert, &key).map_err(
+                |error| {
+                    anyhow::anyhow!(
+                        "{error}; give --tls-cert the certificate chain and --tls-key its \
+                         private key, both PEM files this user can read, or use \
+                         --tls-self-signed"
+                    )
+                },
+            )?;
+            (Some(config), None)
+        }
+        TlsSource::Kept(dir) => {
+            let (made, kept) = tether_server::transport::kept_certificate::kept_self_signed(
+                &dir,
+                certificate_names(listen),
+            )
+            .map_err(|error| anyhow::anyhow!("--tls-self-signed-dir: {error}"))?;
+            match kept {
+                Kept::Made => {
+                    tracing::info!(dir = %dir.display(), "made a self-signed certificate, kept there for later starts")
+                }
+                Kept::Loaded => {
+                    tracing::info!(dir = %dir.display(), "serving the self-signed certificate kept there")
+                }
+            }
+            (Some(made.config), Some(made.fingerprint))
+        }
+        TlsSource::SelfSigned => {
+            let made = tether_server::transport::tls::self_signed(certificate_names(listen))
+                .map_err(anyhow::Error::msg)?;
+            (Some(made.config), Some(made.fingerprint))
+        }
+    };
+    config.tls = tls;
+    Ok(fingerprint)
 }
 
 /// What a person can do about an address the system would not listen on, by its reason. The
@@ -482,116 +395,11 @@ fn bind_hint(error: &std::io::Error) -> &'static str {
     }
 }
 
-/// The signals that stop the server, handled from before it is up.
-struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    /// The server's parent as it starts: the guardian (see `guardian`). Another parent later
-    /// means the guardian is gone, and nothing would kill a drain's processes should this
-    /// server be killed too.
-    parent: Option<rustix::process::Pid>,
-}
-
-/// A SIGINT this soon after the first is taken as the same Ctrl-C: a terminal sends it to the
-/// whole process group, the guardian included, which passes its copy on within milliseconds.
-/// A person's second Ctrl-C comes later than this; SIGTERM has no such twin and is never
-/// discounted.
-const SIGINT_TWIN_WINDOW: Duration = Duration::from_millis(500);
-
-/// Which stop signal came.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    Term,
-    Int,
-}
-
-impl StopSignals {
-    fn install() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            parent: rustix::process::getppid(),
-        })
-    }
-
-    async fn next(&mut self) -> Stop {
-        tokio::select! {
-            _ = self.term.recv() => Stop::Term,
-            _ = self.int.recv() => Stop::Int,
-        }
-    }
-
-    /// Whether the guardian this server started under has died (its death arrives as a
-    /// SIGTERM).
-    fn guardian_gone(&self) -> bool {
-        rustix::process::getppid() != self.parent
-    }
-}
-
-/// SIGTERM or SIGINT starts a clean shutdown: connections close and every session's processes
-/// are killed before the server exits. With `--shutdown-grace-secs`, the server drains first
-/// (see `tether_server::drain`), and a second signal ends the drain at once. The guardian's
-/// death arrives as a SIGTERM too; then there is no drain: with no guardian left, stopping
-/// now is what keeps the server's processes from outliving it. With `--exit-on-stdin-close`,
-/// the end of standard input (`stdin_closed`) is a SIGTERM.
-async fn cancel_on_signal(
-    mut signals: StopSignals,
-    stdin_closed: Option<tokio::sync::oneshot::Receiver<()>>,
-    drain: Drain,
-    shutdown: CancellationToken,
-) {
-    let stdin_closed = async {
-        match stdin_closed {
-            Some(closed) => {
-                let _ = closed.await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    let first = tokio::select! {
-        stop = signals.next() => stop,
-        () = stdin_closed => {
-            tracing::info!("standard input closed");
-            Stop::Term
-        }
-    };
-    if !drain.grace().is_zero() && !signals.guardian_gone() {
-        let received = tokio::time::Instant::now();
-        let second = async {
-            loop {
-                let next = signals.next().await;
-                if next == Stop::Term
-                    || first == Stop::Term
-                    || received.elapsed() > SIGINT_TWIN_WINDOW
-                {
-                    return;
-                }
-            }
-        };
-        drain.run(second).await;
-    }
-    tracing::info!("shutting down");
-    shutdown.cancel();
-}
-
-/// The server's own files, which no sandbox may read or write: the credentials that let a
-/// client in, the TLS key (or the directory a self-signed one is kept in), and the output
-/// spilled for every session.
-fn private_files(args: &ServeArgs) -> Vec<PathBuf> {
-    let others =
-        [&args.tls_key, &args.tls_self_signed_dir, &args.spill_output_dir].into_iter().flatten();
-    args.ws_auth.secret_files().chain(others).cloned().collect()
-}
-
 /// Finds bubblewrap and names this binary as the sandbox's inner stage, and says in the log
 /// whether sandboxed work can run here (and if not, what to install), and when sandboxed
 /// commands share the host's pid namespace.
-fn set_up_sandboxing(
-    bwrap: Option<PathBuf>,
-    private: Vec<PathBuf>,
-    pid_namespace: PidNamespace,
-) -> anyhow::Result<()> {
+fn set_up_sandboxing(plan: SandboxPlan) -> anyhow::Result<()> {
+    let SandboxPlan { bwrap, private, pid_namespace } = plan;
     if let Some(path) = &bwrap
         && !path.is_file()
     {

@@ -48,3 +48,14 @@ impl ShellArgs {
         Ok(ExecArgs::login_shell(url, self.connection))
     }
 }
+
+/// `tether shell`: the login shell `args` names; returns the exit code to exit with.
+pub async fn shell(args: ShellArgs) -> anyhow::Result<i32> {
+    match args.into_exec() {
+        Ok(args) => crate::exec::exec_as("tether shell", args).await,
+        Err(error) => {
+            eprintln!("tether shell: {}", crate::report::one_line(&error));
+            Ok(crate::exec::TETHER_FAILURE)
+        }
+    }
+}

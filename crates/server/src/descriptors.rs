@@ -157,6 +157,41 @@ pub fn fit_descriptor_limit(max_connections: usize) -> DescriptorLimit {
     }
 }
 
+/// Raises the limit as far as `requested` connections (or the default) with the default
+/// pending cap and headroom need, then shares out what there is ([`budget`]); where the hard
+/// limit is lower, the shares are lowered to fit and one warning says what was lowered to
+/// what, and how to serve them in full. Only an explicit `requested` that leaves no room for
+/// the rest is an error. The server's policy for its limit, in one call, so that every
+/// embedder fits it alike.
+pub fn fit_connections(requested: Option<usize>) -> Result<DescriptorBudget, BudgetError> {
+    let wanted = requested.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    let limit = fit_descriptor_limit(wanted);
+    let budget = budget(limit.soft, requested)?;
+    let full = DescriptorBudget::full(wanted);
+    if budget != full {
+        let lowered = [
+            ("--max-connections", full.max_connections as u64, budget.max_connections as u64),
+            (
+                "connections waiting for their upgrade",
+                full.max_pending_connections as u64,
+                budget.max_pending_connections as u64,
+            ),
+            ("descriptors kept for the sessions' work", full.headroom, budget.headroom),
+        ]
+        .into_iter()
+        .filter(|(_, from, to)| from != to)
+        .map(|(what, from, to)| format!("{what} {from} to {to}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+        let needed = descriptors_needed(wanted);
+        tracing::warn!(
+            "the file-descriptor limit ({}) is below the {needed} these settings need; lowered {lowered}; raise the hard limit to {needed} (`ulimit -Hn`, LimitNOFILE= under systemd) to serve them in full",
+            limit.soft
+        );
+    }
+    Ok(budget)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

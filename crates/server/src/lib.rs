@@ -12,6 +12,10 @@
 //!   processor.
 //! - [`descriptors`]: making the connection limit fit the file-descriptor limit.
 //! - [`drain`]: a graceful stop — no new sessions, running processes given a grace to finish.
+//! - [`signals`]: SIGTERM and SIGINT to a drain, then the shutdown
+//!   ([`Server::run_until_signalled`]).
+//! - [`hardening`]: what the server process keeps from its commands (its `/proc` entries, the
+//!   descriptors it inherited).
 //! - `processor`: one connection's message loop — handshake, dispatch, long-polls.
 //! - `handlers`: one module per method family (`process`, `fs`, `http`), thin over the engine.
 //! - `registry` and `session`: sessions outlive connections; detach, resume, expiry.
@@ -19,8 +23,8 @@
 //! - `metrics`: `GET /metrics`, in Prometheus text format.
 //!
 //! Imports point one way, down this order: `config` (with `auth`, `jwt`, `managed_network`,
-//! `metrics`, `rpc_error`), `transport`, `session`, `registry`, `state`, `drain`, `handlers`,
-//! `processor`, `serve`.
+//! `metrics`, `rpc_error`), `transport`, `session`, `registry`, `state`, `drain`, `signals`,
+//! `handlers`, `processor`, `serve`.
 //!
 //! Architecture invariant: handlers stay thin. Anything that runs processes belongs in
 //! `tether-engine`; anything about bytes on the wire belongs in `tether-protocol`.
@@ -36,6 +40,7 @@ mod contained;
 pub mod descriptors;
 pub mod drain;
 mod handlers;
+pub mod hardening;
 pub mod jwt;
 pub mod listen;
 pub mod managed_network;
@@ -45,6 +50,7 @@ mod registry;
 mod rpc_error;
 mod serve;
 mod session;
+pub mod signals;
 mod state;
 pub mod transport;
 
@@ -54,6 +60,7 @@ use std::sync::Arc;
 pub use config::ServerConfig;
 pub use drain::{Drain, DrainEnd};
 pub use listen::{DEFAULT_LISTEN, ListenAddress};
+pub use signals::StopSignals;
 use tokio_util::sync::CancellationToken;
 
 use state::ServerState;
@@ -135,6 +142,20 @@ impl Server {
     /// The handle that drains this server (see [`drain`]); take it before [`Self::serve`].
     pub fn drain(&self) -> Drain {
         Drain::new(self.state.clone())
+    }
+
+    /// Serves until a stop signal, with the drain and second-signal policy of [`signals`]:
+    /// the way a server should run under a supervisor or a terminal. `also` is a stop of the
+    /// embedder's own, taken as a SIGTERM (`std::future::pending()` for none). Install
+    /// `signals` before binding, so that a stop as the server starts is not lost.
+    pub async fn run_until_signalled(
+        self,
+        signals: StopSignals,
+        also: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signals::drain_on_signals(signals, also, self.drain(), shutdown.clone()));
+        self.serve(shutdown).await
     }
 
     /// Serves until `shutdown` is cancelled (or, for stdio, until stdin ends), then ends every

@@ -45,6 +45,7 @@ pub const STATED_ORDERS: &[StatedOrder] = &[
             &["registry"],
             &["state"],
             &["drain"],
+            &["signals"],
             &["handlers"],
             &["processor"],
             &["serve"],
