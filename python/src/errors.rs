@@ -10,6 +10,7 @@ use tether_client::error::{ConnectErrorKind, DisconnectKind};
 use tether_client::{ClientError, ProcessFailure, ProcessFailureKind};
 use tether_engine::fs::{FsError, FsErrorKind};
 use tether_engine::http::HttpError;
+use tether_mcp::McpError;
 use tether_protocol::process::SpawnFailureKind;
 
 /// `ENOENT` and `EACCES`: the errno Python's own exceptions carry for these failures.
@@ -46,6 +47,8 @@ pub(crate) enum NativeError {
     Unsupported(String),
     /// An argument Python passed is not acceptable.
     InvalidArgument(String),
+    /// An MCP session could not be opened, or a request in it failed.
+    Mcp(McpError),
     /// The call was cancelled before it ended.
     Cancelled,
 }
@@ -122,6 +125,7 @@ impl NativeError {
                 let class = errors.getattr("ProcessLost")?;
                 Ok(PyErr::from_value(class.call1((failure.message, kind, server_went_away))?))
             }
+            NativeError::Mcp(error) => mcp_error(py, &errors, error),
             NativeError::Unsupported(message) => made("UnsupportedError", message),
             NativeError::InvalidArgument(message) => {
                 Ok(pyo3::exceptions::PyValueError::new_err(message))
@@ -163,6 +167,39 @@ fn client_error(
         }
         ClientError::Unsupported(_) => errors.getattr("UnsupportedError")?.call1((message,))?,
         ClientError::Protocol(_) => errors.getattr("ProtocolError")?.call1((message,))?,
+    };
+    Ok(PyErr::from_value(exception))
+}
+
+/// An MCP failure as the exception a program decides on: a server that cannot be started or
+/// that wants credentials is a `ConnectError` (kind `"launch"` or `"unauthorized"`), a
+/// JSON-RPC refusal a `ServerError` with its code and data, a lost server or stream
+/// `Disconnected` (a tool call that got no answer may have run), an expired bound Python's
+/// `TimeoutError`, an answer that is not MCP a `ProtocolError`.
+fn mcp_error(py: Python<'_>, errors: &Bound<'_, PyModule>, error: McpError) -> PyResult<PyErr> {
+    let message = error.to_string();
+    let exception = match error {
+        McpError::InvalidConfig(_) => return Ok(pyo3::exceptions::PyValueError::new_err(message)),
+        McpError::Timeout(_) => return Ok(pyo3::exceptions::PyTimeoutError::new_err(message)),
+        McpError::Launch { .. } => {
+            errors.getattr("ConnectError")?.call1((message, "launch", py.None()))?
+        }
+        McpError::Unauthorized { .. } => {
+            errors.getattr("ConnectError")?.call1((message, "unauthorized", py.None()))?
+        }
+        McpError::Server(data) => {
+            let details = match &data.data {
+                Some(details) => json_to_python(py, details)?,
+                None => py.None().into_bound(py),
+            };
+            errors.getattr("ServerError")?.call1((message, data.code.0, details))?
+        }
+        McpError::Transport { .. } => {
+            errors.getattr("Disconnected")?.call1((message, "transport"))?
+        }
+        McpError::Initialize(_) | McpError::Unexpected(_) => {
+            errors.getattr("ProtocolError")?.call1((message,))?
+        }
     };
     Ok(PyErr::from_value(exception))
 }

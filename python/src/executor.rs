@@ -376,6 +376,47 @@ impl NativeExecutor {
         }))
     }
 
+    /// An MCP session with a stdio server run on the executor: `argv` in `cwd`, `env` on top
+    /// of the executor's core variables (nothing else of its environment reaches the server,
+    /// whose stdout is the MCP stream). `timeout` bounds the handshake and each list,
+    /// `call_timeout` each tool call.
+    #[pyo3(signature = (argv, env=BTreeMap::new(), cwd=None, timeout=None, call_timeout=None))]
+    fn mcp_stdio(
+        &self,
+        py: Python<'_>,
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<std::path::PathBuf>,
+        timeout: Option<f64>,
+        call_timeout: Option<f64>,
+    ) -> PyResult<Pending> {
+        let client = self.client()?;
+        let server = crate::mcp::Connect::stdio(&client, argv, env, cwd)
+            .map_err(|error| error.into_pyerr(py))?;
+        let timeout = seconds("timeout", timeout)?;
+        let call_timeout = seconds("call_timeout", call_timeout)?;
+        Ok(crate::mcp::Connect { server, timeout, call_timeout }.open(client))
+    }
+
+    /// An MCP session with a Streamable HTTP server at `url`, reached from the executor's
+    /// network (`http/request`); `headers` go with every request, `bearer_token` as
+    /// `Authorization: Bearer …`.
+    #[pyo3(signature = (url, headers=Vec::new(), bearer_token=None, timeout=None, call_timeout=None))]
+    fn mcp_http(
+        &self,
+        url: String,
+        headers: Vec<(String, String)>,
+        bearer_token: Option<String>,
+        timeout: Option<f64>,
+        call_timeout: Option<f64>,
+    ) -> PyResult<Pending> {
+        let client = self.client()?;
+        let server = crate::mcp::Connect::http(url, headers, bearer_token);
+        let timeout = seconds("timeout", timeout)?;
+        let call_timeout = seconds("call_timeout", call_timeout)?;
+        Ok(crate::mcp::Connect { server, timeout, call_timeout }.open(client))
+    }
+
     fn write_file(&self, path: std::path::PathBuf, data: Vec<u8>) -> PyResult<Pending> {
         let client = self.client()?;
         let shown = path.display().to_string();

@@ -7,10 +7,12 @@
 //!   or by an asyncio loop through a completion queue.
 //! - `executor`: a session — run, spawn, attach, files.
 //! - `process`: a followed process — its output in batches, stdin, signals.
+//! - `mcp`: an MCP session whose server the executor places (`tether-mcp`'s client).
 //! - `errors`: failures as Python's own exceptions or `tether._errors`'.
 
 mod errors;
 mod executor;
+mod mcp;
 mod pending;
 mod process;
 
@@ -21,6 +23,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(executor::connect, module)?)?;
     module.add_class::<executor::NativeExecutor>()?;
     module.add_class::<process::NativeProcess>()?;
+    module.add_class::<mcp::NativeMcpSession>()?;
     module.add_class::<pending::Pending>()?;
     module.add_class::<pending::Completions>()?;
     Ok(())

@@ -7,6 +7,10 @@ so a dropped network connection loses nothing.
         r = ex.run(["sh", "-c", "echo hi; exit 3"])
         r.returncode, r.stdout          # 3, b"hi\\n"
 
+MCP servers run through the executor too: ``ex.mcp_stdio(["npx", "-y", "server"])`` starts
+one there as a process, ``ex.mcp_http(url)`` reaches one from its network; either gives an
+:class:`McpSession` (``list_tools``, ``call_tool``).
+
 The blocking API is here; :mod:`tether.aio` has the same calls as coroutines. It speaks the
 exec-server protocol, so it drives a ``tether serve`` or Codex's own ``codex exec-server``
 (where a call needs a Tether extension, the reference raises :class:`UnsupportedError`).
@@ -27,7 +31,18 @@ from ._errors import (
     TimeoutExpired,
     UnsupportedError,
 )
-from ._sync import Executor, Process, connect
+from ._mcp import (
+    AudioContent,
+    CallToolResult,
+    Content,
+    EmbeddedResource,
+    ImageContent,
+    OtherContent,
+    ResourceLink,
+    TextContent,
+    Tool,
+)
+from ._sync import Executor, McpSession, Process, connect
 from ._types import CompletedProcess, HttpResponse, Output
 
 __all__ = [
@@ -38,6 +53,16 @@ __all__ = [
     "CompletedProcess",
     "Output",
     "HttpResponse",
+    "McpSession",
+    "Tool",
+    "CallToolResult",
+    "Content",
+    "TextContent",
+    "ImageContent",
+    "AudioContent",
+    "EmbeddedResource",
+    "ResourceLink",
+    "OtherContent",
     "TetherError",
     "ConnectError",
     "SessionLost",

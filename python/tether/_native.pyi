@@ -51,6 +51,29 @@ class NativeExecutor:
         follow_redirects: bool = True,
     ) -> Pending: ...
 
+    def mcp_stdio(
+        self,
+        argv: List[str],
+        env: Dict[str, str] = ...,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> Pending: ...
+    def mcp_http(
+        self,
+        url: str,
+        headers: List[Tuple[str, str]] = ...,
+        bearer_token: Optional[str] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> Pending: ...
+
+class NativeMcpSession:
+    def server_info(self) -> Dict[str, Any]: ...
+    def list_tools(self) -> Pending: ...
+    def call_tool(self, name: str, arguments: Optional[str] = None) -> Pending: ...
+    def close(self) -> Pending: ...
+
 class NativeProcess:
     @property
     def process_id(self) -> str: ...

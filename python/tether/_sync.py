@@ -10,7 +10,7 @@ import os
 import signal as _signal
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
-from . import _native
+from . import _mcp, _native
 from ._errors import ProcessLost, TimeoutExpired, UnsupportedError
 from ._types import Args, CompletedProcess, HttpResponse, Output, argv, decoded, header_pairs
 
@@ -203,6 +203,86 @@ class Executor:
     def write_file(self, path: PathLike, data: bytes) -> None:
         """Creates or replaces the file at ``path`` on the executor with ``data``."""
         self._native.write_file(os.fspath(path), bytes(data)).wait()
+
+    def mcp_stdio(
+        self,
+        args: Args,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[PathLike] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> "McpSession":
+        """Starts the MCP server ``args`` as a process on the executor and opens an MCP
+        session with it over its stdin and stdout; closing the session ends the process.
+
+        The server runs in ``cwd`` (the executor's working directory by default) with the
+        executor's core variables (``PATH``, ``HOME``, …) and ``env``, nothing else of its
+        environment. ``timeout`` (seconds, 30 by default) bounds the handshake and each
+        listing, ``call_timeout`` each tool call (none by default). A server that cannot be
+        started raises :class:`tether.ConnectError` (``kind == "launch"``)."""
+        pending = self._native.mcp_stdio(
+            argv(args, False), _env(env) or {}, _path(cwd), timeout, call_timeout
+        )
+        return McpSession(pending.wait())
+
+    def mcp_http(
+        self,
+        url: str,
+        *,
+        headers: Union[Mapping[str, str], Sequence[Tuple[str, str]], None] = None,
+        token: Optional[str] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> "McpSession":
+        """Opens an MCP session with the Streamable HTTP server at ``url``, reached from the
+        executor (its network, its DNS: ``http://127.0.0.1:…`` is the executor's own
+        loopback). ``headers`` go with every request, ``token`` as ``Authorization: Bearer``;
+        a server that wants other credentials raises :class:`tether.ConnectError`
+        (``kind == "unauthorized"``). ``timeout`` and ``call_timeout`` as for
+        :meth:`mcp_stdio`."""
+        pending = self._native.mcp_http(url, header_pairs(headers), token, timeout, call_timeout)
+        return McpSession(pending.wait())
+
+
+class McpSession:
+    """An MCP session whose server the executor places, with the calls of the ``mcp`` SDK's
+    ``ClientSession``. A request that changes nothing (the handshake, a listing) is sent again
+    if no answer came; a tool call never is: one whose answer was lost raises
+    :class:`tether.Disconnected` (it may have run). A server's JSON-RPC refusal raises
+    :class:`tether.ServerError`. Use it as a context manager, or :meth:`close` it."""
+
+    def __init__(self, native: "_native.NativeMcpSession") -> None:
+        self._native = native
+
+    def __enter__(self) -> "McpSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def server_info(self) -> Dict[str, Any]:
+        """What the server said of itself in the handshake: ``serverInfo`` (its ``name`` and
+        ``version``), ``capabilities``, ``protocolVersion``, ``instructions``."""
+        return self._native.server_info()
+
+    def list_tools(self) -> List[_mcp.Tool]:
+        """Every tool the server offers (all pages)."""
+        return [_mcp.tool(wire) for wire in self._native.list_tools().wait()]
+
+    def call_tool(
+        self, name: str, arguments: Optional[Mapping[str, Any]] = None
+    ) -> _mcp.CallToolResult:
+        """Calls tool ``name`` with ``arguments`` (JSON values), once. A tool that failed
+        is a result with ``is_error`` true, not an exception."""
+        wire = self._native.call_tool(name, _mcp.arguments_json(arguments)).wait()
+        return _mcp.call_tool_result(wire)
+
+    def close(self) -> None:
+        """Ends the session: a stdio server's process is terminated (this returns once it
+        is), an HTTP session deleted. With calls still in flight on other threads it returns
+        at once, and the session ends when the last of them does."""
+        self._native.close().wait()
 
 
 class Process:

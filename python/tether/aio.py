@@ -27,12 +27,12 @@ from typing import (
     cast,
 )
 
-from . import _native
+from . import _mcp, _native
 from ._errors import ProcessLost, TimeoutExpired, UnsupportedError
 from ._sync import PathLike, Token, _env, _path
 from ._types import Args, CompletedProcess, HttpResponse, Output, argv, decoded, header_pairs
 
-__all__ = ["connect", "Executor", "Process"]
+__all__ = ["connect", "Executor", "Process", "McpSession"]
 
 
 class _Bridge:
@@ -249,6 +249,90 @@ class Executor:
 
     async def write_file(self, path: PathLike, data: bytes) -> None:
         await _call(self._native.write_file(os.fspath(path), bytes(data)))
+
+    def mcp_stdio(
+        self,
+        args: Args,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[PathLike] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> "_McpOpening":
+        """As :meth:`tether.Executor.mcp_stdio`: ``session = await ex.mcp_stdio(…)``, or
+        ``async with ex.mcp_stdio(…) as session``."""
+        return _McpOpening(
+            self._native.mcp_stdio(
+                argv(args, False), _env(env) or {}, _path(cwd), timeout, call_timeout
+            )
+        )
+
+    def mcp_http(
+        self,
+        url: str,
+        *,
+        headers: Union[Mapping[str, str], Sequence[Tuple[str, str]], None] = None,
+        token: Optional[str] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> "_McpOpening":
+        """As :meth:`tether.Executor.mcp_http`: awaited, or in ``async with``."""
+        return _McpOpening(
+            self._native.mcp_http(url, header_pairs(headers), token, timeout, call_timeout)
+        )
+
+
+class _McpOpening:
+    """``mcp_stdio``'s and ``mcp_http``'s result: await it for the :class:`McpSession`, or
+    use it in ``async with``, which closes the session at the end."""
+
+    def __init__(self, pending: "_native.Pending") -> None:
+        self._pending = pending
+        self._session: Optional[McpSession] = None
+
+    def __await__(self) -> Generator[Any, None, "McpSession"]:
+        return self._open().__await__()
+
+    async def _open(self) -> "McpSession":
+        if self._session is None:
+            self._session = McpSession(await _call(self._pending))
+        return self._session
+
+    async def __aenter__(self) -> "McpSession":
+        return await self._open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class McpSession:
+    """An MCP session, for asyncio: the methods of :class:`tether.McpSession`, as
+    coroutines. Calls may run concurrently on one session."""
+
+    def __init__(self, native: "_native.NativeMcpSession") -> None:
+        self._native = native
+
+    async def __aenter__(self) -> "McpSession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def server_info(self) -> Dict[str, Any]:
+        return self._native.server_info()
+
+    async def list_tools(self) -> List[_mcp.Tool]:
+        return [_mcp.tool(wire) for wire in await _call(self._native.list_tools())]
+
+    async def call_tool(
+        self, name: str, arguments: Optional[Mapping[str, Any]] = None
+    ) -> _mcp.CallToolResult:
+        pending = self._native.call_tool(name, _mcp.arguments_json(arguments))
+        return _mcp.call_tool_result(await _call(pending))
+
+    async def close(self) -> None:
+        await _call(self._native.close())
 
 
 class Process:

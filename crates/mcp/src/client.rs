@@ -227,7 +227,8 @@ impl McpClient {
         result.map_err(|e| McpError::from_service(e, self.stdio_end()))
     }
 
-    /// Ends the session: an HTTP session is deleted, a stdio server's process terminated.
+    /// Ends the session: an HTTP session is deleted, a stdio server's process terminated
+    /// (returning once the executor has answered the terminate).
     pub async fn close(mut self) {
         let _ = self.service.close().await;
     }

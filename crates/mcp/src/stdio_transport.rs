@@ -117,6 +117,10 @@ pub struct ExecutorStdioTransport {
     writes: mpsc::Sender<WriteRequest>,
     messages: mpsc::UnboundedReceiver<Queued>,
     shutdown: Option<oneshot::Sender<()>>,
+    /// Closed when the pump has ended (the process terminated, its handle dropped), so that
+    /// `close` returns once the server is gone rather than once it has been asked to go: a
+    /// caller that closes a session and then looks at the executor's processes sees it ended.
+    pump_ended: Option<oneshot::Receiver<()>>,
     end: Arc<Mutex<ServerEnd>>,
 }
 
@@ -175,8 +179,10 @@ impl ExecutorStdioTransport {
         let (message_sender, messages) = mpsc::unbounded_channel();
         let (shutdown, shutdown_requested) = oneshot::channel();
         let end = Arc::new(Mutex::new(ServerEnd::default()));
+        let (ended, pump_ended) = oneshot::channel();
         let pump = Pump {
             process,
+            _ended: ended,
             write_requests,
             shutdown: shutdown_requested,
             messages: message_sender,
@@ -190,7 +196,10 @@ impl ExecutorStdioTransport {
             #[cfg(test)]
             waits_for_room: None,
         };
-        (Self { writes, messages, shutdown: Some(shutdown), end }, pump)
+        (
+            Self { writes, messages, shutdown: Some(shutdown), pump_ended: Some(pump_ended), end },
+            pump,
+        )
     }
 
     /// How the server ended, shared with the client for its errors.
@@ -227,9 +236,16 @@ impl Transport<RoleClient> for ExecutorStdioTransport {
         self.messages.recv().await.map(|queued| queued.message)
     }
 
+    /// Terminates the server and waits for the pump to end: as long as the executor takes to
+    /// answer the terminate, within the client's own bounds (its recovery time, if the
+    /// connection is down).
     async fn close(&mut self) -> Result<(), Self::Error> {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
+        }
+        if let Some(pump_ended) = self.pump_ended.take() {
+            // Never sent: the pump drops its end as it finishes.
+            let _ = pump_ended.await;
         }
         Ok(())
     }
@@ -272,6 +288,8 @@ fn gone(end: &Mutex<ServerEnd>) -> std::io::Error {
 /// The task that owns the process handle (see the module docs).
 struct Pump {
     process: Box<dyn ExecProcess>,
+    /// Dropped with the pump, which tells a waiting `close` that it has ended.
+    _ended: oneshot::Sender<()>,
     write_requests: mpsc::Receiver<WriteRequest>,
     /// Told when the transport is closed.
     shutdown: oneshot::Receiver<()>,
