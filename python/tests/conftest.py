@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -109,8 +109,10 @@ def reference_server() -> Iterator[Server]:
 
 
 class CuttingProxy:
-    """A TCP proxy on loopback in front of ``port`` that cuts every connection it carries
-    each ``period`` seconds: a network that keeps dropping."""
+    """A TCP proxy on loopback in front of ``port`` that cuts every connection it carries once
+    it has lived ``period`` seconds: a network that keeps dropping, where each new connection
+    still gets ``period`` to make progress (cuts on a clock of their own would, on a loaded
+    machine, land inside one reconnection after another)."""
 
     def __init__(self, port: int, period: float, cutting: bool = True) -> None:
         self.upstream = port
@@ -121,7 +123,8 @@ class CuttingProxy:
             self.cutting.set()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.live: List[socket.socket] = []
+        #: Each connection's two sockets, with when it was made.
+        self.live: List[Tuple[float, socket.socket, socket.socket]] = []
         self.cuts = 0
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -140,7 +143,7 @@ class CuttingProxy:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.upstream))
             with self.lock:
-                self.live += [client, upstream]
+                self.live.append((time.monotonic(), client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
@@ -169,26 +172,32 @@ class CuttingProxy:
             self.cutting.clear()
 
     def _cut(self) -> None:
-        while not self.stopped.wait(self.period):
+        # Looked at four times a period, so a connection is cut within a quarter period of
+        # its time.
+        while not self.stopped.wait(self.period / 4):
             with self.lock:
                 if not self.cutting.is_set():
                     continue
-                live, self.live = self.live, []
-                if live:
+                now = time.monotonic()
+                due = [link for link in self.live if now - link[0] >= self.period]
+                self.live = [link for link in self.live if now - link[0] < self.period]
+                if due:
                     self.cuts += 1
-                for end in live:
-                    try:
-                        end.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                    end.close()
+                for _, client, upstream in due:
+                    for end in (client, upstream):
+                        try:
+                            end.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                        end.close()
 
     def close(self) -> None:
         self.stopped.set()
         self.listener.close()
         with self.lock:
-            for end in self.live:
-                end.close()
+            for _, client, upstream in self.live:
+                client.close()
+                upstream.close()
 
 
 @pytest.fixture
