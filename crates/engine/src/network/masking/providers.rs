@@ -161,8 +161,18 @@ impl Destination {
             && self.host.eq_ignore_ascii_case(host.trim_start_matches('[').trim_end_matches(']'))
     }
 
-    /// Whether a request to `path` on such a connection is within the prefix.
+    /// Whether a request to `path` on such a connection is within the prefix. A path with a
+    /// dot segment (`..` or `.`, plain or percent-encoded) never is: the origin would resolve
+    /// `/v1/../admin` out of the prefix that the text seems to be under.
     fn covers(&self, path: &str) -> bool {
+        let path_only = path.split(['?', '#']).next().unwrap_or_default();
+        let dotted = path_only.split('/').any(|segment| {
+            let segment = segment.to_ascii_lowercase().replace("%2e", ".");
+            segment == "." || segment == ".."
+        });
+        if dotted {
+            return false;
+        }
         match path.strip_prefix(self.path.as_str()) {
             Some(rest) => rest.is_empty() || rest.starts_with('/') || rest.starts_with('?'),
             None => false,
@@ -492,7 +502,7 @@ mod tests {
         for path in ["/v1", "/v1/", "/v1/charges", "/v1?x=1"] {
             assert!(d.covers(path), "{path}");
         }
-        for path in ["/v10", "/v2/v1", "/", ""] {
+        for path in ["/v10", "/v2/v1", "/", "", "/v1/../admin", "/v1/%2E%2e/admin", "/v1/./x"] {
             assert!(!d.covers(path), "{path}");
         }
         assert!(Destination::parse("api.vendor.example").unwrap().covers("/anything"));
