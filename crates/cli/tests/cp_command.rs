@@ -481,6 +481,47 @@ async fn relative_remote_paths_are_from_the_executors_home() {
     assert_eq!(std::fs::read(sides.here("back.txt")).unwrap(), b"notes\n");
 }
 
+/// A remote pattern is expanded on the executor's listing, as scp's remote shell would expand
+/// it: the matches (never a dot file for `*`) come down into the directory named, a pattern
+/// from the home works too, and one that matches nothing is refused in one line naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_pattern_copies_what_it_matches() {
+    let sides = Sides::new("globs");
+    let home = sides.there("").display().to_string();
+    let server =
+        ServerProcess::start_with_env(Target::Tether, &[], &[("HOME", &home)]).await.unwrap();
+    let url = server.url.as_str();
+    for (name, bytes) in [
+        ("logs/a.log", "a\n"),
+        ("logs/b.log", "b\n"),
+        ("logs/c.txt", "c\n"),
+        ("logs/.d.log", "d\n"),
+    ] {
+        write(&sides.there(name), bytes.as_bytes(), 0o644, 1);
+    }
+    std::fs::create_dir_all(sides.here("out")).unwrap();
+    let out = format!("{}/", sides.here("out").display());
+    for pattern in [sides.remote("logs/*.log"), ":~/logs/[ab].log".to_owned()] {
+        let _ = std::fs::remove_dir_all(sides.here("out"));
+        std::fs::create_dir_all(sides.here("out")).unwrap();
+        let output = tether_cp(url, &[pattern.as_str(), out.as_str()]).await;
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        let mut landed: Vec<String> = std::fs::read_dir(sides.here("out"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        landed.sort();
+        assert_eq!(landed, ["a.log", "b.log"], "{pattern}");
+        assert_eq!(std::fs::read(sides.here("out/b.log")).unwrap(), b"b\n");
+    }
+    let nothing = sides.remote("logs/*.gz");
+    let output = tether_cp(url, &[nothing.as_str(), out.as_str()]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(&format!("{nothing}: no match on the executor")), "{stderr}");
+}
+
 /// Mistakes are refused before anything is copied, each in one line that says what is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mistakes_are_refused_with_what_is_wrong() {

@@ -34,6 +34,7 @@ use tether_protocol::PathUri;
 use tokio::sync::mpsc;
 
 mod down;
+mod globs;
 mod limits;
 mod local_read;
 mod local_write;
@@ -65,7 +66,10 @@ Examples:
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
 executor); :rel, :~/rel and : are from the executor user's home, as scp reads them. A path with
 a slash before its first colon is local (./a:b). - is standard input as the source, standard
-output as the destination (one file).
+output as the destination (one file). The last part of a remote source may be a pattern
+(':/var/log/*.log', quoted so the shell here leaves it alone): it is matched against the
+executor's listing as sh matches names (*, ?, [a-z], [!x]; * and ? take no leading dot), and
+one that matches nothing is an error.
 
 A link named on the command line is copied as what it leads to, as cp does without -r; in a
 tree (and with -r) a link is copied as a link, and a copy down stops where a directory it makes
@@ -171,6 +175,27 @@ fn on_executor(path: &Path, client: &ExecServerClient) -> anyhow::Result<PathBuf
     Ok(PathBuf::from(joined))
 }
 
+/// `sources` with each remote pattern (`:/dir/*.log`) replaced by the paths it matches on the
+/// executor ([`globs`]).
+async fn expand_patterns(
+    client: &ExecServerClient,
+    sources: Vec<Location>,
+) -> anyhow::Result<Vec<Location>> {
+    let mut expanded = Vec::with_capacity(sources.len());
+    for source in sources {
+        match source {
+            Location::Remote { executor, path } if globs::is_pattern(&path) => {
+                let pattern = on_executor(&path, client)?;
+                for path in globs::expand(client, &pattern).await? {
+                    expanded.push(Location::Remote { executor: executor.clone(), path });
+                }
+            }
+            other => expanded.push(other),
+        }
+    }
+    Ok(expanded)
+}
+
 /// One thing to copy, by its name in its directory (a root: the name it is copied under).
 #[derive(Debug, Clone)]
 struct Entry {
@@ -238,6 +263,10 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
         }
     }
     let client = connect(&args, executor.as_deref()).await?;
+    let sources = expand_patterns(&client, sources).await?;
+    if matches!(destination, Location::Standard) && sources.len() > 1 {
+        bail!("- (standard output) is one file, and the pattern matches several: copy one");
+    }
     let keeps_metadata = client.tether_extensions().fs_metadata;
     let not_kept = NotKept::default();
     let progress = progress_bar();
