@@ -385,22 +385,13 @@ async fn codex_transparent_tcp_carries_a_command_that_ignores_the_proxy(target: 
 /// real token reaches `api.github.com` (an HTTPS origin of the test's own, behind an upstream
 /// proxy, trusted through the executor's `SSL_CERT_FILE`).
 async fn codex_credential_masking_keeps_the_token_from_the_command(target: Target) {
-    use common::origins::{TlsOrigin, UpstreamProxy};
     let mut workspace = Workspace::new(target, "masking");
-    let origin = TlsOrigin::start(&workspace.root, "api.github.com").await;
-    let upstream = UpstreamProxy::start(origin.port).await;
+    let masked = common::origins::MaskedHost::start(&workspace.root, "api.github.com").await;
     let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
     let executor_home = Outside::new(target, "masking-home");
-    let (url, ca) =
-        (format!("http://127.0.0.1:{}", upstream.port), origin.ca.display().to_string());
     let home = executor_home.0.display().to_string();
-    let env = [
-        ("CODEX_HOME", home.as_str()),
-        ("HTTPS_PROXY", url.as_str()),
-        ("NO_PROXY", "127.0.0.1"),
-        ("SSL_CERT_FILE", ca.as_str()),
-        ("GITHUB_TOKEN", token),
-    ];
+    let mut env = masked.executor_env("GITHUB_TOKEN", token);
+    env.push(("CODEX_HOME", home.as_str()));
     let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
     workspace.top_level = "allow_login_shell = false\n".into();
     let cmd = "echo \"child: $GITHUB_TOKEN\"; \
@@ -416,29 +407,20 @@ async fn codex_credential_masking_keeps_the_token_from_the_command(target: Targe
     assert!(reported.contains("child: ghp_masked"), "{reported}");
     assert!(!reported.contains(&format!("child: {token}")), "{reported}");
     assert!(reported.contains(&format!("Bearer {token}")), "the origin got the token: {reported}");
-    assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"], "{reported}");
+    assert_eq!(masked.upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"], "{reported}");
 }
 
 /// A custom credential provider (`[features.network_proxy.credentials.NAME]` with `env`,
 /// `patterns` and `url_prefixes`): the command reads a placeholder of the key's shape, listed
 /// in the markers under the variable's name, and the key reaches the provider's URL prefix.
 async fn codex_masks_a_key_of_a_custom_credential_provider(target: Target) {
-    use common::origins::{TlsOrigin, UpstreamProxy};
     let mut workspace = Workspace::new(target, "provider");
-    let origin = TlsOrigin::start(&workspace.root, "api.vendor.example").await;
-    let upstream = UpstreamProxy::start(origin.port).await;
+    let masked = common::origins::MaskedHost::start(&workspace.root, "api.vendor.example").await;
     let key = "vk_live_0123456789abcdefABCDEF0123456789";
     let executor_home = Outside::new(target, "provider-home");
-    let (url, ca) =
-        (format!("http://127.0.0.1:{}", upstream.port), origin.ca.display().to_string());
     let home = executor_home.0.display().to_string();
-    let env = [
-        ("CODEX_HOME", home.as_str()),
-        ("HTTPS_PROXY", url.as_str()),
-        ("NO_PROXY", "127.0.0.1"),
-        ("SSL_CERT_FILE", ca.as_str()),
-        ("VENDOR_KEY", key),
-    ];
+    let mut env = masked.executor_env("VENDOR_KEY", key);
+    env.push(("CODEX_HOME", home.as_str()));
     let server = ServerProcess::start_with_env(target, &[], &env).await.unwrap();
     workspace.top_level = "allow_login_shell = false\n".into();
     let cmd = "echo \"child: $VENDOR_KEY\"; echo \"$CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS\"; \

@@ -19,7 +19,7 @@ use tether_testkit::{RpcClient, ServerProcess, Target, ToolCall, Verdict, agains
 mod common;
 use common::ExecutorHome;
 use common::codex::Workspace;
-use common::origins::{Onward, TlsOrigin, UpstreamProxy};
+use common::origins::{MaskedHost, Onward, UpstreamProxy};
 
 against_both!(
     an_allowed_origin_is_reached_and_every_request_reported,
@@ -865,17 +865,9 @@ async fn allowed_upstream_proxies_carry_http_and_tunnels_but_not_socks(target: T
 /// `bash`: the command runs there.)
 async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(target: Target) {
     let home = ExecutorHome::new("network", target, "masking");
-    let origin = TlsOrigin::start(&home.path(""), "api.github.com").await;
-    let upstream = UpstreamProxy::start(origin.port).await;
+    let masked = MaskedHost::start(&home.path(""), "api.github.com").await;
     let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
-    let url = format!("http://127.0.0.1:{}", upstream.port);
-    let ca = origin.ca.display().to_string();
-    let env = [
-        ("HTTPS_PROXY", url.as_str()),
-        ("NO_PROXY", "127.0.0.1"),
-        ("SSL_CERT_FILE", ca.as_str()),
-        ("GITHUB_TOKEN", token),
-    ];
+    let env = masked.executor_env("GITHUB_TOKEN", token);
     let (_server, mut client) = home.started_with(target, &[], &env).await;
     let script = "echo \"child: $GITHUB_TOKEN\"; \
                   curl -sS -H \"Authorization: Bearer $GITHUB_TOKEN\" https://api.github.com/user; echo";
@@ -891,7 +883,7 @@ async fn a_masked_token_is_a_placeholder_in_the_child_and_real_at_its_host(targe
     let child = lines.next().unwrap().strip_prefix("child: ").unwrap().to_owned();
     assert!(child.starts_with("ghp_masked") && child.len() == token.len(), "{}", finished.stdout);
     assert_eq!(lines.next(), Some(format!("Bearer {token}").as_str()), "{}", finished.stdout);
-    assert_eq!(upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"]);
+    assert_eq!(masked.upstream.seen(), ["CONNECT api.github.com:443 HTTP/1.1"]);
 }
 
 /// A request that names a Unix socket to reach (`x-unix-socket`) is refused with `501` and
@@ -965,17 +957,9 @@ async fn credential_providers_are_typed_as_the_reference_types_them(target: Targ
 /// the placeholder).
 async fn a_custom_providers_key_reaches_its_prefix_and_nothing_else(target: Target) {
     let home = ExecutorHome::new("network", target, "provider");
-    let origin = TlsOrigin::start(&home.path(""), "api.vendor.example").await;
-    let upstream = UpstreamProxy::start(origin.port).await;
+    let masked = MaskedHost::start(&home.path(""), "api.vendor.example").await;
     let key = "vk_live_0123456789abcdefABCDEF0123456789";
-    let url = format!("http://127.0.0.1:{}", upstream.port);
-    let ca = origin.ca.display().to_string();
-    let env = [
-        ("HTTPS_PROXY", url.as_str()),
-        ("NO_PROXY", "127.0.0.1"),
-        ("SSL_CERT_FILE", ca.as_str()),
-        ("VENDOR_KEY", key),
-    ];
+    let env = masked.executor_env("VENDOR_KEY", key);
     let (_server, mut client) = home.started_with(target, &[], &env).await;
     let script = "echo \"child: $VENDOR_KEY\"; \
                   for path in v1/charges v2/charges; do \

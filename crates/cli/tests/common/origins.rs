@@ -179,3 +179,37 @@ impl Drop for TlsOrigin {
         self.task.abort();
     }
 }
+
+/// A host a masked secret is bound to, as masking tests stage it: a [`TlsOrigin`] standing in
+/// for `host`, behind an [`UpstreamProxy`] that the executor reaches it through.
+pub struct MaskedHost {
+    pub origin: TlsOrigin,
+    pub upstream: UpstreamProxy,
+    proxy_url: String,
+    ca: String,
+}
+
+impl MaskedHost {
+    pub async fn start(dir: &std::path::Path, host: &str) -> Self {
+        let origin = TlsOrigin::start(dir, host).await;
+        let upstream = UpstreamProxy::start(origin.port).await;
+        let proxy_url = format!("http://127.0.0.1:{}", upstream.port);
+        let ca = origin.ca.display().to_string();
+        Self { origin, upstream, proxy_url, ca }
+    }
+
+    /// The executor's environment: the upstream as its `HTTPS_PROXY` (loopback exempt), the
+    /// origin's CA as its `SSL_CERT_FILE`, and `secret` as `variable`.
+    pub fn executor_env<'a>(
+        &'a self,
+        variable: &'a str,
+        secret: &'a str,
+    ) -> Vec<(&'a str, &'a str)> {
+        vec![
+            ("HTTPS_PROXY", self.proxy_url.as_str()),
+            ("NO_PROXY", "127.0.0.1"),
+            ("SSL_CERT_FILE", self.ca.as_str()),
+            (variable, secret),
+        ]
+    }
+}
