@@ -202,7 +202,6 @@ pub struct Outgoing<'a> {
 /// A provider ready to mask.
 #[derive(Debug)]
 pub struct Provider {
-    name: String,
     variables: Vec<String>,
     patterns: Vec<regex::Regex>,
     destinations: Vec<Destination>,
@@ -273,7 +272,6 @@ impl Provider {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Unusable::BadPattern(named()))?;
         Ok(Self {
-            name: name.to_owned(),
             variables: config.env.clone(),
             patterns,
             destinations,
@@ -282,10 +280,6 @@ impl Provider {
             header,
             prefix: config.prefix.clone().unwrap_or_default(),
         })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// The variables this provider masks in `env`, each with the pattern its value matched.
