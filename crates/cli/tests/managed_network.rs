@@ -1670,6 +1670,177 @@ for label, target, target_port in zip(args[0::3], args[1::3], args[2::3]):
     print(label, answer.split(b" ")[1].decode() if answer else "closed")
 "#;
 
+/// A SOCKS5 UDP client (RFC 1928 §7) for [`udp_probe`]: it asks `ALL_PROXY` for an
+/// association (printing `associate refused CODE` if refused), sends one datagram per `label
+/// host port` of its arguments (by address when `host` is one, else by name) with the label as
+/// its payload, then either prints the first answer (`answer HOST PORT PAYLOAD`, the header's
+/// source) or, given `--hold`, waits for a line on its standard input before it ends.
+const UDP_PROBE: &str = r#"
+import ipaddress, os, socket, struct, sys
+host, port = os.environ["ALL_PROXY"].split("://", 1)[1].rsplit(":", 1)
+def exact(s, n):
+    data = b""
+    while len(data) < n:
+        more = s.recv(n - len(data))
+        if not more:
+            raise EOFError
+        data += more
+    return data
+def address(target):
+    try:
+        ip = ipaddress.ip_address(target)
+        return bytes([1 if ip.version == 4 else 4]) + ip.packed
+    except ValueError:
+        return bytes([3, len(target)]) + target.encode()
+hold = sys.argv[1] == "--hold"
+args = sys.argv[2:]
+control = socket.create_connection((host, int(port)), timeout=60)
+control.sendall(b"\x05\x01\x00")
+exact(control, 2)
+control.sendall(b"\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00")
+reply = exact(control, 4)
+if reply[1] != 0:
+    print("associate refused", reply[1])
+    sys.exit(0)
+bound = exact(control, 6)
+relay = (socket.inet_ntoa(bound[:4]), struct.unpack(">H", bound[4:])[0])
+print("relay", relay[0], relay[1] == int(port))
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.settimeout(60)
+for label, target, target_port in zip(args[0::3], args[1::3], args[2::3]):
+    udp.sendto(b"\x00\x00\x00" + address(target) + struct.pack(">H", int(target_port)) + label.encode(), relay)
+if hold:
+    sys.stdin.readline()
+else:
+    answer, _ = udp.recvfrom(65536)
+    assert answer[:4] == b"\x00\x00\x00\x01", answer
+    print("answer", socket.inet_ntoa(answer[4:8]), struct.unpack(">H", answer[8:10])[0], answer[10:].decode())
+"#;
+
+/// `python3 udp_probe.py`, the probe written in `home`, holding or not, sending each case.
+fn udp_probe(home: &ExecutorHome, hold: bool, cases: &[(&str, &str, u16)]) -> String {
+    home.write("udp_probe.py", UDP_PROBE);
+    let args: Vec<String> =
+        cases.iter().map(|(label, host, port)| format!("{label} {host} {port}")).collect();
+    let mode = if hold { "--hold" } else { "--answer" };
+    format!("python3 {} {mode} {}", home.path("udp_probe.py").display(), args.join(" "))
+}
+
+/// A UDP socket on `127.0.0.1` that answers every datagram with the same bytes and keeps
+/// what it was sent.
+struct UdpEcho {
+    port: u16,
+    received: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _task: tokio_util::task::AbortOnDropHandle<()>,
+}
+
+impl UdpEcho {
+    async fn start() -> Self {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = received.clone();
+        let task = tokio::spawn(async move {
+            let mut buffer = vec![0u8; 65536];
+            while let Ok((length, from)) = socket.recv_from(&mut buffer).await {
+                kept.lock().unwrap().push(String::from_utf8_lossy(&buffer[..length]).into_owned());
+                let _ = socket.send_to(&buffer[..length], from).await;
+            }
+        });
+        Self { port, received, _task: tokio_util::task::AbortOnDropHandle::new(task) }
+    }
+
+    fn received(&self) -> Vec<String> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+/// `enableSocks5Udp`: a command's datagrams go through its proxy's UDP relay, confined or
+/// not, each destination decided and reported as a connection's is (`socks5_udp`): one the
+/// policy refuses (`localhost`, by name: local) is dropped, one it allows (`127.0.0.1`) is
+/// sent on and its answer comes back headed with who answered. The relay is the SOCKS5 port's
+/// number on the command's own loopback. `limited` mode refuses UDP before any policy; a
+/// launch without the flag is told "command not supported" (7). Tether only: 0.171 grants the
+/// association and then relays nothing (measured: no datagram arrives, no decision is
+/// reported).
+#[tokio::test]
+async fn socks5_udp_relays_what_the_policy_allows() {
+    let target = Target::Tether;
+    let echo = UdpEcho::start().await;
+    // Where `localhost` would lead, were it allowed.
+    let elsewhere = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    elsewhere.set_nonblocking(true).unwrap();
+    let elsewhere_port = elsewhere.local_addr().unwrap().port();
+    let udp = json!({"enableSocks5Udp": true});
+    for confined in [Confined::No, Confined::Sandboxed] {
+        let home = ExecutorHome::new("network", target, &format!("udp-{confined:?}"));
+        let (_server, mut client) = home.started(target).await;
+        let cases = [("refused", "localhost", elsewhere_port), ("hello", "127.0.0.1", echo.port)];
+        let script = udp_probe(&home, false, &cases);
+        let domains = json!({"127.0.0.1": "allow"});
+        let finished =
+            run(&mut client, proxied("u", &script, &home, confined, launch(domains, udp.clone())))
+                .await;
+        assert_eq!(
+            finished.stdout,
+            format!("relay 127.0.0.1 True\nanswer 127.0.0.1 {} hello\n", echo.port),
+            "{confined:?}"
+        );
+        assert_eq!(
+            reported(&finished.decisions),
+            [
+                report(
+                    "localhost",
+                    "socks5_udp",
+                    "deny",
+                    "baseline_policy",
+                    "not_allowed_local",
+                    false
+                ),
+                report("127.0.0.1", "socks5_udp", "allow", "baseline_policy", "allow", false),
+            ],
+            "{confined:?}"
+        );
+        assert!(finished.decisions.iter().all(|d| d.get("method").is_none()));
+
+        // Limited: the datagram's refusal is reported while the command waits; then it ends.
+        let script = udp_probe(&home, true, &[("limited", "127.0.0.1", echo.port)]);
+        let domains = json!({"127.0.0.1": "allow"});
+        let changes = json!({"enableSocks5Udp": true, "mode": "limited"});
+        let params = proxied("l", &script, &home, confined, launch(domains, changes));
+        client.ok("process/start", params).await.unwrap();
+        let refusal = loop {
+            let message = client.notification().await.unwrap();
+            if message["method"] == "network/policyDecision" {
+                break message["params"].clone();
+            }
+        };
+        let finish_line = json!({"processId": "l", "chunk": tether_testkit::client::b64encode(b"\n"),
+            "writeId": "end"});
+        client.ok("process/write", finish_line).await.unwrap();
+        let (finished, _) = finish(&mut client, "l", |_| json!({"type": "deny"})).await;
+        assert_eq!(finished.stdout, "relay 127.0.0.1 True\n", "{confined:?}");
+        assert_eq!(
+            reported(std::slice::from_ref(&refusal)),
+            [report("127.0.0.1", "socks5_udp", "deny", "mode_guard", "method_not_allowed", false)]
+        );
+        assert_eq!(refusal["scope"], "non_domain");
+        assert!(finished.decisions.is_empty(), "{:?}", finished.decisions);
+
+        // Without the flag.
+        let script = udp_probe(&home, false, &[("unasked", "127.0.0.1", echo.port)]);
+        let domains = json!({"127.0.0.1": "allow"});
+        let finished =
+            run(&mut client, proxied("n", &script, &home, confined, launch(domains, json!({}))))
+                .await;
+        assert_eq!(finished.stdout, "associate refused 7\n", "{confined:?}");
+    }
+    assert_eq!(echo.received(), ["hello", "hello"]);
+    let mut buffer = [0u8; 64];
+    let nothing = elsewhere.recv_from(&mut buffer).unwrap_err();
+    assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
+}
+
 /// `python3 probe.py`, the probe written in `home`, asking for each `(label, host, port)`.
 fn socks_probe(home: &ExecutorHome, cases: &[(&str, String, u16)]) -> String {
     home.write("probe.py", SOCKS_PROBE);

@@ -31,6 +31,12 @@ pub enum Entry {
     Http,
     /// The SOCKS5 proxy.
     Socks,
+    /// The SOCKS5 proxy's UDP relay (`UDP ASSOCIATE`): not a connection but the relay's socket
+    /// itself, bound on the sandbox's loopback at the SOCKS5 port's number and handed over
+    /// once, before the command starts. The proxy then reads and answers the command's
+    /// datagrams on it from outside, so no byte of them passes through the inner stage
+    /// either.
+    Udp,
     /// The `n`th port of a proxy the caller runs on the host's loopback
     /// ([`super::bridge`]), below [`MAX_BRIDGED_PORTS`].
     Bridged(u8),
@@ -46,6 +52,7 @@ impl Entry {
         match self {
             Entry::Http => b'h',
             Entry::Socks => b's',
+            Entry::Udp => b'u',
             Entry::Bridged(n) => b'0' + n,
         }
     }
@@ -54,6 +61,7 @@ impl Entry {
         match tag {
             b'h' => Some(Entry::Http),
             b's' => Some(Entry::Socks),
+            b'u' => Some(Entry::Udp),
             b'0'..=b'9' => Some(Entry::Bridged(tag - b'0')),
             _ => None,
         }
@@ -89,7 +97,7 @@ pub fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     )?)
 }
 
-/// Hands `connection` to the proxy at the other end of `socket` (blocking: for the inner
+/// Hands `connection` (or, for [`Entry::Udp`], the relay's socket) to the proxy at the other end of `socket` (blocking: for the inner
 /// stage's forwarding thread).
 pub fn send(
     socket: BorrowedFd<'_>,
@@ -193,7 +201,7 @@ mod tests {
         drop(accepted);
         let (entry, fd) = receiver.next().await.unwrap().unwrap();
         assert_eq!(entry, Entry::Socks);
-        for entry in [Entry::Http, Entry::Socks, Entry::Bridged(0), Entry::Bridged(9)] {
+        for entry in [Entry::Http, Entry::Socks, Entry::Udp, Entry::Bridged(0), Entry::Bridged(9)] {
             assert_eq!(Entry::from_tag(entry.tag()), Some(entry));
         }
         let mut handed = TcpStream::from(fd);

@@ -6,9 +6,13 @@
 //! by one thread of this stage after: `poll` on the listeners, `accept`, hand over, close.
 //! The thread keeps no state per connection and copies no byte. Once the proxy is gone the
 //! listeners close, so the command's next connection is refused rather than left waiting.
+//!
+//! The SOCKS5 UDP relay ([`Entry::Udp`]) is a socket, not a listener: bound here too, and
+//! handed to the proxy at once, before any connection, so the proxy has it by the time a
+//! command asks for an association. This stage keeps no copy of it.
 
 use std::ffi::OsStr;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use crate::network::forward::{self, Entry};
@@ -82,11 +86,16 @@ impl Forwarders {
             listener.set_nonblocking(true)?;
             Ok::<_, std::io::Error>(listener)
         };
-        let listeners = route
-            .listeners
-            .iter()
-            .map(|(entry, port)| Ok((*entry, bind(*port)?)))
-            .collect::<std::io::Result<_>>()?;
+        let mut listeners = Vec::new();
+        for (entry, port) in &route.listeners {
+            match entry {
+                Entry::Udp => {
+                    let relay = UdpSocket::bind((Ipv4Addr::LOCALHOST, *port))?;
+                    forward::send(proxy.as_fd(), Entry::Udp, relay.as_fd())?;
+                }
+                _ => listeners.push((*entry, bind(*port)?)),
+            }
+        }
         Ok(Self { proxy, listeners })
     }
 
@@ -151,6 +160,7 @@ mod tests {
         for route in [
             Route { fd: 5, listeners: vec![(Entry::Http, 3128)] },
             Route { fd: 9, listeners: vec![(Entry::Http, 40001), (Entry::Socks, 40002)] },
+            Route { fd: 8, listeners: vec![(Entry::Socks, 40002), (Entry::Udp, 40002)] },
             Route { fd: 7, listeners: vec![(Entry::Bridged(0), 3), (Entry::Bridged(9), 4)] },
         ] {
             assert_eq!(Route::parse(OsStr::new(&route.to_arg())), Ok(route));

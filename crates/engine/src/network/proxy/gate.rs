@@ -204,7 +204,7 @@ impl Proxy {
     }
 
     /// Sends one `network/policyDecision`; waits while the session's queue is full.
-    async fn report(
+    pub(super) async fn report(
         &self,
         target: Target<'_>,
         (decision, source, reason, scope): (Decision, DecisionSource, &str, DecisionScope),

@@ -8,8 +8,9 @@
 //!   sandboxed one, handed over by the sandbox's inner stage ([`super::forward`]), so the
 //!   proxy never listens where anyone else can reach it. Either way it ends with its process
 //!   ([`RunningProxy`] is held by the process's pump and aborts every connection when dropped).
-//! - [`gate`]: the decision for one destination; [`http`] and [`socks`] the two protocols;
-//!   [`upstream`]: what an allowed connection goes through past the executor, if anything.
+//! - [`gate`]: the decision for one destination; [`http`] and [`socks`] the two protocols,
+//!   [`udp`] the SOCKS5 UDP relay; [`upstream`]: what an allowed connection goes through past
+//!   the executor, if anything.
 //!
 //! Bounded: at most [`MAX_CONNECTIONS`] connections at once per proxy and
 //! [`MAX_CONNECTIONS_SERVER_WIDE`] across the server (more wait in the kernel's queues, not in
@@ -20,6 +21,7 @@
 mod gate;
 mod http;
 mod socks;
+mod udp;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -97,6 +99,11 @@ pub struct ProxyConfig {
     pub policy: DomainPolicy,
     pub mode: NetworkMode,
     pub socks5: bool,
+    /// `enableSocks5Udp` (with SOCKS5): `UDP ASSOCIATE` is granted and its datagrams relayed,
+    /// each destination decided as a connection's is ([`udp`]). Never with a mandatory TCP
+    /// upstream, which UDP could not go through: there the command is answered "command not
+    /// supported", as without the flag.
+    pub socks5_udp: bool,
     /// `transparentTcp`: the sandbox's outbound TCP goes through the SOCKS5 proxy however the
     /// command connects (checked: only with SOCKS5, and only for a sandboxed start).
     pub transparent_tcp: bool,
@@ -157,19 +164,21 @@ impl ProxyConfig {
         };
         let policy = DomainPolicy::new(domains.as_ref(), proxy.allow_local_binding)
             .map_err(|error| error.to_string())?;
+        let routes = upstream::Routes::new(
+            routing,
+            proxy.allow_upstream_proxy,
+            proxy.allow_local_binding,
+            executor_env,
+        );
         Ok(Self {
             process_id,
             policy,
             mode: proxy.mode,
             socks5: proxy.enable_socks5,
+            socks5_udp: proxy.enable_socks5 && proxy.enable_socks5_udp && routes.tcp.is_none(),
             transparent_tcp: proxy.transparent_tcp,
             ask_timeout: launch.policy_decision_timeout_ms.map(Duration::from_millis),
-            routes: upstream::Routes::new(
-                routing,
-                proxy.allow_upstream_proxy,
-                proxy.allow_local_binding,
-                executor_env,
-            ),
+            routes,
             masking_home: (proxy.credential_masking == Some(true))
                 .then(|| codex_home(executor_env)),
             providers: compiled_providers(launch).into(),
@@ -202,6 +211,10 @@ pub struct Proxy {
     events: NetworkEvents,
     connections: Arc<Semaphore>,
     masked: Option<MaskedSecrets>,
+    /// The SOCKS5 UDP relay, once its socket is here: bound on the host's loopback for an
+    /// unconfined process, handed over by the sandbox's inner stage for a sandboxed one (the
+    /// first hand-over, before any connection). Unset: `UDP ASSOCIATE` is not supported.
+    udp: std::sync::OnceLock<Arc<udp::Relay>>,
 }
 
 /// A proxy serving: dropped (the process closed), it stops and every connection through it
@@ -232,17 +245,30 @@ impl RunningProxy {
 pub struct HostListeners {
     pub http: TcpListener,
     pub socks: Option<TcpListener>,
+    /// The SOCKS5 UDP relay's socket, on the SOCKS5 port's number when it is free.
+    pub udp: Option<std::net::UdpSocket>,
 }
 
 impl HostListeners {
-    /// Binds `127.0.0.1:0` for HTTP, and for SOCKS5 when `socks5` (within a Tokio runtime).
-    pub fn bind(socks5: bool) -> std::io::Result<Self> {
+    /// Binds `127.0.0.1:0` for HTTP, and for SOCKS5 when `socks5` (within a Tokio runtime),
+    /// with its UDP relay when `udp`.
+    pub fn bind(socks5: bool, udp: bool) -> std::io::Result<Self> {
         let bind = || -> std::io::Result<TcpListener> {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             listener.set_nonblocking(true)?;
             TcpListener::from_std(listener)
         };
-        Ok(Self { http: bind()?, socks: if socks5 { Some(bind()?) } else { None } })
+        let socks = if socks5 { Some(bind()?) } else { None };
+        let udp = match (&socks, udp) {
+            (Some(socks), true) => {
+                let port = socks.local_addr()?.port();
+                let relay = std::net::UdpSocket::bind(("127.0.0.1", port))
+                    .or_else(|_| std::net::UdpSocket::bind("127.0.0.1:0"))?;
+                Some(relay)
+            }
+            _ => None,
+        };
+        Ok(Self { http: bind()?, socks, udp })
     }
 
     pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
@@ -261,12 +287,30 @@ impl Proxy {
         masked: Option<MaskedSecrets>,
     ) -> Arc<Self> {
         let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        Arc::new(Self { config, events, connections, masked })
+        let udp = std::sync::OnceLock::new();
+        Arc::new(Self { config, events, connections, masked, udp })
     }
 
     /// Serves the connections `listeners` accept.
-    pub fn serve_listeners(self: &Arc<Self>, listeners: HostListeners) -> RunningProxy {
-        self.spawn(self.clone().serve_all(Source::Listeners(listeners)))
+    pub fn serve_listeners(
+        self: &Arc<Self>,
+        mut listeners: HostListeners,
+    ) -> std::io::Result<RunningProxy> {
+        if let Some(relay) = listeners.udp.take() {
+            self.take_relay(relay.into())?;
+        }
+        Ok(self.spawn(self.clone().serve_all(Source::Listeners(listeners))))
+    }
+
+    /// Makes `socket` this proxy's UDP relay, if it relays UDP and has none yet (a second
+    /// hand-over, which only a command holding the inner stage's end could make, is closed).
+    fn take_relay(&self, socket: OwnedFd) -> std::io::Result<()> {
+        if !self.config.socks5_udp || self.udp.get().is_some() {
+            return Ok(());
+        }
+        let relay = udp::Relay::new(socket)?;
+        let _ = self.udp.set(Arc::new(relay));
+        Ok(())
     }
 
     /// Serves the connections a sandbox's inner stage hands over on `socket`, until it closes.
@@ -279,6 +323,8 @@ impl Proxy {
     /// within the server-wide share), until it yields no more; then lets those open finish.
     async fn serve_all(self: Arc<Self>, source: Source) {
         let mut connections = JoinSet::new();
+        // The UDP relay's reader, once there is a relay; it ends with this serving.
+        let mut relaying = self.udp.get().map(relay_reader);
         loop {
             let Ok(own) = self.connections.clone().acquire_owned().await else { return };
             let Ok(shared) = server_wide().acquire_owned().await else { return };
@@ -288,9 +334,23 @@ impl Proxy {
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             let Some((entry, stream)) = next else { break };
+            let stream = match (entry, stream) {
+                (_, Handed::Stream(stream)) => stream,
+                (Entry::Udp, Handed::Socket(socket)) => {
+                    if let Err(error) = self.take_relay(socket) {
+                        debug!(%error, "SOCKS5 UDP relay socket refused");
+                    }
+                    if relaying.is_none() {
+                        relaying = self.udp.get().map(relay_reader);
+                    }
+                    continue;
+                }
+                (_, Handed::Socket(_)) => continue,
+            };
             connections.spawn(self.clone().serve(entry, stream, permit));
         }
         while connections.join_next().await.is_some() {}
+        drop(relaying);
     }
 
     fn spawn(&self, serving: impl Future<Output = ()> + Send + 'static) -> RunningProxy {
@@ -310,7 +370,7 @@ impl Proxy {
             Entry::Socks => socks::serve(self, stream, client).await,
             // Not a listener a managed proxy's sandbox has: a sandboxed command that took the
             // inner stage's end and sent one gets it closed.
-            Entry::Bridged(_) => {}
+            Entry::Bridged(_) | Entry::Udp => {}
         }
     }
 }
@@ -325,13 +385,15 @@ enum Source {
 
 impl Source {
     /// The next connection; `None` once there will be no more (the sandbox is gone).
-    async fn next(&self) -> Option<(Entry, TcpStream)> {
+    async fn next(&self) -> Option<(Entry, Handed)> {
         match self {
             Source::Listeners(listeners) => loop {
                 let accepted = tokio::select! {
-                    accepted = listeners.http.accept() => accepted.map(|(s, _)| (Entry::Http, s)),
+                    accepted = listeners.http.accept() => {
+                        accepted.map(|(s, _)| (Entry::Http, Handed::Stream(s)))
+                    }
                     Some(accepted) = accept_optional(listeners.socks.as_ref()) => {
-                        accepted.map(|(s, _)| (Entry::Socks, s))
+                        accepted.map(|(s, _)| (Entry::Socks, Handed::Stream(s)))
                     }
                 };
                 match accepted {
@@ -354,13 +416,29 @@ impl Source {
                         return None;
                     }
                 };
+                if entry == Entry::Udp {
+                    return Some((entry, Handed::Socket(fd)));
+                }
                 match stream_of(fd) {
-                    Ok(stream) => return Some((entry, stream)),
+                    Ok(stream) => return Some((entry, Handed::Stream(stream))),
                     Err(error) => debug!(%error, "handed-over descriptor is not a TCP connection"),
                 }
             },
         }
     }
+}
+
+/// Runs `relay`'s reader until the handle is dropped.
+fn relay_reader(relay: &Arc<udp::Relay>) -> AbortOnDropHandle<()> {
+    let reading = relay.clone().serve().instrument(tracing::Span::current());
+    AbortOnDropHandle::new(tokio::spawn(reading))
+}
+
+/// What a proxy's source gives it: a connection to serve, or (from a sandbox, once) the UDP
+/// relay's socket.
+enum Handed {
+    Stream(TcpStream),
+    Socket(OwnedFd),
 }
 
 async fn accept_optional(
@@ -425,6 +503,10 @@ impl PreparedProxy {
         let transparent = config.transparent_tcp;
         let mut listeners = vec![(Entry::Http, http)];
         listeners.extend(socks.map(|socks| (Entry::Socks, socks)));
+        // UDP ports are not TCP ports: the relay takes the SOCKS5 port's number, as a SOCKS5
+        // server's relay often does.
+        let udp = socks.filter(|_| config.socks5_udp);
+        listeners.extend(udp.map(|socks| (Entry::Udp, socks)));
         Ok(Self { config, proxy_end, route: ProxyRoute { sandbox_end, listeners, transparent } })
     }
 
@@ -456,8 +538,8 @@ impl PreparedProxy {
             super::proxy_env::apply(env, http, socks, allow_local);
             return proxy.serve_forwarded(self.proxy_end);
         }
-        let listeners = HostListeners::bind(proxy.config.socks5)?;
+        let listeners = HostListeners::bind(proxy.config.socks5, proxy.config.socks5_udp)?;
         super::proxy_env::apply(env, listeners.http_addr()?, listeners.socks_addr()?, allow_local);
-        Ok(proxy.serve_listeners(listeners))
+        proxy.serve_listeners(listeners)
     }
 }

@@ -1,8 +1,10 @@
-//! The SOCKS5 side of a process's proxy (RFC 1928, no authentication, `CONNECT` only): the
-//! handshake is fast-socks5's, the destination decided by [`super::gate`] like any other, and
-//! the reply sent once the destination has been reached — directly, or through the operator's
-//! mandatory TCP upstream when there is one ([`super::upstream::tcp`]). UDP (`UDP
-//! ASSOCIATE`) and `BIND` are answered "command not supported".
+//! The SOCKS5 side of a process's proxy (RFC 1928, no authentication): the handshake is
+//! fast-socks5's; for `CONNECT`, the destination decided by [`super::gate`] like any other,
+//! and the reply sent once the destination has been reached — directly, or through the
+//! operator's mandatory TCP upstream when there is one ([`super::upstream::tcp`]). `UDP
+//! ASSOCIATE` opens an association on the proxy's UDP relay ([`super::udp`]) when the launch
+//! asked for one (`enableSocks5Udp`); without it, and always for `BIND`, the answer is
+//! "command not supported".
 //!
 //! A destination allowed but not reached is answered as the reference answers it: "connection
 //! refused" when it refused, or when the TCP upstream did not carry it; "host unreachable"
@@ -20,7 +22,7 @@ use tracing::debug;
 
 use super::gate::{self, Admission, Target};
 use super::upstream::tcp::Destination;
-use super::{HANDSHAKE_TIMEOUT, Proxy, splice};
+use super::{HANDSHAKE_TIMEOUT, Proxy, splice, udp};
 
 /// Serves one SOCKS5 connection from the process.
 pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAddr) {
@@ -34,9 +36,27 @@ pub(super) async fn serve(proxy: Arc<Proxy>, stream: TcpStream, client: SocketAd
         Ok(Err(error)) => return debug!(%error, "SOCKS5 handshake failed"),
         Err(_) => return debug!("SOCKS5 handshake timed out"),
     };
-    if command != Socks5Command::TCPConnect {
-        let _ = protocol.reply_error(&ReplyError::CommandNotSupported).await;
-        return;
+    match command {
+        Socks5Command::TCPConnect => {}
+        Socks5Command::UDPAssociate => {
+            return match udp::open(&proxy, client, &target) {
+                Ok((relay, association)) => match protocol.reply_success(relay).await {
+                    Ok(control) => association.run(control).await,
+                    Err(error) => debug!(%error, "SOCKS5 reply failed"),
+                },
+                Err(refused) => {
+                    let reply = match refused {
+                        udp::NotOpened::Unsupported => ReplyError::CommandNotSupported,
+                        udp::NotOpened::Full => ReplyError::GeneralFailure,
+                    };
+                    let _ = protocol.reply_error(&reply).await;
+                }
+            };
+        }
+        Socks5Command::TCPBind => {
+            let _ = protocol.reply_error(&ReplyError::CommandNotSupported).await;
+            return;
+        }
     }
     // The name as the command gave it, for a TCP upstream's `CONNECT`; policies and reports
     // take it normalized.
