@@ -659,12 +659,15 @@ fn listening(pid: u32) -> Vec<String> {
         })
         .collect();
     let mut found = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        for line in std::fs::read_to_string(table).unwrap().lines().skip(1) {
+    for table in ["/proc/net/tcp", "/proc/net/tcp6", "/proc/net/udp", "/proc/net/udp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            // State 0A is LISTEN; field 9 is the inode.
-            if fields[3] == "0A" && inodes.contains(fields[9]) {
-                found.push(fields[1].to_owned());
+            // TCP state 0A is LISTEN (a UDP socket bound is all it can be); field 9 is the
+            // inode.
+            let bound = table.contains("udp") || fields[3] == "0A";
+            if bound && inodes.contains(fields[9]) {
+                found.push(format!("{table} {}", fields[1]));
             }
         }
     }
@@ -672,19 +675,20 @@ fn listening(pid: u32) -> Vec<String> {
 }
 
 /// A sandboxed command's proxy listens nowhere on the host: its connections come from the
-/// sandbox's own loopback, handed over by the inner stage. An unconfined command's proxy
-/// listens on the host's loopback (the command could reach anything there anyway): two more
-/// listeners, which is how this test would see the sandboxed one's.
+/// sandbox's own loopback, handed over by the inner stage, and its SOCKS5 UDP relay is a
+/// socket of the sandbox's loopback too. An unconfined command's proxy listens on the host's
+/// loopback (the command could reach anything there anyway): two more listeners and the
+/// relay's socket, which is how this test would see the sandboxed one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_commands_proxy_listens_nowhere_on_the_host() {
     let home = ExecutorHome::new("network", Target::Tether, "listens");
     let (server, mut client) = home.started(Target::Tether).await;
     let pid = serving_pid(server.pid().unwrap());
     let before = listening(pid);
-    for (confined, more) in [(Confined::Sandboxed, 0), (Confined::No, 2)] {
+    for (confined, more) in [(Confined::Sandboxed, 0), (Confined::No, 3)] {
         let id = format!("{confined:?}");
-        let mut params =
-            proxied(&id, "echo ready; read line", &home, confined, launch(json!({}), json!({})));
+        let udp = launch(json!({}), json!({"enableSocks5Udp": true}));
+        let mut params = proxied(&id, "echo ready; read line", &home, confined, udp);
         params["pipeStdin"] = json!(true);
         client.ok("process/start", params).await.unwrap();
         let ready = client.notification().await.unwrap();
