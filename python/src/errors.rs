@@ -171,8 +171,10 @@ fn client_error(
     Ok(PyErr::from_value(exception))
 }
 
-/// An MCP failure as the exception a program decides on: a server that cannot be started or
-/// that wants credentials is a `ConnectError` (kind `"launch"` or `"unauthorized"`), a
+/// An MCP failure as the exception a program decides on: a server program that is not there
+/// (or may not be run) is `FileNotFoundError` (`PermissionError`), as for `spawn`; a server
+/// that cannot be started otherwise or that wants credentials is a `ConnectError` (kind
+/// `"launch"` or `"unauthorized"`), a
 /// JSON-RPC refusal a `ServerError` with its code and data, a lost server or stream
 /// `Disconnected` (a tool call that got no answer may have run), an expired bound Python's
 /// `TimeoutError`, an answer that is not MCP a `ProtocolError`.
@@ -181,6 +183,20 @@ fn mcp_error(py: Python<'_>, errors: &Bound<'_, PyModule>, error: McpError) -> P
     let exception = match error {
         McpError::InvalidConfig(_) => return Ok(pyo3::exceptions::PyValueError::new_err(message)),
         McpError::Timeout(_) => return Ok(pyo3::exceptions::PyTimeoutError::new_err(message)),
+        // A program that is not there, or may not be run, is Python's own error, as for
+        // `spawn`; any other failure to start is the session's failure to connect.
+        McpError::Launch {
+            spawn_failure: Some(SpawnFailureKind::SpawnNotFound), program, ..
+        } => {
+            return Ok(PyFileNotFoundError::new_err((ENOENT, message, program)));
+        }
+        McpError::Launch {
+            spawn_failure: Some(SpawnFailureKind::SpawnPermissionDenied),
+            program,
+            ..
+        } => {
+            return Ok(PyPermissionError::new_err((EACCES, message, program)));
+        }
         McpError::Launch { .. } => {
             errors.getattr("ConnectError")?.call1((message, "launch", py.None()))?
         }

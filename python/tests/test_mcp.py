@@ -5,6 +5,7 @@ with the workspace next to ``tether``, whose tools answer predictably."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import select
 import subprocess
@@ -140,10 +141,16 @@ def test_a_server_that_wants_a_token(server, http_mcp_with_token):
 
 def test_refusals_and_failures_are_the_package_exceptions(server):
     with tether.connect(server.url) as ex:
-        # A program that is not there cannot be started: nothing to speak MCP with.
-        with pytest.raises(tether.ConnectError) as missing:
+        # A program that is not there cannot be started: Python's own error, as for spawn,
+        # naming the program.
+        with pytest.raises(FileNotFoundError) as missing:
             ex.mcp_stdio(["/nonexistent/mcp-server"])
-        assert missing.value.kind == "launch"
+        assert missing.value.errno == errno.ENOENT
+        assert missing.value.filename == "/nonexistent/mcp-server"
+        # One that may not be run (a directory) is PermissionError.
+        with pytest.raises(PermissionError) as refused:
+            ex.mcp_stdio(["/"])
+        assert refused.value.filename == "/"
 
         with ex.mcp_stdio(stdio_argv()) as session:
             # A tool the server does not have is the server's JSON-RPC refusal, with its code.

@@ -219,8 +219,10 @@ class Executor:
         The server runs in ``cwd`` (the executor's working directory by default) with the
         executor's core variables (``PATH``, ``HOME``, …) and ``env``, nothing else of its
         environment. ``timeout`` (seconds, 30 by default) bounds the handshake and each
-        listing, ``call_timeout`` each tool call (none by default). A server that cannot be
-        started raises :class:`tether.ConnectError` (``kind == "launch"``)."""
+        listing, ``call_timeout`` each tool call (none by default). A server program that is
+        not there raises ``FileNotFoundError`` (one that may not be run, ``PermissionError``),
+        as for :meth:`spawn`; one that cannot be started otherwise raises
+        :class:`tether.ConnectError` (``kind == "launch"``)."""
         pending = self._native.mcp_stdio(
             argv(args, False), _env(env) or {}, _path(cwd), timeout, call_timeout
         )

@@ -16,6 +16,7 @@ use tether_mcp::{
     HttpServerConfig, McpClient, McpClientOptions, McpError, McpNotification, McpServerConfig,
     StdioServerCommand,
 };
+use tether_protocol::process::SpawnFailureKind;
 
 /// Where the bearer token for `--http` comes from (never a flag, which `ps` would show).
 const TOKEN_VARIABLE: &str = "TETHER_MCP_TOKEN";
@@ -169,9 +170,15 @@ async fn run(args: McpArgs) -> anyhow::Result<i32> {
         Err(error @ McpError::Unauthorized { .. }) => {
             bail!("{error}; set {TOKEN_VARIABLE}, or pass --http-token-file FILE")
         }
-        Err(error @ McpError::Launch { .. }) => {
-            bail!("{error}; install it on {place}, or give its full path there")
-        }
+        Err(error @ McpError::Launch { spawn_failure, .. }) => match spawn_failure {
+            Some(SpawnFailureKind::SpawnPermissionDenied) => {
+                bail!("{error}; make it executable on {place}, or name the program that runs it")
+            }
+            Some(SpawnFailureKind::SpawnNotFound) => {
+                bail!("{error}; install it on {place}, or give its full path there")
+            }
+            _ => bail!("{error}; check that {place} can run it"),
+        },
         Err(error @ McpError::Transport { .. }) if args.http.is_some() => {
             let url = args.http.as_deref().unwrap_or_default();
             // Without its query, which may hold a key.

@@ -162,6 +162,16 @@ async fn mistakes_get_one_clear_line() {
         stderr.trim_end().ends_with("; install it on this machine, or give its full path there"),
         "{stderr}"
     );
+    // A program that may not be run (a directory) is told apart from a missing one.
+    let refused = tether_mcp(&["--local", "--stdio", "/", "tools"], None).await;
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with("; make it executable on this machine, or name the program that runs it"),
+        "{stderr}"
+    );
 
     // Nothing listens on port 9 (discard) here.
     let absent = ["--local", "--http", "http://127.0.0.1:9/mcp?key=secret", "tools"];

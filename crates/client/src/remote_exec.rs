@@ -73,7 +73,8 @@ impl ExecProcess for RemoteProcess {
 /// report them) and gets its kind back from the code. Anything the client itself reports —
 /// a drop, a lost session, an answer it cannot read — is the client's sentence.
 pub(crate) fn exec_error(error: ClientError) -> ExecError {
-    match error {
+    let spawn_failure = error.spawn_failure();
+    let error = match error {
         ClientError::Server { code, message, .. } => {
             let kind = match code {
                 INVALID_PARAMS => ExecErrorKind::InvalidParams,
@@ -91,5 +92,6 @@ pub(crate) fn exec_error(error: ClientError) -> ExecError {
         error @ ClientError::Protocol(_) => {
             ExecError::new(ExecErrorKind::Internal, error.to_string())
         }
-    }
+    };
+    error.with_spawn_failure(spawn_failure)
 }

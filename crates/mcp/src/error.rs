@@ -11,9 +11,14 @@ pub enum McpError {
     /// The server description cannot be used as given.
     #[error("invalid MCP server configuration: {0}")]
     InvalidConfig(String),
-    /// The stdio server's process could not be started on the executor.
+    /// The stdio server's process could not be started on the executor; `spawn_failure`
+    /// says why when its program could not be run (not found, not allowed to run).
     #[error("cannot start the MCP server {program}: {message}")]
-    Launch { program: String, message: String },
+    Launch {
+        program: String,
+        message: String,
+        spawn_failure: Option<tether_protocol::process::SpawnFailureKind>,
+    },
     /// The server answered the handshake with a refusal, or not in MCP.
     #[error("the MCP server refused to initialize: {0}")]
     Initialize(String),

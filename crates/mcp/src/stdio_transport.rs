@@ -162,6 +162,7 @@ impl ExecutorStdioTransport {
         let process = exec.start(params).await.map_err(|error| McpError::Launch {
             program: command.program.clone(),
             message: error.message,
+            spawn_failure: error.spawn_failure,
         })?;
         Ok(Self::spawn(process, &command.program, tap))
     }

@@ -16,7 +16,9 @@ mod local;
 use async_trait::async_trait;
 use bytes::Bytes;
 use tether_protocol::ProcessId;
-use tether_protocol::process::{ExecParams, ProcessSignal, ReadResponse, WriteStatus};
+use tether_protocol::process::{
+    ExecParams, ProcessSignal, ReadResponse, SpawnFailureKind, WriteStatus,
+};
 
 pub use buffer::{HANDLE_BUFFER_BYTES, RESUME_BELOW_BYTES, UPDATE_OVERHEAD_BYTES, update_cost};
 pub use failure::{ProcessFailure, ProcessFailureKind};
@@ -97,6 +99,10 @@ pub enum ProcessUpdate {
 pub struct ExecError {
     pub kind: ExecErrorKind,
     pub message: String,
+    /// For a start that could not run its program: why, as `error.data.kind` says it on the
+    /// wire (a missing program, one that may not be run, a sandbox that cannot be had), so a
+    /// caller can tell "not found" from any other failure without reading the message.
+    pub spawn_failure: Option<SpawnFailureKind>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +122,12 @@ pub enum ExecErrorKind {
 
 impl ExecError {
     pub fn new(kind: ExecErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self { kind, message: message.into(), spawn_failure: None }
+    }
+
+    /// This error, saying why its start could not run its program.
+    pub fn with_spawn_failure(self, spawn_failure: Option<SpawnFailureKind>) -> Self {
+        Self { spawn_failure, ..self }
     }
 }
 
@@ -134,6 +145,7 @@ impl From<ProcessError> for ExecError {
             | ProcessError::Signal(_)
             | ProcessError::Connect(_) => ExecErrorKind::Internal,
         };
-        Self::new(kind, error.to_string())
+        let spawn_failure = error.spawn_failure();
+        Self::new(kind, error.to_string()).with_spawn_failure(spawn_failure)
     }
 }
