@@ -24,6 +24,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<executor::NativeExecutor>()?;
     module.add_class::<process::NativeProcess>()?;
     module.add_class::<mcp::NativeMcpSession>()?;
+    module.add_class::<mcp::NativeMcpNotifications>()?;
     module.add_class::<pending::Pending>()?;
     module.add_class::<pending::Completions>()?;
     Ok(())

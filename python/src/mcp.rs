@@ -6,14 +6,17 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use tether_client::{Environment, ExecServerClient};
 use tether_mcp::{
-    HttpServerConfig, McpClient, McpClientOptions, McpServerConfig, StdioServerCommand,
+    HttpServerConfig, McpClient, McpClientOptions, McpNotification, McpServerConfig,
+    StdioServerCommand,
 };
+use tokio::sync::broadcast;
 
 use crate::errors::NativeError;
 use crate::pending::{Convert, Pending, value};
@@ -146,6 +149,16 @@ impl NativeMcpSession {
         }))
     }
 
+    /// What the server says on its own from now on (progress, log messages, changed lists),
+    /// in the order it said it.
+    fn notifications(&self) -> PyResult<NativeMcpNotifications> {
+        let receiver = self.client()?.subscribe();
+        Ok(NativeMcpNotifications {
+            receiver: Arc::new(tokio::sync::Mutex::new(receiver)),
+            missed: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
     /// Ends the session: an HTTP session is deleted, a stdio server's process terminated, and
     /// the call ends once that is done; with calls in flight it ends at once, and the session
     /// with the last of them.
@@ -157,5 +170,51 @@ impl NativeMcpSession {
             }
             value(())
         })
+    }
+}
+
+/// A session's notifications from the moment it was made. The client keeps a backlog for
+/// each listener (1,024 notifications): one that falls further behind skips the oldest, and
+/// counts them in `missed`, rather than holding the session's memory for ever.
+#[pyclass(frozen, module = "tether._native")]
+pub struct NativeMcpNotifications {
+    /// Shared with the `next` in flight: one wait at a time takes from it.
+    receiver: Arc<tokio::sync::Mutex<broadcast::Receiver<McpNotification>>>,
+    missed: Arc<AtomicU64>,
+}
+
+#[pymethods]
+impl NativeMcpNotifications {
+    /// The next notification as the wire's dict (`method`, `params`), or `None` once the
+    /// session has ended and every notification before its end has been taken.
+    fn next(&self) -> Pending {
+        let receiver = self.receiver.clone();
+        let missed = self.missed.clone();
+        Pending::spawn(async move {
+            let mut receiver = receiver.lock().await;
+            loop {
+                match receiver.recv().await {
+                    Ok(notification) => {
+                        let wire = serde_json::json!({
+                            "method": notification.method(),
+                            "params": notification.params(),
+                        });
+                        return Ok(json(&wire));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(skipped)) => {
+                        missed.fetch_add(skipped, Ordering::Relaxed);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Ok(Box::new(|py: Python<'_>| Ok(py.None())));
+                    }
+                }
+            }
+        })
+    }
+
+    /// Notifications skipped because this listener fell more than the backlog behind.
+    #[getter]
+    fn missed(&self) -> u64 {
+        self.missed.load(Ordering::Relaxed)
     }
 }

@@ -221,3 +221,55 @@ def test_async_sessions(server, http_mcp):
                 await session.close()
 
     asyncio.run(main())
+
+
+# Generous bound for what has already arrived: the notifications below are published before
+# the call that caused them returns, so no wait is expected.
+NOTIFIED_DEADLINE_SECONDS = 30
+
+
+def test_notifications_come_in_order_before_the_call_returns(server):
+    with tether.connect(server.url) as ex:
+        with ex.mcp_stdio(stdio_argv()) as session:
+            # Setup: a listener from now on.
+            notifications = session.notifications()
+            # Exercise: a tool that sends a progress and a log notification per step.
+            assert session.call_tool("progress", {"steps": 3}).text == "done 3"
+            # Assert: on stdio all six are there, in the order the server sent them.
+            said = [notifications.next(timeout=NOTIFIED_DEADLINE_SECONDS) for _ in range(6)]
+            assert [n.method for n in said if n is not None] == [
+                "notifications/progress",
+                "notifications/message",
+            ] * 3
+            progress = [n.params for n in said if n is not None and n.method == "notifications/progress"]
+            assert [(p["progress"], p["total"], p["message"]) for p in progress] == [
+                (1, 3, "step 1"),
+                (2, 3, "step 2"),
+                (3, 3, "step 3"),
+            ]
+            logs = [n.params for n in said if n is not None and n.method == "notifications/message"]
+            assert [(l["level"], l["logger"], l["data"]) for l in logs] == [
+                ("info", "progress", f"step {n}") for n in (1, 2, 3)
+            ]
+            assert notifications.missed == 0
+        # Once the session has ended the listener ends too.
+        assert list(notifications) == []
+
+
+def test_async_notifications_over_http(server, http_mcp):
+    async def main() -> None:
+        async with tether.aio.connect(server.url) as ex:
+            async with ex.mcp_http(http_mcp.url) as session:
+                notifications = session.notifications()
+                assert (await session.call_tool("progress", {"steps": 2})).text == "done 2"
+                # Over HTTP the progress rides the call's own stream, ahead of its answer;
+                # the log messages travel on the session's stream, in their own time.
+                progress = []
+                while len(progress) < 2:
+                    said = await asyncio.wait_for(notifications.next(), NOTIFIED_DEADLINE_SECONDS)
+                    assert said is not None
+                    if said.method == "notifications/progress":
+                        progress.append(said.params["progress"])
+                assert progress == [1, 2]
+
+    asyncio.run(main())

@@ -37,12 +37,13 @@ from ._mcp import (
     Content,
     EmbeddedResource,
     ImageContent,
+    Notification,
     OtherContent,
     ResourceLink,
     TextContent,
     Tool,
 )
-from ._sync import Executor, McpSession, Process, connect
+from ._sync import Executor, McpNotifications, McpSession, Process, connect
 from ._types import CompletedProcess, HttpResponse, Output
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "Output",
     "HttpResponse",
     "McpSession",
+    "McpNotifications",
+    "Notification",
     "Tool",
     "CallToolResult",
     "Content",

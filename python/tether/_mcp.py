@@ -98,6 +98,23 @@ class CallToolResult:
         return "\n".join(item.text for item in self.content if isinstance(item, TextContent))
 
 
+@dataclass(frozen=True)
+class Notification:
+    """What the server said on its own: ``method`` as MCP names it
+    (``notifications/progress``, ``notifications/message``,
+    ``notifications/tools/list_changed``, …) and its ``params`` in the wire's names
+    (``progressToken``, ``progress``, ``total``; ``level``, ``logger``, ``data``)."""
+
+    method: str
+    params: Optional[Dict[str, Any]] = None
+
+
+def notification(wire: Optional[Mapping[str, Any]]) -> Optional[Notification]:
+    if wire is None:
+        return None
+    return Notification(str(wire["method"]), wire.get("params"))
+
+
 def tool(wire: Mapping[str, Any]) -> Tool:
     return Tool(
         name=wire["name"],

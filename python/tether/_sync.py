@@ -280,11 +280,51 @@ class McpSession:
         wire = self._native.call_tool(name, _mcp.arguments_json(arguments)).wait()
         return _mcp.call_tool_result(wire)
 
+    def notifications(self) -> "McpNotifications":
+        """What the server says on its own from now on — a tool call's progress, log
+        messages, changed lists — in the order it said it; a call's progress is there before
+        the call returns."""
+        return McpNotifications(self._native.notifications())
+
     def close(self) -> None:
         """Ends the session: a stdio server's process is terminated (this returns once it
         is), an HTTP session deleted. With calls still in flight on other threads it returns
         at once, and the session ends when the last of them does."""
         self._native.close().wait()
+
+
+class McpNotifications:
+    """A session's notifications from the moment :meth:`McpSession.notifications` was
+    called: iterate over it (until the session ends), or take them one at a time with
+    :meth:`next`. It keeps a backlog of 1,024; a reader further behind skips the oldest and
+    counts them in :attr:`missed`."""
+
+    def __init__(self, native: "_native.NativeMcpNotifications") -> None:
+        self._native = native
+        # The wait in flight survives a timeout, so no notification is taken and lost.
+        self._pending: Optional["_native.Pending"] = None
+
+    def next(self, timeout: Optional[float] = None) -> Optional[_mcp.Notification]:
+        """The next notification, waiting for it (``timeout`` seconds at most, then
+        ``TimeoutError``); ``None`` once the session has ended and all before its end have
+        been taken."""
+        if self._pending is None:
+            self._pending = self._native.next()
+        wire = self._pending.wait(timeout)
+        self._pending = None
+        return _mcp.notification(wire)
+
+    def __iter__(self) -> Iterator[_mcp.Notification]:
+        while True:
+            item = self.next()
+            if item is None:
+                return
+            yield item
+
+    @property
+    def missed(self) -> int:
+        """Notifications skipped because this reader fell more than the backlog behind."""
+        return self._native.missed
 
 
 class Process:

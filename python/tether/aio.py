@@ -331,8 +331,44 @@ class McpSession:
         pending = self._native.call_tool(name, _mcp.arguments_json(arguments))
         return _mcp.call_tool_result(await _call(pending))
 
+    def notifications(self) -> "McpNotifications":
+        """As :meth:`tether.McpSession.notifications`: ``async for`` over it."""
+        return McpNotifications(self._native.notifications())
+
     async def close(self) -> None:
         await _call(self._native.close())
+
+
+class McpNotifications:
+    """As :class:`tether.McpNotifications`, for asyncio: ``async for n in
+    session.notifications()``, or ``await`` :meth:`next` (a cancelled wait loses
+    nothing)."""
+
+    def __init__(self, native: "_native.NativeMcpNotifications") -> None:
+        self._native = native
+        self._fetching: Optional["asyncio.Future[Any]"] = None
+
+    async def next(self) -> Optional[_mcp.Notification]:
+        """The next notification; ``None`` once the session has ended. Bound it with
+        ``asyncio.wait_for``."""
+        if self._fetching is None:
+            self._fetching = _future(self._native.next())
+        wire = await asyncio.shield(self._fetching)
+        self._fetching = None
+        return _mcp.notification(wire)
+
+    def __aiter__(self) -> AsyncIterator[_mcp.Notification]:
+        return self
+
+    async def __anext__(self) -> _mcp.Notification:
+        item = await self.next()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    @property
+    def missed(self) -> int:
+        return self._native.missed
 
 
 class Process:

@@ -34,6 +34,35 @@ pub enum McpNotification {
     },
 }
 
+impl McpNotification {
+    /// Its method, as MCP names it (`notifications/progress`, `notifications/message`, …).
+    pub fn method(&self) -> &str {
+        match self {
+            McpNotification::Progress(_) => "notifications/progress",
+            McpNotification::Log(_) => "notifications/message",
+            McpNotification::ResourceUpdated(_) => "notifications/resources/updated",
+            McpNotification::ToolListChanged => "notifications/tools/list_changed",
+            McpNotification::ResourceListChanged => "notifications/resources/list_changed",
+            McpNotification::PromptListChanged => "notifications/prompts/list_changed",
+            McpNotification::Other { method, .. } => method,
+        }
+    }
+
+    /// Its params in the wire's names, for a listener that hands them on (to another language,
+    /// to a log) rather than reading them here.
+    pub fn params(&self) -> Option<serde_json::Value> {
+        match self {
+            McpNotification::Progress(params) => serde_json::to_value(params).ok(),
+            McpNotification::Log(params) => serde_json::to_value(params).ok(),
+            McpNotification::ResourceUpdated(params) => serde_json::to_value(params).ok(),
+            McpNotification::ToolListChanged
+            | McpNotification::ResourceListChanged
+            | McpNotification::PromptListChanged => None,
+            McpNotification::Other { params, .. } => params.clone(),
+        }
+    }
+}
+
 /// Backlog of notifications kept for a slow listener; one that falls further behind is told
 /// it lagged.
 const BACKLOG: usize = 1024;
@@ -128,5 +157,28 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(listener.try_recv().is_err());
+    }
+
+    /// A notification read back into the wire's method and params is what the server sent.
+    #[test]
+    fn method_and_params_are_the_wires() {
+        let tap = NotificationTap::new();
+        let mut listener = tap.subscribe();
+        let sent = [
+            r#"{"method":"notifications/progress","params":{"progressToken":7,"progress":2.0,"total":3.0,"message":"two"}}"#,
+            r#"{"method":"notifications/message","params":{"level":"info","logger":"x","data":"said"}}"#,
+            r#"{"method":"notifications/tools/list_changed"}"#,
+            r#"{"method":"notifications/custom","params":{"x":1}}"#,
+        ];
+        for data in sent {
+            let message = format!(r#"{{"jsonrpc":"2.0",{}"#, &data[1..]);
+            tap.offer_event_data(&message);
+        }
+        for data in sent {
+            let sent: serde_json::Value = serde_json::from_str(data).unwrap();
+            let received = listener.try_recv().unwrap();
+            assert_eq!(received.method(), sent["method"], "{received:?}");
+            assert_eq!(received.params(), sent.get("params").cloned(), "{received:?}");
+        }
     }
 }
