@@ -1224,7 +1224,9 @@ async fn masking_holds_in_the_hosts_pid_namespace() {
 /// (the one its `/etc/resolv.conf` names) giving each name an address of its own that stands
 /// for it at the proxy, so the policy decides on the name. A refusal is a reset of a
 /// connection the command had (curl says 56, 55 or 7 as the reset finds it reading, sending,
-/// or not yet through its connect). The origin, on one of the host's own addresses (the sandbox's
+/// or not yet through its connect; the refused name is asked for over IPv4 alone, for a reset
+/// that beats the connect sends curl on to the name's IPv6 address, a second connection and a
+/// second decision). The origin, on one of the host's own addresses (the sandbox's
 /// loopback is its own), sees the request as sent.
 async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target) {
     let host = host_address().unwrap();
@@ -1234,7 +1236,7 @@ async fn transparent_tcp_carries_what_ignores_the_proxy_variables(target: Target
     let (_server, mut client) = home.started(target).await;
     let script = format!(
         "curl -sS --noproxy '*' {url}/direct; echo; \
-         curl -sS --noproxy '*' http://blocked.example/ 2>/dev/null; \
+         curl -sS -4 --noproxy '*' http://blocked.example/ 2>/dev/null; \
          case $? in 7|55|56) echo refused by a reset;; *) echo \"refused $?\";; esac; \
          getent ahostsv4 named.example | head -n 1 | cut -d ' ' -f 1; \
          cat /etc/resolv.conf",
