@@ -1,7 +1,8 @@
 //! A file or a directory tree copied from one [`FileSystem`](tether_engine::fs::FileSystem) to
 //! another, as `scp -r` copies: here to an executor (the engine's `LocalFileSystem` to
 //! `tether-client`'s `ExecServerClient`), an executor to here, or one executor to another. One
-//! copier for every direction; `tether cp` is a thin layer over it.
+//! copier for every direction; `tether cp` and the Python package's `upload` and `download`
+//! are thin layers over it.
 //!
 //! The map:
 //! - `copier`: [`TreeCopy`], one copy's two sides and what it tells and counts; [`TreePath`] and
