@@ -185,7 +185,6 @@ fn copy_error(py: Python<'_>, errors: &Bound<'_, PyModule>, error: CopyError) ->
                 CopyError::DanglingLink(_) => "dangling_link",
                 CopyError::Special(_) => "special",
                 CopyError::NoName(_) => "no_name",
-                CopyError::LinkTargetNotText(_) => "link_target_not_text",
                 _ => "other",
             };
             PyErr::from_value(errors.getattr("CopyError")?.call1((message, kind))?)

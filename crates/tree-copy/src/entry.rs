@@ -13,7 +13,7 @@ use tether_protocol::fs::{
 };
 
 use crate::error::CopyError;
-use crate::limits::Budget;
+use crate::limits::{Budget, WHOLE_FILE_MAX_BYTES};
 use crate::report::Tally;
 use crate::shown::Shown;
 use crate::side::{Side, uri};
@@ -171,13 +171,10 @@ fn listed_entry(directory: &Shown, entry: FsReadDirectoryEntry) -> Result<Entry,
     let own = entry.metadata;
     let name = plain_name(directory, entry.file_name)?;
     let Some(own) = own else {
-        // A side that keeps metadata lists it; one that does not is looked at one by one.
-        return Ok(Entry {
-            name,
-            kind: kind_of(is_directory, is_file, 0),
-            mode: None,
-            modified_ms: None,
-        });
+        // Listed without it, though asked for: copied without a mode or time, and a file
+        // streamed in blocks (said to be just over one), since its size is not known either.
+        let kind = kind_of(is_directory, is_file, WHOLE_FILE_MAX_BYTES + 1);
+        return Ok(Entry { name, kind, mode: None, modified_ms: None });
     };
     let kind = if own.is_symlink { Kind::Link } else { kind_of(is_directory, is_file, own.size) };
     // A link's mode is not its own to keep; its time is.

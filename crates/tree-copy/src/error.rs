@@ -108,10 +108,6 @@ pub enum CopyError {
     )]
     NotAFileName { directory: Shown, name: String },
 
-    /// A link whose target cannot be said as text.
-    #[error("{0}: its link target is not UTF-8")]
-    LinkTargetNotText(Shown),
-
     /// A reader (standard input) cannot be copied into a directory: it has no name.
     #[error(
         "{0} is a directory, and {reader} has no name to copy under; give the file's path",

@@ -19,16 +19,12 @@ use tether_protocol::fs::{
 use crate::copier::TreeCopy;
 use crate::entry::Kind;
 use crate::error::CopyError;
+use crate::limits::WHOLE_FILE_MAX_BYTES;
 use crate::report::Tally;
 use crate::shown::Shown;
 use crate::side::uri;
 use crate::stages::{remove_file, staged_path};
 use crate::walk::Job;
-
-/// Files up to this size go in one call each way (`fs/readFile`, then `fs/putFile`) instead of
-/// a handle's open, blocks and close: a tree of small files is mostly round trips otherwise.
-/// One block's worth, so a file in flight costs what a block of a big one does.
-pub(crate) const WHOLE_FILE_MAX_BYTES: u64 = tether_protocol::fs::FS_BLOCK_MAX_BYTES as u64;
 
 impl TreeCopy<'_> {
     /// Copies one file or link, then lets go of its directory. One in a tree that the source

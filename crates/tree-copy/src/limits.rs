@@ -1,6 +1,7 @@
 //! How much of a tree one copy takes on: the walk holds only the listings of the directories
 //! it is inside, and stops, in one line that names the limit, at a tree wider or deeper than
-//! these — a side that lists without end makes the copy fail, not grow.
+//! these — a side that lists without end makes the copy fail, not grow — and how big a file
+//! is copied in one call.
 
 use crate::error::CopyError;
 use crate::shown::Shown;
@@ -16,6 +17,11 @@ pub const MAX_ENTRIES: u64 = 1_000_000;
 /// (nested `node_modules` included); a path this deep is already near the 4,096 bytes a path
 /// may have.
 pub const MAX_DEPTH: usize = 256;
+
+/// Files up to this size go in one call each way (`fs/readFile`, then `fs/putFile`) instead of
+/// a handle's open, blocks and close: a tree of small files is mostly round trips otherwise.
+/// One block's worth, so a file in flight costs what a block of a big one does.
+pub(crate) const WHOLE_FILE_MAX_BYTES: u64 = tether_protocol::fs::FS_BLOCK_MAX_BYTES as u64;
 
 /// What a copy has listed so far.
 #[derive(Default)]
