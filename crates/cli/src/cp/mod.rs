@@ -3,7 +3,7 @@
 //! `--url`) or `NAME:/abs/path` (a named executor), as scp writes `host:path`.
 //!
 //! The copying is `tether_tree_copy`'s, from this machine's files (the engine's
-//! `LocalFileSystem`) to the executor's (the client) or back; this module reads the paths as
+//! `LocalFileSystem`) to the executor's (the client), back, or from one executor to another; this module reads the paths as
 //! scp reads them, expands remote patterns ([`globs`]), shows the progress and the entries
 //! skipped, says what could not be kept, and removes what a signal left halfway.
 
@@ -17,7 +17,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tether_client::ExecServerClient;
 use tether_engine::fs::{FsError, LocalFileSystem};
 use tether_protocol::PathUri;
-use tether_tree_copy::{CopyError, CopyOptions, CopyReport, Observer, Side, TreeCopy, TreePath};
+use tether_tree_copy::{
+    CopyError, CopyOptions, CopyReport, Observer, Place, Side, TreeCopy, TreePath,
+};
 
 mod globs;
 
@@ -26,6 +28,7 @@ Examples:
   tether cp --url ws://127.0.0.1:4500 ./notes.txt :/tmp/notes.txt      up
   tether cp --url ws://127.0.0.1:4500 :/var/log/app.log .              down, into a directory
   tether cp -r ./src build:/work/                                      a tree, to a named executor
+  tether cp -r build:/work/out test:/srv/in                            executor to executor
 
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
 executor); :rel, :~/rel and : are from the executor user's home, as scp reads them. A path with
@@ -33,7 +36,8 @@ a slash before its first colon is local (./a:b). - is standard input as the sour
 output as the destination (one file). The last part of a remote source may be a pattern
 (':/var/log/*.log', quoted so the shell here leaves it alone): it is matched against the
 executor's listing as sh matches names (*, ?, [a-z], [!x]; * and ? take no leading dot), and
-one that matches nothing is an error.
+one that matches nothing is an error. Sources on one executor may go to another (or to another
+path on the same one): the bytes pass through this machine, nothing is written here.
 
 A link named on the command line is copied as what it leads to, as cp does without -r; in a
 tree (and with -r) a link is copied as a link, and a copy stops where a directory it makes would
@@ -58,7 +62,8 @@ pub struct CpArgs {
     #[arg(short, long)]
     recursive: bool,
 
-    /// What to copy, then where to: one side local, the other on the executor.
+    /// What to copy, then where to: one side here and the other on an executor, or both on
+    /// executors.
     #[arg(required = true, num_args = 2.., value_name = "SRC… DST")]
     paths: Vec<String>,
 }
@@ -164,73 +169,84 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
     let (destination, sources) = args.paths.split_last().expect("clap: at least two paths");
     let destination = location(destination)?;
     let sources = sources.iter().map(|s| location(s)).collect::<anyhow::Result<Vec<_>>>()?;
-    let upload = matches!(destination, Location::Remote { .. });
-    let mut executor = match &destination {
-        Location::Remote { executor, .. } => executor.clone(),
-        Location::Local(_) | Location::Standard => None,
-    };
+    let (source_executor, destination_executor) = executors(&sources, &destination)?;
     let standard = matches!(destination, Location::Standard)
         || sources.iter().any(|source| matches!(source, Location::Standard));
     if standard && (sources.len() > 1 || args.recursive) {
         bail!("- (standard input or output) is one file: copy one, without -r");
     }
-    for source in &sources {
-        match (source, upload) {
-            (Location::Standard, false) => {
-                bail!("- is standard input here; the other side must be on the executor (:/path)")
-            }
-            (Location::Standard, true) => {}
-            (Location::Local(path), false) => bail!(
-                "{}: both sides are here; copy with cp, or write the executor's side as :/path",
-                path.display()
-            ),
-            (Location::Remote { .. }, true) => {
-                bail!("both sides are on an executor; one of them must be a path here")
-            }
-            (Location::Remote { executor: named, .. }, false) => {
-                if executor.is_some() && named != &executor {
-                    bail!("the sources name different executors; copy from one at a time");
-                }
-                executor = named.clone();
-            }
-            (Location::Local(_), true) => {}
-        }
-    }
-    let client = connect(&args, executor.as_deref()).await?;
-    let sources = expand_patterns(&client, sources).await?;
+    let source_client = match &source_executor {
+        Some(named) => Some(connect(&args, named.as_deref()).await?),
+        None => None,
+    };
+    // One executor on both sides is one connection, used both ways.
+    let destination_client = match &destination_executor {
+        Some(named) if source_executor.as_ref() == Some(named) => None,
+        Some(named) => Some(connect(&args, named.as_deref()).await?),
+        None => None,
+    };
+    let clients =
+        Clients { source: source_client.as_ref(), destination: destination_client.as_ref() };
+    let sources = match clients.source {
+        Some(client) => expand_patterns(client, sources).await?,
+        None => sources,
+    };
     if matches!(destination, Location::Standard) && sources.len() > 1 {
         bail!("- (standard output) is one file, and the pattern matches several: copy one");
     }
     let local = LocalFileSystem::new();
-    let (here, there) = (Side::here(&local), Side::executor(&client));
-    let (from, to) = if upload { (here, there) } else { (there, here) };
+    // Two executors are named in what is said; one is "the executor".
+    let across = clients.source.is_some() && clients.destination.is_some();
+    let place = |named: &Option<Option<String>>| match named {
+        Some(named) if across => {
+            Place::Executor(Some(executor_name(&args, named.as_deref()).into()))
+        }
+        _ => Place::Executor(None),
+    };
+    let from = match clients.source {
+        Some(client) => Side::new(client, place(&source_executor)),
+        None => Side::here(&local),
+    };
+    let to = match clients.destination.or(clients.source.filter(|_| destination_executor.is_some()))
+    {
+        Some(client) => Side::new(client, place(&destination_executor)),
+        None => Side::here(&local),
+    };
     let progress = Progress(progress_bar());
     let copy = TreeCopy::new(from, to).observed_by(&progress);
     let options = CopyOptions { recursive: args.recursive, into_directory: sources.len() > 1 };
     let copying = async {
         for source in &sources {
-            match (source, &destination) {
-                (Location::Local(from), Location::Remote { path: to, .. }) => {
-                    let to = TreePath::new(on_executor(to, &client)?);
-                    copy.copy(&here_path(from)?, &to, options).await?
+            let from = match source {
+                Location::Local(path) => Some(here_path(path)?),
+                Location::Remote { path, .. } => Some(TreePath::new(on_executor(
+                    path,
+                    clients.source.expect("a remote source's connection"),
+                )?)),
+                Location::Standard => None,
+            };
+            let to = match &destination {
+                Location::Local(path) => Some(here_path(path)?),
+                Location::Remote { path, .. } => {
+                    let client = clients.destination.or(clients.source);
+                    let client = client.expect("a remote destination's connection");
+                    Some(TreePath::new(on_executor(path, client)?))
                 }
-                (Location::Remote { path: from, .. }, Location::Local(to)) => {
-                    let from = TreePath::new(on_executor(from, &client)?);
-                    copy.copy(&from, &here_path(to)?, options).await?
-                }
-                (Location::Standard, Location::Remote { path: to, .. }) => {
-                    let to = TreePath::new(on_executor(to, &client)?);
+                Location::Standard => None,
+            };
+            match (from, to) {
+                (Some(from), Some(to)) => copy.copy(&from, &to, options).await?,
+                (None, Some(to)) => {
                     let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
                     let stdin = tokio::fs::File::from_std(std::fs::File::from(stdin));
                     copy.copy_from_reader(stdin, "standard input", &to).await?
                 }
-                (Location::Remote { path: from, .. }, Location::Standard) => {
-                    let from = TreePath::new(on_executor(from, &client)?);
+                (Some(from), None) => {
                     let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
                     let stdout = tokio::fs::File::from_std(std::fs::File::from(stdout));
                     copy.copy_to_writer(&from, stdout, "standard output").await?
                 }
-                _ => unreachable!("checked above"),
+                (None, None) => unreachable!("checked above: - is one side at most"),
             }
         }
         anyhow::Ok(())
@@ -241,14 +257,70 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
             // What was halfway is dropped with the copy; its temporary files go with it.
             progress.0.finish_and_clear();
             copy.remove_stages().await;
-            client.disconnect();
+            clients.disconnect();
             return Err(Interrupted(signal).into());
         }
     };
     progress.0.finish_and_clear();
-    client.disconnect();
+    clients.disconnect();
     result?;
-    say_what_was_not_kept(&copy.report(), upload)
+    say_what_was_not_kept(&copy.report())
+}
+
+/// The connections a copy uses: to the executor its sources are on, and to the one its
+/// destination is on where that is another.
+struct Clients<'a> {
+    source: Option<&'a ExecServerClient>,
+    destination: Option<&'a ExecServerClient>,
+}
+
+impl Clients<'_> {
+    fn disconnect(&self) {
+        self.source.into_iter().chain(self.destination).for_each(ExecServerClient::disconnect);
+    }
+}
+
+/// The executors the sources and the destination are on (`Some(None)`: `--url`'s; `None`:
+/// here), refusing what cannot be copied: both sides here, `-` with nothing remote, sources
+/// on two executors, or on both sides.
+#[allow(clippy::type_complexity)]
+fn executors(
+    sources: &[Location],
+    destination: &Location,
+) -> anyhow::Result<(Option<Option<String>>, Option<Option<String>>)> {
+    let destination_executor = match destination {
+        Location::Remote { executor, .. } => Some(executor.clone()),
+        Location::Local(_) | Location::Standard => None,
+    };
+    let mut source_executor: Option<Option<String>> = None;
+    for source in sources {
+        match source {
+            Location::Standard if destination_executor.is_none() => {
+                bail!("- is standard input here; the other side must be on the executor (:/path)")
+            }
+            Location::Local(path) if destination_executor.is_none() => bail!(
+                "{}: both sides are here; copy with cp, or write the executor's side as :/path",
+                path.display()
+            ),
+            Location::Remote { executor: named, .. } => {
+                if source_executor.as_ref().is_some_and(|seen| seen != named) {
+                    bail!("the sources name different executors; copy from one at a time");
+                }
+                source_executor = Some(named.clone());
+            }
+            Location::Standard | Location::Local(_) => {}
+        }
+    }
+    let here = sources.iter().any(|source| !matches!(source, Location::Remote { .. }));
+    if source_executor.is_some() && here {
+        bail!("the sources are here and on an executor; copy from one side at a time");
+    }
+    Ok((source_executor, destination_executor))
+}
+
+/// How an executor is named where two are: its name, or `--url`'s.
+fn executor_name(args: &CpArgs, named: Option<&str>) -> String {
+    named.or(args.url.as_deref()).unwrap_or("the executor").to_owned()
 }
 
 /// A local path as the copy uses it (absolute) and as the person wrote it, for what is said.
@@ -260,13 +332,19 @@ fn here_path(path: &Path) -> anyhow::Result<TreePath> {
 
 /// What the copy could not keep, in a line each, once it is over; an error if something was
 /// not copied.
-fn say_what_was_not_kept(report: &CopyReport, upload: bool) -> anyhow::Result<()> {
+fn say_what_was_not_kept(report: &CopyReport) -> anyhow::Result<()> {
     let metadata = report.metadata_not_kept;
-    let links = report.links_skipped + report.links_followed;
-    if metadata > 0 || links > 0 {
+    let (skipped, followed) = (report.links_skipped, report.links_followed);
+    if metadata > 0 || skipped > 0 || followed > 0 {
+        let links = match (skipped, followed) {
+            (_, 0) => format!("{skipped} symbolic links were skipped"),
+            (0, _) => format!("{followed} symbolic links were copied as what they point to"),
+            _ => format!(
+                "{skipped} symbolic links were skipped and {followed} copied as what they point to"
+            ),
+        };
         eprintln!(
-            "tether cp: the server cannot set modes, times or links (it lacks Tether's fsMetadata): {metadata} entries kept only their bytes, {links} symbolic links were {}",
-            if upload { "skipped" } else { "copied as what they point to" }
+            "tether cp: the server cannot set modes, times or links (it lacks Tether's fsMetadata): {metadata} entries kept only their bytes, {links}"
         );
     }
     if report.special > 0 {
