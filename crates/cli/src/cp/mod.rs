@@ -169,7 +169,8 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
     let (destination, sources) = args.paths.split_last().expect("clap: at least two paths");
     let destination = location(destination)?;
     let sources = sources.iter().map(|s| location(s)).collect::<anyhow::Result<Vec<_>>>()?;
-    let (source_executor, destination_executor) = executors(&sources, &destination)?;
+    let Executors { source: source_executor, destination: destination_executor } =
+        executors(&sources, &destination)?;
     let standard = matches!(destination, Location::Standard)
         || sources.iter().any(|source| matches!(source, Location::Standard));
     if standard && (sources.len() > 1 || args.recursive) {
@@ -280,14 +281,16 @@ impl Clients<'_> {
     }
 }
 
-/// The executors the sources and the destination are on (`Some(None)`: `--url`'s; `None`:
-/// here), refusing what cannot be copied: both sides here, `-` with nothing remote, sources
-/// on two executors, or on both sides.
-#[allow(clippy::type_complexity)]
-fn executors(
-    sources: &[Location],
-    destination: &Location,
-) -> anyhow::Result<(Option<Option<String>>, Option<Option<String>>)> {
+/// The executors a copy's sources and destination are on, each `None` for here and
+/// `Some(None)` for `--url`'s.
+struct Executors {
+    source: Option<Option<String>>,
+    destination: Option<Option<String>>,
+}
+
+/// The executors the sources and the destination are on, refusing what cannot be copied:
+/// both sides here, `-` with nothing remote, sources on two executors, or on both sides.
+fn executors(sources: &[Location], destination: &Location) -> anyhow::Result<Executors> {
     let destination_executor = match destination {
         Location::Remote { executor, .. } => Some(executor.clone()),
         Location::Local(_) | Location::Standard => None,
@@ -315,7 +318,7 @@ fn executors(
     if source_executor.is_some() && here {
         bail!("the sources are here and on an executor; copy from one side at a time");
     }
-    Ok((source_executor, destination_executor))
+    Ok(Executors { source: source_executor, destination: destination_executor })
 }
 
 /// How an executor is named where two are: its name, or `--url`'s.
