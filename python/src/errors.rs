@@ -12,10 +12,14 @@ use tether_engine::fs::{FsError, FsErrorKind};
 use tether_engine::http::HttpError;
 use tether_mcp::McpError;
 use tether_protocol::process::SpawnFailureKind;
+use tether_tree_copy::CopyError;
 
-/// `ENOENT` and `EACCES`: the errno Python's own exceptions carry for these failures.
+/// `ENOENT`, `EACCES`, `ENOTDIR` and `EISDIR`: the errno Python's own exceptions carry for
+/// these failures.
 const ENOENT: i32 = 2;
 const EACCES: i32 = 13;
+const ENOTDIR: i32 = 20;
+const EISDIR: i32 = 21;
 
 /// Why a native call failed, kept as data until the GIL is held to raise it.
 #[derive(Debug)]
@@ -49,6 +53,8 @@ pub(crate) enum NativeError {
     InvalidArgument(String),
     /// An MCP session could not be opened, or a request in it failed.
     Mcp(McpError),
+    /// An `upload` or `download` failed (or refused to start), of the copier's kind.
+    Copy(CopyError),
     /// The call was cancelled before it ended.
     Cancelled,
 }
@@ -126,6 +132,7 @@ impl NativeError {
                 Ok(PyErr::from_value(class.call1((failure.message, kind, server_went_away))?))
             }
             NativeError::Mcp(error) => mcp_error(py, &errors, error),
+            NativeError::Copy(error) => copy_error(py, &errors, error),
             NativeError::Unsupported(message) => made("UnsupportedError", message),
             NativeError::InvalidArgument(message) => {
                 Ok(pyo3::exceptions::PyValueError::new_err(message))
@@ -135,6 +142,54 @@ impl NativeError {
             )),
         }
     }
+}
+
+/// A copy's failure: Python's own exception where one fits (a missing source or directory,
+/// permission, a directory where a file goes or the reverse), with the path it is about as
+/// its `filename`; a side's own failure as any file operation's; `tether.CopyError` with its
+/// `kind` otherwise.
+fn copy_error(py: Python<'_>, errors: &Bound<'_, PyModule>, error: CopyError) -> PyResult<PyErr> {
+    use pyo3::exceptions::{PyIsADirectoryError, PyNotADirectoryError};
+    let message = error.to_string();
+    let path = |shown: &tether_tree_copy::Shown| shown.path.display().to_string();
+    Ok(match &error {
+        CopyError::NotFound(shown)
+        | CopyError::NoSuchDirectory(shown)
+        | CopyError::SlashOntoNothing(shown) => {
+            PyFileNotFoundError::new_err((ENOENT, message, path(shown)))
+        }
+        CopyError::Denied(shown) => PyPermissionError::new_err((EACCES, message, path(shown))),
+        CopyError::IsADirectory(shown)
+        | CopyError::LinkToDirectory(shown)
+        | CopyError::DirectoryToWriter(shown, _)
+        | CopyError::ReaderIntoDirectory(shown, _) => {
+            PyIsADirectoryError::new_err((EISDIR, message, path(shown)))
+        }
+        CopyError::NotADirectoryForSeveral(shown)
+        | CopyError::SlashOntoFile(shown)
+        | CopyError::ParentNotADirectory(shown)
+        | CopyError::DirectoryOntoFile { to: shown, .. } => {
+            PyNotADirectoryError::new_err((ENOTDIR, message, path(shown)))
+        }
+        CopyError::Fs { shown, source } => {
+            let error = FsError { kind: source.kind, message };
+            return NativeError::Fs { error, path: path(shown) }.raise(py);
+        }
+        _ => {
+            let kind = match &error {
+                CopyError::TooManyEntries(_) => "too_many_entries",
+                CopyError::TooDeep(_) => "too_deep",
+                CopyError::ThroughLink(_) => "through_link",
+                CopyError::FileWhereDirectory(_) => "file_where_directory",
+                CopyError::NotAFileName { .. } => "not_a_file_name",
+                CopyError::DanglingLink(_) => "dangling_link",
+                CopyError::Special(_) => "special",
+                CopyError::NoName(_) => "no_name",
+                _ => "other",
+            };
+            PyErr::from_value(errors.getattr("CopyError")?.call1((message, kind))?)
+        }
+    })
 }
 
 fn client_error(

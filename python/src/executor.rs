@@ -417,6 +417,30 @@ impl NativeExecutor {
         Ok(crate::mcp::Connect { server, timeout, call_timeout }.open(client))
     }
 
+    /// `local` (this machine) to `remote` (an absolute path on the executor), as scp copies;
+    /// a directory with `recursive`. The answer is a `tether.CopyReport`.
+    #[pyo3(signature = (local, remote, recursive=false))]
+    fn upload(
+        &self,
+        local: std::path::PathBuf,
+        remote: std::path::PathBuf,
+        recursive: bool,
+    ) -> PyResult<Pending> {
+        crate::copy::start(self.client()?, crate::copy::Direction::Up, local, remote, recursive)
+    }
+
+    /// `remote` (an absolute path on the executor) to `local` (this machine), as scp copies;
+    /// a directory with `recursive`. The answer is a `tether.CopyReport`.
+    #[pyo3(signature = (remote, local, recursive=false))]
+    fn download(
+        &self,
+        remote: std::path::PathBuf,
+        local: std::path::PathBuf,
+        recursive: bool,
+    ) -> PyResult<Pending> {
+        crate::copy::start(self.client()?, crate::copy::Direction::Down, local, remote, recursive)
+    }
+
     fn write_file(&self, path: std::path::PathBuf, data: Vec<u8>) -> PyResult<Pending> {
         let client = self.client()?;
         let shown = path.display().to_string();

@@ -6,10 +6,12 @@
 //! - `pending`: calls on the client's runtime, waited for by a blocked thread (GIL released)
 //!   or by an asyncio loop through a completion queue.
 //! - `executor`: a session — run, spawn, attach, files.
+//! - `copy`: `upload` and `download` of files and trees (`tether-tree-copy`, as `tether cp`).
 //! - `process`: a followed process — its output in batches, stdin, signals.
 //! - `mcp`: an MCP session whose server the executor places (`tether-mcp`'s client).
 //! - `errors`: failures as Python's own exceptions or `tether._errors`'.
 
+mod copy;
 mod errors;
 mod executor;
 mod mcp;

@@ -7,6 +7,11 @@ so a dropped network connection loses nothing.
         r = ex.run(["sh", "-c", "echo hi; exit 3"])
         r.returncode, r.stdout          # 3, b"hi\\n"
 
+Files and trees go up and down as scp copies them: ``ex.upload("./src", "/work/src",
+recursive=True)``, ``ex.download("/var/log/app.log", ".")``, each giving a
+:class:`CopyReport` (the copier ``tether cp`` uses: staged and renamed into place, modes,
+times and links kept on a Tether server).
+
 MCP servers run through the executor too: ``ex.mcp_stdio(["npx", "-y", "server"])`` starts
 one there as a process, ``ex.mcp_http(url)`` reaches one from its network; either gives an
 :class:`McpSession` (``list_tools``, ``call_tool``).
@@ -20,6 +25,7 @@ from . import aio
 from ._errors import (
     CalledProcessError,
     ConnectError,
+    CopyError,
     Disconnected,
     FileSystemError,
     HttpRequestError,
@@ -44,7 +50,7 @@ from ._mcp import (
     Tool,
 )
 from ._sync import Executor, McpNotifications, McpSession, Process, connect
-from ._types import CompletedProcess, HttpResponse, Output
+from ._types import CompletedProcess, CopyReport, HttpResponse, Output
 
 __all__ = [
     "aio",
@@ -54,6 +60,7 @@ __all__ = [
     "CompletedProcess",
     "Output",
     "HttpResponse",
+    "CopyReport",
     "McpSession",
     "McpNotifications",
     "Notification",
@@ -76,6 +83,7 @@ __all__ = [
     "UnsupportedError",
     "FileSystemError",
     "HttpRequestError",
+    "CopyError",
     "CalledProcessError",
     "TimeoutExpired",
 ]

@@ -98,6 +98,22 @@ class FileSystemError(TetherError, OSError):
     a directory not empty, …)."""
 
 
+class CopyError(TetherError):
+    """An ``upload`` or ``download`` stopped for a reason no built-in exception names:
+    ``kind`` is ``"through_link"`` (the destination has a symbolic link where the copy has a
+    directory: nothing is written through it), ``"file_where_directory"``,
+    ``"too_many_entries"`` (more than 1,000,000), ``"too_deep"`` (more than 256 levels),
+    ``"not_a_file_name"`` (a listing named ``..`` or ``a/b``), ``"dangling_link"``,
+    ``"special"`` (a FIFO, socket or device named as the source), ``"no_name"`` or
+    ``"other"``. A missing path, a permission refused, a directory where a file goes and the
+    reverse are Python's own ``FileNotFoundError``, ``PermissionError``,
+    ``IsADirectoryError`` and ``NotADirectoryError``."""
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class HttpRequestError(TetherError):
     """An HTTP request made from the executor failed: ``kind`` is ``"invalid"`` (nothing was
     sent), ``"failed"`` (no response: connection, TLS, timeout, redirects) or ``"body"`` (the

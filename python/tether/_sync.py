@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from . import _mcp, _native
 from ._errors import ProcessLost, TimeoutExpired, UnsupportedError
-from ._types import Args, CompletedProcess, HttpResponse, Output, argv, decoded, header_pairs
+from ._types import Args, CompletedProcess, CopyReport, HttpResponse, Output, argv, decoded, header_pairs
 
 PathLike = Union[str, "os.PathLike[str]"]
 Token = Union[str, Callable[[], Optional[str]], None]
@@ -203,6 +203,25 @@ class Executor:
     def write_file(self, path: PathLike, data: bytes) -> None:
         """Creates or replaces the file at ``path`` on the executor with ``data``."""
         self._native.write_file(os.fspath(path), bytes(data)).wait()
+
+    def upload(self, local: PathLike, remote: PathLike, *, recursive: bool = False) -> CopyReport:
+        """Copies ``local`` (here) to ``remote`` (an absolute path on the executor) as
+        ``scp`` does: into ``remote`` under its own name when that is a directory, else as
+        ``remote`` (a trailing ``/`` names a directory); a directory only with
+        ``recursive=True``, links in it copied as links. Each file is written under a
+        temporary name and renamed into place whole; modes, times and links are kept on a
+        Tether server. Entries of a tree that cannot be read are skipped and named in the
+        report's ``skipped``; anything else that goes wrong raises (``FileNotFoundError``,
+        ``PermissionError``, ``IsADirectoryError``, ``NotADirectoryError``,
+        :class:`CopyError`, …). Ctrl-C stops the copy and removes its temporary files."""
+        pending = self._native.upload(os.fspath(local), os.fspath(remote), recursive)
+        return cast(CopyReport, pending.wait())
+
+    def download(self, remote: PathLike, local: PathLike, *, recursive: bool = False) -> CopyReport:
+        """Copies ``remote`` (an absolute path on the executor) to ``local`` (here), as
+        :meth:`upload` copies the other way."""
+        pending = self._native.download(os.fspath(remote), os.fspath(local), recursive)
+        return cast(CopyReport, pending.wait())
 
     def mcp_stdio(
         self,

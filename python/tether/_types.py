@@ -1,9 +1,11 @@
-"""Values tether returns: a finished command, one piece of a process's output."""
+"""Values tether returns: a finished command, one piece of a process's output, a copy's
+report."""
 
 from __future__ import annotations
 
 import subprocess
 import json
+from dataclasses import dataclass, field
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ._errors import CalledProcessError
@@ -71,3 +73,34 @@ def decoded(data: bytes, text: bool, encoding: Any, errors: Any) -> Any:
     if not (text or encoding or errors):
         return data
     return data.decode(encoding or "utf-8", errors or "strict")
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    """What ``upload`` or ``download`` copied, and what it did not. ``skipped`` names the files
+    and directories of a tree that could not be read (permission denied), the first thousand;
+    ``denied`` counts them all. ``special`` counts FIFOs, sockets and devices left out;
+    ``metadata_not_kept``, ``links_skipped`` and ``links_followed`` what a server without
+    Tether's ``fsMetadata`` (the reference) could not keep."""
+
+    files: int = 0
+    directories: int = 0
+    links: int = 0
+    bytes: int = 0
+    skipped: List[str] = field(default_factory=list)
+    denied: int = 0
+    special: int = 0
+    metadata_not_kept: int = 0
+    links_skipped: int = 0
+    links_followed: int = 0
+
+    @property
+    def whole(self) -> bool:
+        """Whether everything found was copied as it was: nothing skipped or left out."""
+        return not (
+            self.denied
+            or self.special
+            or self.metadata_not_kept
+            or self.links_skipped
+            or self.links_followed
+        )

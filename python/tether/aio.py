@@ -30,7 +30,7 @@ from typing import (
 from . import _mcp, _native
 from ._errors import ProcessLost, TimeoutExpired, UnsupportedError
 from ._sync import PathLike, Token, _env, _path
-from ._types import Args, CompletedProcess, HttpResponse, Output, argv, decoded, header_pairs
+from ._types import Args, CompletedProcess, CopyReport, HttpResponse, Output, argv, decoded, header_pairs
 
 __all__ = ["connect", "Executor", "Process", "McpSession"]
 
@@ -249,6 +249,17 @@ class Executor:
 
     async def write_file(self, path: PathLike, data: bytes) -> None:
         await _call(self._native.write_file(os.fspath(path), bytes(data)))
+
+    async def upload(self, local: PathLike, remote: PathLike, *, recursive: bool = False) -> CopyReport:
+        """As :meth:`tether.Executor.upload`; cancelling the task stops the copy and removes
+        its temporary files."""
+        pending = self._native.upload(os.fspath(local), os.fspath(remote), recursive)
+        return cast(CopyReport, await _call(pending))
+
+    async def download(self, remote: PathLike, local: PathLike, *, recursive: bool = False) -> CopyReport:
+        """As :meth:`tether.Executor.download`."""
+        pending = self._native.download(os.fspath(remote), os.fspath(local), recursive)
+        return cast(CopyReport, await _call(pending))
 
     def mcp_stdio(
         self,

@@ -2,66 +2,33 @@
 //! `scp -r` and `kubectl cp` copy them. A remote path is written `:/abs/path` (the executor of
 //! `--url`) or `NAME:/abs/path` (a named executor), as scp writes `host:path`.
 //!
-//! The bytes go through the executor's `fs/*` calls: a file bigger than one block streamed
-//! in blocks of 1 MiB (never one whole-file message), a smaller one in a single call each way
-//! (`fs/putFile` up, `fs/readFile` down), since a tree of small files is otherwise mostly
-//! round trips. Every file is written under a temporary name in its directory and renamed into
-//! place once whole — by the server itself within `fs/putFile` — so an interrupted copy leaves
-//! no half-written file under the final name. A tree is walked depth first, one directory
-//! listing at a time (a remote one with each entry's own mode and time, `fs/readDirectory
-//! {includeMetadata}`), while its files are copied: the walk holds only the listings of the
-//! directories it is inside, and stops at the caps of `limits`. This side's files are read and
-//! written relative to directories held open, never through a link (`local_read`,
-//! `local_write`): a link is copied as a link, and a link where a copy down has a directory
-//! stops the copy.
-//! Modes, modification times and symbolic links are kept where the server can set them (the
-//! `fsMetadata` extension); against a server without it, the bytes are copied and the command
-//! says what was not kept.
+//! The copying is `tether_tree_copy`'s, from this machine's files (the engine's
+//! `LocalFileSystem`) to the executor's (the client), back, or from one executor to another; this module reads the paths as
+//! scp reads them, expands remote patterns ([`globs`]), shows the progress and the entries
+//! skipped, says what could not be kept, and removes what a signal left halfway.
 
-use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal as _;
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::Poll;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use indicatif::{ProgressBar, ProgressStyle};
 use tether_client::ExecServerClient;
-use tether_engine::fs::FsError;
+use tether_engine::fs::{FsError, LocalFileSystem};
 use tether_protocol::PathUri;
-use tokio::sync::mpsc;
+use tether_tree_copy::{
+    CopyError, CopyOptions, CopyReport, Observer, Place, Side, TreeCopy, TreePath,
+};
 
-mod down;
 mod globs;
-mod limits;
-mod local_read;
-mod local_write;
-mod stages;
-mod up;
-
-/// Files copied at once: enough to hide each file's few round trips (open, blocks, close,
-/// metadata, rename) behind the others' for a tree of small files, few enough that a tree of
-/// big ones holds at most this many blocks in memory per direction.
-const FILES_IN_FLIGHT: usize = 16;
-
-/// Metadata questions asked at once while listing a remote tree.
-const LOOKUPS_IN_FLIGHT: usize = 32;
-
-/// How much of a local file is read at once for an upload: one `fs/writeBlock`'s worth.
-const UPLOAD_CHUNK_BYTES: usize = tether_protocol::fs::FS_BLOCK_MAX_BYTES;
-
-/// Files up to this size go in one call each way (`fs/putFile` up, `fs/readFile` down)
-/// instead of a handle's open, blocks and close: a tree of small files is mostly round trips
-/// otherwise. One block's worth, so a file in flight costs what a block of a big one does.
-const WHOLE_FILE_MAX_BYTES: u64 = tether_protocol::fs::FS_BLOCK_MAX_BYTES as u64;
 
 const CP_HELP: &str = "\
 Examples:
   tether cp --url ws://127.0.0.1:4500 ./notes.txt :/tmp/notes.txt      up
   tether cp --url ws://127.0.0.1:4500 :/var/log/app.log .              down, into a directory
   tether cp -r ./src build:/work/                                      a tree, to a named executor
+  tether cp -r build:/work/out test:/srv/in                            executor to executor
 
 A remote path is :/abs/path (the executor of --url or TETHER_URL) or NAME:/abs/path (a named
 executor); :rel, :~/rel and : are from the executor user's home, as scp reads them. A path with
@@ -69,11 +36,12 @@ a slash before its first colon is local (./a:b). - is standard input as the sour
 output as the destination (one file). The last part of a remote source may be a pattern
 (':/var/log/*.log', quoted so the shell here leaves it alone): it is matched against the
 executor's listing as sh matches names (*, ?, [a-z], [!x]; * and ? take no leading dot), and
-one that matches nothing is an error.
+one that matches nothing is an error. Sources on one executor may go to another (or to another
+path on the same one): the bytes pass through this machine, nothing is written here.
 
 A link named on the command line is copied as what it leads to, as cp does without -r; in a
-tree (and with -r) a link is copied as a link, and a copy down stops where a directory it makes
-would go through one. FIFOs, sockets and devices in a tree are skipped, and counted; a file
+tree (and with -r) a link is copied as a link, and a copy stops where a directory it makes would
+go through one. FIFOs, sockets and devices in a tree are skipped, and counted; a file
 or directory in a tree that cannot be read (here going up, on the executor coming down) is
 named and skipped, the rest copied, and the copy exits 1 saying how many. A copy takes at most 1000000 entries, 256 directories
 deep.
@@ -94,7 +62,8 @@ pub struct CpArgs {
     #[arg(short, long)]
     recursive: bool,
 
-    /// What to copy, then where to: one side local, the other on the executor.
+    /// What to copy, then where to: one side here and the other on an executor, or both on
+    /// executors.
     #[arg(required = true, num_args = 2.., value_name = "SRC… DST")]
     paths: Vec<String>,
 }
@@ -196,107 +165,89 @@ async fn expand_patterns(
     Ok(expanded)
 }
 
-/// One thing to copy, by its name in its directory (a root: the name it is copied under).
-#[derive(Debug, Clone)]
-struct Entry {
-    name: OsString,
-    kind: Kind,
-    mode: Option<u32>,
-    modified_ms: Option<i64>,
-}
-
-/// What an entry is. A link's target is read when the link is copied, so that an entry
-/// waiting to be copied costs its name and a few words.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    File { size: u64 },
-    Directory,
-    Link,
-}
-
-/// What the copy could not keep, said once at the end.
-#[derive(Default)]
-struct NotKept {
-    metadata: AtomicU64,
-    links: AtomicU64,
-    /// FIFOs, sockets and devices met in a tree, skipped.
-    special: AtomicU64,
-    /// Files and directories in a tree that this side (going up) or the executor (coming
-    /// down) may not read, skipped.
-    denied: AtomicU64,
-}
-
 async fn run(args: CpArgs) -> anyhow::Result<()> {
     let (destination, sources) = args.paths.split_last().expect("clap: at least two paths");
     let destination = location(destination)?;
     let sources = sources.iter().map(|s| location(s)).collect::<anyhow::Result<Vec<_>>>()?;
-    let upload = matches!(destination, Location::Remote { .. });
-    let mut executor = match &destination {
-        Location::Remote { executor, .. } => executor.clone(),
-        Location::Local(_) | Location::Standard => None,
-    };
+    let Executors { source: source_executor, destination: destination_executor } =
+        executors(&sources, &destination)?;
     let standard = matches!(destination, Location::Standard)
         || sources.iter().any(|source| matches!(source, Location::Standard));
     if standard && (sources.len() > 1 || args.recursive) {
         bail!("- (standard input or output) is one file: copy one, without -r");
     }
-    for source in &sources {
-        match (source, upload) {
-            (Location::Standard, false) => {
-                bail!("- is standard input here; the other side must be on the executor (:/path)")
-            }
-            (Location::Standard, true) => {}
-            (Location::Local(path), false) => bail!(
-                "{}: both sides are here; copy with cp, or write the executor's side as :/path",
-                path.display()
-            ),
-            (Location::Remote { .. }, true) => {
-                bail!("both sides are on an executor; one of them must be a path here")
-            }
-            (Location::Remote { executor: named, .. }, false) => {
-                if executor.is_some() && named != &executor {
-                    bail!("the sources name different executors; copy from one at a time");
-                }
-                executor = named.clone();
-            }
-            (Location::Local(_), true) => {}
-        }
-    }
-    let client = connect(&args, executor.as_deref()).await?;
-    let sources = expand_patterns(&client, sources).await?;
+    let source_client = match &source_executor {
+        Some(named) => Some(connect(&args, named.as_deref()).await?),
+        None => None,
+    };
+    // One executor on both sides is one connection, used both ways.
+    let destination_client = match &destination_executor {
+        Some(named) if source_executor.as_ref() == Some(named) => None,
+        Some(named) => Some(connect(&args, named.as_deref()).await?),
+        None => None,
+    };
+    let clients =
+        Clients { source: source_client.as_ref(), destination: destination_client.as_ref() };
+    let sources = match clients.source {
+        Some(client) => expand_patterns(client, sources).await?,
+        None => sources,
+    };
     if matches!(destination, Location::Standard) && sources.len() > 1 {
         bail!("- (standard output) is one file, and the pattern matches several: copy one");
     }
-    let keeps_metadata = client.tether_extensions().fs_metadata;
-    let not_kept = NotKept::default();
-    let progress = progress_bar();
-    let stages = stages::Stages::default();
-    let copy = Copier {
-        client: &client,
-        keeps_metadata,
-        not_kept: &not_kept,
-        progress: &progress,
-        stages: &stages,
+    let local = LocalFileSystem::new();
+    // Two executors are named in what is said; one is "the executor".
+    let across = clients.source.is_some() && clients.destination.is_some();
+    let place = |named: &Option<Option<String>>| match named {
+        Some(named) if across => {
+            Place::Executor(Some(executor_name(&args, named.as_deref()).into()))
+        }
+        _ => Place::Executor(None),
     };
-    let several = sources.len() > 1;
+    let from = match clients.source {
+        Some(client) => Side::new(client, place(&source_executor)),
+        None => Side::here(&local),
+    };
+    let to = match clients.destination.or(clients.source.filter(|_| destination_executor.is_some()))
+    {
+        Some(client) => Side::new(client, place(&destination_executor)),
+        None => Side::here(&local),
+    };
+    let progress = Progress(progress_bar());
+    let copy = TreeCopy::new(from, to).observed_by(&progress);
+    let options = CopyOptions { recursive: args.recursive, into_directory: sources.len() > 1 };
     let copying = async {
         for source in &sources {
-            match (source, &destination) {
-                (Location::Local(from), Location::Remote { path: to, .. }) => {
-                    let to = on_executor(to, &client)?;
-                    copy.upload(from, &to, several, args.recursive).await?
+            let from = match source {
+                Location::Local(path) => Some(here_path(path)?),
+                Location::Remote { path, .. } => Some(TreePath::new(on_executor(
+                    path,
+                    clients.source.expect("a remote source's connection"),
+                )?)),
+                Location::Standard => None,
+            };
+            let to = match &destination {
+                Location::Local(path) => Some(here_path(path)?),
+                Location::Remote { path, .. } => {
+                    let client = clients.destination.or(clients.source);
+                    let client = client.expect("a remote destination's connection");
+                    Some(TreePath::new(on_executor(path, client)?))
                 }
-                (Location::Remote { path: from, .. }, Location::Local(to)) => {
-                    let from = on_executor(from, &client)?;
-                    copy.download(&from, to, several, args.recursive).await?
+                Location::Standard => None,
+            };
+            match (from, to) {
+                (Some(from), Some(to)) => copy.copy(&from, &to, options).await?,
+                (None, Some(to)) => {
+                    let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
+                    let stdin = tokio::fs::File::from_std(std::fs::File::from(stdin));
+                    copy.copy_from_reader(stdin, "standard input", &to).await?
                 }
-                (Location::Standard, Location::Remote { path: to, .. }) => {
-                    copy.upload_stdin(&on_executor(to, &client)?).await?
+                (Some(from), None) => {
+                    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
+                    let stdout = tokio::fs::File::from_std(std::fs::File::from(stdout));
+                    copy.copy_to_writer(&from, stdout, "standard output").await?
                 }
-                (Location::Remote { path: from, .. }, Location::Standard) => {
-                    copy.download_to_stdout(&on_executor(from, &client)?).await?
-                }
-                _ => unreachable!("checked above"),
+                (None, None) => unreachable!("checked above: - is one side at most"),
             }
         }
         anyhow::Ok(())
@@ -305,36 +256,134 @@ async fn run(args: CpArgs) -> anyhow::Result<()> {
         result = copying => result,
         signal = interrupted() => {
             // What was halfway is dropped with the copy; its temporary files go with it.
-            progress.finish_and_clear();
-            stages.remove_all(&client).await;
-            client.disconnect();
+            progress.0.finish_and_clear();
+            copy.remove_stages().await;
+            clients.disconnect();
             return Err(Interrupted(signal).into());
         }
     };
-    progress.finish_and_clear();
-    client.disconnect();
+    progress.0.finish_and_clear();
+    clients.disconnect();
     result?;
-    let (metadata, links) =
-        (not_kept.metadata.load(Ordering::Relaxed), not_kept.links.load(Ordering::Relaxed));
-    if metadata > 0 || links > 0 {
+    say_what_was_not_kept(&copy.report())
+}
+
+/// The connections a copy uses: to the executor its sources are on, and to the one its
+/// destination is on where that is another.
+struct Clients<'a> {
+    source: Option<&'a ExecServerClient>,
+    destination: Option<&'a ExecServerClient>,
+}
+
+impl Clients<'_> {
+    fn disconnect(&self) {
+        self.source.into_iter().chain(self.destination).for_each(ExecServerClient::disconnect);
+    }
+}
+
+/// The executors a copy's sources and destination are on, each `None` for here and
+/// `Some(None)` for `--url`'s.
+struct Executors {
+    source: Option<Option<String>>,
+    destination: Option<Option<String>>,
+}
+
+/// The executors the sources and the destination are on, refusing what cannot be copied:
+/// both sides here, `-` with nothing remote, sources on two executors, or on both sides.
+fn executors(sources: &[Location], destination: &Location) -> anyhow::Result<Executors> {
+    let destination_executor = match destination {
+        Location::Remote { executor, .. } => Some(executor.clone()),
+        Location::Local(_) | Location::Standard => None,
+    };
+    let mut source_executor: Option<Option<String>> = None;
+    for source in sources {
+        match source {
+            Location::Standard if destination_executor.is_none() => {
+                bail!("- is standard input here; the other side must be on the executor (:/path)")
+            }
+            Location::Local(path) if destination_executor.is_none() => bail!(
+                "{}: both sides are here; copy with cp, or write the executor's side as :/path",
+                path.display()
+            ),
+            Location::Remote { executor: named, .. } => {
+                if source_executor.as_ref().is_some_and(|seen| seen != named) {
+                    bail!("the sources name different executors; copy from one at a time");
+                }
+                source_executor = Some(named.clone());
+            }
+            Location::Standard | Location::Local(_) => {}
+        }
+    }
+    let here = sources.iter().any(|source| !matches!(source, Location::Remote { .. }));
+    if source_executor.is_some() && here {
+        bail!("the sources are here and on an executor; copy from one side at a time");
+    }
+    Ok(Executors { source: source_executor, destination: destination_executor })
+}
+
+/// How an executor is named where two are: its name, or `--url`'s.
+fn executor_name(args: &CpArgs, named: Option<&str>) -> String {
+    named.or(args.url.as_deref()).unwrap_or("the executor").to_owned()
+}
+
+/// A local path as the copy uses it (absolute) and as the person wrote it, for what is said.
+fn here_path(path: &Path) -> anyhow::Result<TreePath> {
+    let absolute = std::path::absolute(path)
+        .with_context(|| format!("{}: cannot make it an absolute path", path.display()))?;
+    Ok(TreePath::new(absolute).shown_as(path))
+}
+
+/// What the copy could not keep, in a line each, once it is over; an error if something was
+/// not copied.
+fn say_what_was_not_kept(report: &CopyReport) -> anyhow::Result<()> {
+    let metadata = report.metadata_not_kept;
+    let (skipped, followed) = (report.links_skipped, report.links_followed);
+    if metadata > 0 || skipped > 0 || followed > 0 {
+        let links = match (skipped, followed) {
+            (_, 0) => format!("{skipped} symbolic links were skipped"),
+            (0, _) => format!("{followed} symbolic links were copied as what they point to"),
+            _ => format!(
+                "{skipped} symbolic links were skipped and {followed} copied as what they point to"
+            ),
+        };
         eprintln!(
-            "tether cp: the server cannot set modes, times or links (it lacks Tether's fsMetadata): {metadata} entries kept only their bytes, {links} symbolic links were {}",
-            if upload { "skipped" } else { "copied as what they point to" }
+            "tether cp: the server cannot set modes, times or links (it lacks Tether's fsMetadata): {metadata} entries kept only their bytes, {links}"
         );
     }
-    let special = not_kept.special.load(Ordering::Relaxed);
-    if special > 0 {
+    if report.special > 0 {
         eprintln!(
-            "tether cp: {special} FIFOs, sockets or devices in the tree were skipped: a copy carries files, directories and links"
+            "tether cp: {} FIFOs, sockets or devices in the tree were skipped: a copy carries files, directories and links",
+            report.special
         );
     }
-    let denied = not_kept.denied.load(Ordering::Relaxed);
-    if denied > 0 {
+    if report.denied > 0 {
         bail!(
-            "{denied} files or directories could not be read (permission denied) and were skipped, each named above; the rest was copied: make them readable and copy again"
+            "{} files or directories could not be read (permission denied) and were skipped, each named above; the rest was copied: make them readable and copy again",
+            report.denied
         );
     }
     Ok(())
+}
+
+/// The progress bar, and a line for each entry skipped (above the bar).
+struct Progress(ProgressBar);
+
+impl Observer for Progress {
+    fn found(&self, bytes: u64) {
+        self.0.inc_length(bytes);
+    }
+
+    fn copied(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+
+    fn dropped(&self, bytes: u64) {
+        self.0.dec_length(bytes);
+    }
+
+    fn skipped(&self, why: &CopyError) {
+        self.0.suspend(|| eprintln!("tether cp: {why}; skipped"));
+    }
 }
 
 /// A copy stopped by a signal (its number), its temporary files removed.
@@ -386,133 +435,9 @@ fn uri(path: &Path) -> anyhow::Result<PathUri> {
     PathUri::from_path(path).with_context(|| format!("{}: not an absolute path", path.display()))
 }
 
-/// Removes the file or link `path` on the executor if it is there (a temporary file given up),
-/// whatever comes of it: nothing more can be done about one that stays.
-async fn remove_remote_file(client: &ExecServerClient, path: &Path) {
-    use tether_engine::fs::FileSystem as _;
-    if let Ok(path) = uri(path) {
-        let params = tether_protocol::fs::FsRemoveParams {
-            path,
-            recursive: Some(false),
-            force: Some(true),
-            follow_symlinks: Some(false),
-            sandbox: None,
-        };
-        let _ = client.remove(params).await;
-    }
-}
-
 /// An error from the executor about `path`, in one line.
 fn remote(path: &Path, error: FsError) -> anyhow::Error {
     anyhow::anyhow!("{} on the executor: {}", path.display(), error.message)
-}
-
-/// A name for a file being written next to `name`, unique to this run. It is a staged name
-/// the server knows (`tether_engine::fs::staged_name`): a stage it opens under it is held for
-/// this copy, and removed by the server if the copy's connection ends before it is placed, so
-/// a copy killed outright (`kill -9`) leaves nothing behind either.
-fn staged_name(name: &OsStr) -> OsString {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-    tether_engine::fs::staged_name(name, std::process::id(), unique)
-}
-
-/// The last component of a source, for "copy into this directory".
-fn base_name(path: &Path) -> anyhow::Result<&std::ffi::OsStr> {
-    path.file_name().with_context(|| format!("{}: has no name to copy under", path.display()))
-}
-
-/// Where a copy lands, as scp decides it.
-enum Landing {
-    /// This path, which is there already (into a directory, under the source's own name; or
-    /// onto a file) or will be made with its parents (a tree's root).
-    At(PathBuf),
-    /// This path, new, for a file: its directory must be there already.
-    NewFile(PathBuf),
-}
-
-/// Where a copy of `from` to `to` lands, given what `to` is on its side (`Some(true)` a
-/// directory, `Some(false)` anything else, `None` nothing); `from_name` and `to_name` are the
-/// two paths as the errors name them, each with the side it is on.
-///
-/// A `to` written with a trailing `/` names a directory, as it does to cp and scp: a file is
-/// never written under that name, whether nothing is there or a file is. (A tree copied to a
-/// missing `to/` becomes that directory, as `cp -r` makes it.)
-fn landing(
-    (from, from_name): (&Path, &str),
-    (to, to_name): (&Path, &str),
-    found: Option<bool>,
-    root_is_directory: bool,
-    several: bool,
-) -> anyhow::Result<Landing> {
-    let names_a_directory = to.as_os_str().as_encoded_bytes().ends_with(b"/");
-    Ok(match found {
-        Some(true) => Landing::At(to.join(base_name(from)?)),
-        Some(false) if root_is_directory => {
-            bail!("cannot copy the directory {from_name} onto the file {to_name}")
-        }
-        Some(false) | None if several => bail!("{to_name}: not a directory (several sources)"),
-        Some(false) if names_a_directory => {
-            bail!("{to_name}: not a directory; leave out the trailing / to copy onto the file")
-        }
-        None if !root_is_directory && names_a_directory => bail!(
-            "{to_name}: no such directory; make it first, or leave out the trailing / to copy \
-             to a file of that name"
-        ),
-        None if !root_is_directory => Landing::NewFile(to.to_owned()),
-        _ => Landing::At(to.to_owned()),
-    })
-}
-
-/// One run's copying: its connection, whether the server sets modes, times and links
-/// (`fsMetadata`), what could not be kept without it, and the progress shown. Its copies up
-/// are in `up`, down in `down`; this side's files are handled in `local`.
-struct Copier<'a> {
-    client: &'a ExecServerClient,
-    keeps_metadata: bool,
-    not_kept: &'a NotKept,
-    progress: &'a ProgressBar,
-    stages: &'a stages::Stages,
-}
-
-impl Copier<'_> {
-    /// Says in one line that `denied`, in a tree, was skipped as this side or the executor
-    /// may not read it, and counts it for the copy's last line.
-    fn skipped_denied(&self, denied: &anyhow::Error) {
-        self.progress.suspend(|| eprintln!("tether cp: {denied}; skipped"));
-        self.not_kept.denied.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Runs a tree's walk beside its copies: the walk hands each file or link to a queue of
-/// [`FILES_IN_FLIGHT`] (so a tree is never listed ahead of its copies by more than that), and
-/// the copies take from it that many at a time. A walk that stops on an error stops the copies
-/// taking more, and lets those begun finish, so that none is cut off with its temporary file
-/// left behind; copies stopping on an error stop the walk (the queue is gone).
-async fn walk_beside_copies<J, W, C>(
-    walk: impl FnOnce(mpsc::Sender<J>) -> W,
-    copy: impl Fn(J) -> C,
-) -> anyhow::Result<()>
-where
-    W: Future<Output = anyhow::Result<()>>,
-    C: Future<Output = anyhow::Result<()>>,
-{
-    let (jobs, mut queued) = mpsc::channel::<J>(FILES_IN_FLIGHT);
-    let stopped = AtomicBool::new(false);
-    let walk = async {
-        let walked = walk(jobs).await;
-        stopped.store(walked.is_err(), Ordering::Relaxed);
-        walked
-    };
-    let copies = stream::poll_fn(|cx| match stopped.load(Ordering::Relaxed) {
-        true => Poll::Ready(None),
-        false => queued.poll_recv(cx),
-    })
-    .map(copy)
-    .buffer_unordered(FILES_IN_FLIGHT)
-    .try_for_each(|()| std::future::ready(Ok(())));
-    let (walked, copied) = tokio::join!(walk, copies);
-    walked.and(copied)
 }
 
 #[cfg(test)]

@@ -219,7 +219,7 @@ impl FileHandles {
 /// name written through), after sweeping its directory of dead stages; and holds it as a stage
 /// when its name leads to it (not through a link). A directory that cannot be opened is one
 /// no stage can be held in: the file is opened as any other.
-fn open_stage(path: &std::path::Path) -> io::Result<(File, Option<Stage>)> {
+pub(super) fn open_stage(path: &std::path::Path) -> io::Result<(File, Option<Stage>)> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Ok((super::regular_file::open_for_write(path, true)?, None));
     };

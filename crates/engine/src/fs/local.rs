@@ -11,6 +11,7 @@
 
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tether_protocol::fs::{
@@ -23,9 +24,12 @@ use tether_protocol::fs::{
 use tether_protocol::sandbox::SandboxContext;
 use tether_protocol::{ByteChunk, PathUri};
 
+use super::blocking::blocking;
 use super::directory::Listing;
+use super::handles::open_stage;
 use super::request::{Admission, Work, admit, native_path};
 use super::sandboxed::{self, FileOp, FromOutcome, OpenHow};
+use super::stage::{self, ConnectionStages, Stage};
 use super::whole_read::{ReadGrant, WholeReadBudget};
 use super::{
     FileReadStream, FileSystem, FileWriteStream, FsError, regular_file, stream, walk, write_stream,
@@ -43,6 +47,12 @@ pub const DEFAULT_WHOLE_READ_BUDGET_BYTES: usize = 1024 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct LocalFileSystem {
     whole_reads: WholeReadBudget,
+    /// The stages its streamed writes made (a staged name, `.NAME.tether-PID-N`, opened by
+    /// [`FileSystem::write_file_stream`]), held as a connection holds those of its `fs/open`s:
+    /// until each leaves its name. A `put_file` here sweeps its directory of stages nobody
+    /// holds, and must not take one still being written, or written and not yet renamed. Let
+    /// go of as the next is made; those never placed are removed with the last clone.
+    stages: Arc<Mutex<ConnectionStages>>,
 }
 
 impl Default for LocalFileSystem {
@@ -58,7 +68,7 @@ impl LocalFileSystem {
 
     /// With `bytes` for whole-file reads in flight (see [`DEFAULT_WHOLE_READ_BUDGET_BYTES`]).
     pub fn with_whole_read_budget(bytes: usize) -> Self {
-        Self { whole_reads: WholeReadBudget::new(bytes) }
+        Self { whole_reads: WholeReadBudget::new(bytes), stages: Arc::default() }
     }
 
     /// `fs/readFile`, with the share of the whole-read budget it holds: keep the grant until
@@ -272,8 +282,25 @@ impl FileSystem for LocalFileSystem {
         sandbox: Option<SandboxContext>,
     ) -> Result<FileWriteStream, FsError> {
         let path = native_path(&path)?;
-        let op = FileOp::Open { path, how: OpenHow::Replace };
-        let file: File = perform(sandbox.as_ref(), Work::Write, op).await?;
+        let admission = admit(sandbox.as_ref(), Work::Write)?;
+        let staged = path.file_name().is_some_and(stage::is_staged_name);
+        if !staged || !matches!(admission, Admission::InProcess) {
+            let file: File =
+                admission.perform(FileOp::Open { path, how: OpenHow::Replace }).await?;
+            return Ok(write_stream::blocks_into(file));
+        }
+        let stages = Arc::clone(&self.stages);
+        let file = blocking(move || {
+            let (file, stage) = open_stage(&path)?;
+            let mut held = stages.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let all = held.take_all();
+            held.restore(all.into_iter().filter(Stage::in_place).collect());
+            if let Some(stage) = stage {
+                held.push(stage);
+            }
+            Ok(file)
+        })
+        .await?;
         Ok(write_stream::blocks_into(file))
     }
 }

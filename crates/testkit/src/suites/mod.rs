@@ -10,3 +10,4 @@
 pub mod exec;
 pub mod fs;
 pub mod http;
+pub mod tree_copy;

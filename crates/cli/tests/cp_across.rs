@@ -1,0 +1,119 @@
+//! `tether cp` from one executor to another: a tree goes from the executor of `--url` to a
+//! named one, whole — bytes, modes, times and links — through this machine, and what is
+//! refused names the executor it is about. Two Tether servers, each with a directory of its
+//! own on this machine.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tether_testkit::server::tether_binary;
+use tether_testkit::{ServerProcess, Target};
+
+struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("tether-cp-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for side in ["one", "other", "config/tether"] {
+            std::fs::create_dir_all(root.join(side)).unwrap();
+        }
+        Self { root }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.root.join(relative)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Runs `tether cp --url URL ARGS…` with the named executors of `config_home`.
+async fn tether_cp(url: &str, config_home: &Path, args: &[&str]) -> std::process::Output {
+    let command = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["cp", "--url", url])
+        .args(args)
+        .env("XDG_CONFIG_HOME", config_home)
+        .env_remove("TETHER_TOKEN")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(120), command).await.expect("finished").unwrap()
+}
+
+/// Each entry under `root`, sorted: path, whether a link, mode, mtime in ms, and the bytes
+/// (a link's target).
+fn describe(root: &Path) -> Vec<(String, bool, u32, i64, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(directory) = stack.pop() {
+        for entry in std::fs::read_dir(&directory).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let relative = path.strip_prefix(root).unwrap().display().to_string();
+            let link = meta.file_type().is_symlink();
+            let mtime = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
+            let (mode, body) = if link {
+                (0, std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes())
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                (meta.mode() & 0o7777, Vec::new())
+            } else {
+                (meta.mode() & 0o7777, std::fs::read(&path).unwrap())
+            };
+            found.push((relative, link, mode, mtime, body));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_goes_from_one_executor_to_another_whole() {
+    // Setup: two servers, the second named `other`; a tree on the first.
+    let scratch = Scratch::new("across");
+    let (one, other) = (
+        ServerProcess::start(Target::Tether).await.unwrap(),
+        ServerProcess::start(Target::Tether).await.unwrap(),
+    );
+    let config = format!("[executors.other]\nurl = \"{}\"\n", other.url);
+    std::fs::write(scratch.path("config/tether/config.toml"), config).unwrap();
+    let tree = scratch.path("one/tree");
+    std::fs::create_dir_all(tree.join("bin")).unwrap();
+    let big: Vec<u8> = (0..3_500_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(tree.join("big.bin"), &big).unwrap();
+    std::fs::write(tree.join("bin/run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(tree.join("bin/run.sh"), std::fs::Permissions::from_mode(0o755))
+        .unwrap();
+    std::os::unix::fs::symlink("bin/run.sh", tree.join("link")).unwrap();
+    let (from, to) =
+        (format!(":{}", tree.display()), format!("other:{}/", scratch.path("other").display()));
+
+    // Exercise: the tree across, then a source that is not there.
+    let across = tether_cp(&one.url, &scratch.path("config"), &["-r", &from, &to]).await;
+    let missing = format!(":{}", scratch.path("one/missing").display());
+    let refused = tether_cp(&one.url, &scratch.path("config"), &[&missing, &to]).await;
+
+    // Assert: the tree arrived whole and nothing was written here; the refusal names the
+    // executor by its URL.
+    let said = String::from_utf8_lossy(&across.stderr);
+    assert_eq!((across.status.code(), said.as_ref()), (Some(0), ""));
+    assert_eq!(describe(&scratch.path("other/tree")), describe(&tree));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim_end(),
+        format!(
+            "tether cp: {} on {}: no such file or directory",
+            scratch.path("one/missing").display(),
+            one.url
+        )
+    );
+    assert_eq!(refused.status.code(), Some(1));
+}
