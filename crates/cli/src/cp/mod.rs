@@ -46,7 +46,9 @@ or directory in a tree that cannot be read (here going up, on the executor comin
 named and skipped, the rest copied, and the copy exits 1 saying how many. A copy takes at most 1000000 entries, 256 directories
 deep.
 
-Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why).";
+Exit codes: 0 copied; 1 something was not copied (one line on stderr says what and why);
+128+N after signal N (SIGINT, SIGTERM, SIGHUP), its temporary files removed first; 141 when the
+reader of - goes away.";
 
 #[derive(Args)]
 #[command(after_help = CP_HELP)]
