@@ -13,6 +13,9 @@ use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 mod common;
 use common::{Signals, assert_is_seq_output, drain, expected_lines};
 
+/// How much output comes down between two cuts of `output_survives_repeated_cuts_byte_exact`.
+const CUT_EVERY_BYTES: usize = 1024;
+
 against_both!(
     a_silent_connection_is_noticed_and_replaced,
     output_survives_repeated_cuts_byte_exact,
@@ -32,9 +35,12 @@ async fn output_survives_repeated_cuts_byte_exact(target: Target) {
     let mut a = client.start(params("a", &script("a"))).await.unwrap();
     let mut b = client.start(params("b", &script("b"))).await.unwrap();
     let cutting_client = client.clone();
+    // Each cut comes once another kilobyte has come down since the last: all six while the
+    // output flows (the two commands print 8.4 KB, however it is batched), however fast or
+    // slow the machine runs them.
     let cutter = tokio::spawn(async move {
         for round in 0..6 {
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            proxy.wait_forwarded_bytes(proxy.forwarded_bytes() + CUT_EVERY_BYTES).await;
             // Alternate an abrupt network failure with a clean close of the WebSocket.
             if round % 2 == 0 { proxy.cut() } else { cutting_client.disconnect() }
         }
@@ -208,9 +214,11 @@ async fn a_fast_producer_keeps_every_byte_through_cuts() {
     let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
     let script = "head -c 3000000 /dev/urandom | od -An -tx1 -v";
     let mut process = client.start(params("fast", script)).await.unwrap();
+    // A cut each time another 512 KB has come down: all eight within the first 4 MB of the
+    // 9.2 MB printed, so every one falls while the output flows.
     let cutter = tokio::spawn(async move {
         for _ in 0..8 {
-            tokio::time::sleep(Duration::from_millis(150)).await;
+            proxy.wait_forwarded_bytes(proxy.forwarded_bytes() + 512 * 1024).await;
             proxy.cut();
         }
         proxy
@@ -266,7 +274,8 @@ async fn a_silent_connection_is_noticed_and_replaced(target: Target) {
     let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
     let script = "i=1; while [ $i -le 100 ]; do echo line-$i; i=$((i+1)); sleep 0.02; done";
     let mut process = client.start(params("steady", script)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The process streams (some lines have come down) when the connection goes silent.
+    proxy.wait_forwarded_bytes(proxy.forwarded_bytes() + 1024).await;
     let connections = proxy.connections();
     proxy.freeze_downstream();
     let (out, _, code, _) = drain(&mut process).await.unwrap();

@@ -10,7 +10,7 @@ use tether_client::{ClientOptions, ConnectionStatus, ExecServerClient};
 use tether_engine::http::{HttpClient, HttpError};
 use tether_protocol::http::HttpRequestParams;
 use tether_testkit::suites::http as shared;
-use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target, scenarios};
+use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target, scenarios, wait};
 
 // Two tests per scenario — on Tether and on the reference — each with a server, a session and
 // a peer of its own.
@@ -76,9 +76,8 @@ async fn a_buffered_request_is_not_resent_after_a_drop() {
     let (_server, proxy, client, peer) = through_a_proxy().await;
     let slow = client.request(get(&peer.url("/slow-head?ms=1000")));
     let cut = async {
-        while peer.requests().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait::until("the request at the peer", wait::DEADLINE, || !peer.requests().is_empty())
+            .await;
         proxy.cut();
     };
 
@@ -87,8 +86,12 @@ async fn a_buffered_request_is_not_resent_after_a_drop() {
     assert!(matches!(error, HttpError::Failed(_)), "{error:?}");
     assert!(error.to_string().contains("may or may not have taken effect"), "{error}");
     client.wait_connected().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(peer.requests(), ["GET /slow-head?ms=1000"], "sent once");
+    // A later request is answered, and the peer has seen only it since: the resumed session
+    // sent nothing of its own before it (a resend would have gone first).
+    let later = json!({"method": "GET", "url": peer.url("/status/200"), "requestId": "later"});
+    let later = client.request(serde_json::from_value(later).unwrap()).await.unwrap();
+    assert_eq!(later.status, 200);
+    assert_eq!(peer.requests(), ["GET /slow-head?ms=1000", "GET /status/200"], "sent once");
 }
 
 /// A server that says it sends bodies attached (`attachedHttpBodies`) has its deltas read

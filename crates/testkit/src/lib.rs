@@ -16,6 +16,7 @@ pub mod scratch;
 pub mod server;
 pub mod sshd;
 pub mod suites;
+pub mod wait;
 
 pub use client::{RpcClient, RpcError};
 pub use http_peer::HttpPeer;

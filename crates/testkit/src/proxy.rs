@@ -50,6 +50,8 @@ struct Control {
     held: Arc<AtomicUsize>,
     /// Client→server bytes held back since the last `freeze_upstream`.
     held_upstream: Arc<AtomicUsize>,
+    /// Server→client bytes forwarded to the client, on every connection so far.
+    forwarded: Arc<AtomicUsize>,
 }
 
 /// One client connection and its way to the server.
@@ -89,6 +91,7 @@ impl FaultProxy {
             accepted: AtomicUsize::new(0),
             held: Arc::new(AtomicUsize::new(0)),
             held_upstream: Arc::new(AtomicUsize::new(0)),
+            forwarded: Arc::new(AtomicUsize::new(0)),
         });
         let acceptor_control = control.clone();
         let acceptor = tokio::spawn(async move {
@@ -118,8 +121,12 @@ impl FaultProxy {
                 } else {
                     let upstream = control.upstream.lock().unwrap().clone();
                     let limit = control.downstream_limit.lock().unwrap().unwrap_or(usize::MAX);
-                    let held = (control.held.clone(), control.held_upstream.clone());
-                    tokio::spawn(relay(client, upstream, mode_changes, held, limit))
+                    let counters = Counters {
+                        held: control.held.clone(),
+                        held_upstream: control.held_upstream.clone(),
+                        forwarded: control.forwarded.clone(),
+                    };
+                    tokio::spawn(relay(client, upstream, mode_changes, counters, limit))
                 };
                 links.push(Link { mode, task: task.abort_handle() });
             }
@@ -243,6 +250,19 @@ impl FaultProxy {
         }
     }
 
+    /// Server→client bytes forwarded to the client so far, over every connection: how far the
+    /// output a test cuts through has come, whatever the clock says.
+    pub fn forwarded_bytes(&self) -> usize {
+        self.control.forwarded.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `bytes` server→client bytes have been forwarded, over every
+    /// connection so far ([`forwarded_bytes`](Self::forwarded_bytes)).
+    pub async fn wait_forwarded_bytes(&self, bytes: usize) {
+        let what = format!("{bytes} bytes forwarded to the client");
+        crate::wait::until(&what, crate::wait::DEADLINE, || self.forwarded_bytes() >= bytes).await
+    }
+
     /// Connections accepted so far (each reconnect attempt is one).
     pub fn connections(&self) -> usize {
         self.control.accepted.load(Ordering::Relaxed)
@@ -256,13 +276,20 @@ impl Drop for FaultProxy {
     }
 }
 
+/// The proxy's byte counts a link adds to.
+struct Counters {
+    held: Arc<AtomicUsize>,
+    held_upstream: Arc<AtomicUsize>,
+    forwarded: Arc<AtomicUsize>,
+}
+
 /// Forwards one client connection to `upstream` as `mode` says, until either side ends it or
 /// `downstream_limit` server→client bytes have been forwarded.
 async fn relay(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<LinkMode>,
-    (held, held_upstream): (Arc<AtomicUsize>, Arc<AtomicUsize>),
+    Counters { held, held_upstream, forwarded }: Counters,
     mut downstream_limit: usize,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else { return };
@@ -300,7 +327,11 @@ async fn relay(
                     continue;
                 }
                 let allowed = n.min(downstream_limit);
-                if client_write.write_all(&down[..allowed]).await.is_err() || allowed < n {
+                if client_write.write_all(&down[..allowed]).await.is_err() {
+                    return;
+                }
+                forwarded.fetch_add(allowed, Ordering::SeqCst);
+                if allowed < n {
                     return;
                 }
                 downstream_limit -= allowed;

@@ -233,8 +233,10 @@ pub async fn a_stream_dropped_early_leaves_the_client_usable(
 
     let (_, body) = http.request_streamed(get(&peer.url("/chunks"))).await.unwrap();
     assert_eq!(concat(&drain(body).await.0), b"one\ntwo\nthree\n");
-    // The abandoned stream's late end reaches nobody.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The abandoned stream's late end reaches nobody: the peer is done with it (sent its
+    // end, or saw its connection go) by the time the next request goes.
+    let over = || peer.slow_bodies_over() == 1;
+    crate::wait::until("the peer done with the abandoned body", crate::wait::DEADLINE, over).await;
     let buffered = http.request(get(&peer.url("/status/200"))).await.unwrap();
     assert_eq!(buffered.status, 200);
 }
