@@ -52,6 +52,8 @@ struct Control {
     held_upstream: Arc<AtomicUsize>,
     /// Server→client bytes forwarded to the client, on every connection so far.
     forwarded: Arc<AtomicUsize>,
+    /// Client→server bytes forwarded to the server, on every connection so far.
+    forwarded_upstream: Arc<AtomicUsize>,
 }
 
 /// One client connection and its way to the server.
@@ -92,6 +94,7 @@ impl FaultProxy {
             held: Arc::new(AtomicUsize::new(0)),
             held_upstream: Arc::new(AtomicUsize::new(0)),
             forwarded: Arc::new(AtomicUsize::new(0)),
+            forwarded_upstream: Arc::new(AtomicUsize::new(0)),
         });
         let acceptor_control = control.clone();
         let acceptor = tokio::spawn(async move {
@@ -125,6 +128,7 @@ impl FaultProxy {
                         held: control.held.clone(),
                         held_upstream: control.held_upstream.clone(),
                         forwarded: control.forwarded.clone(),
+                        forwarded_upstream: control.forwarded_upstream.clone(),
                     };
                     tokio::spawn(relay(client, upstream, mode_changes, counters, limit))
                 };
@@ -263,6 +267,19 @@ impl FaultProxy {
         crate::wait::until(&what, crate::wait::DEADLINE, || self.forwarded_bytes() >= bytes).await
     }
 
+    /// Client→server bytes forwarded to the server so far, over every connection.
+    pub fn forwarded_upstream_bytes(&self) -> usize {
+        self.control.forwarded_upstream.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `bytes` client→server bytes have been forwarded, over every
+    /// connection so far: what the client sent by then is at the server.
+    pub async fn wait_forwarded_upstream_bytes(&self, bytes: usize) {
+        let what = format!("{bytes} bytes forwarded to the server");
+        let forwarded = || self.forwarded_upstream_bytes() >= bytes;
+        crate::wait::until(&what, crate::wait::DEADLINE, forwarded).await
+    }
+
     /// Connections accepted so far (each reconnect attempt is one).
     pub fn connections(&self) -> usize {
         self.control.accepted.load(Ordering::Relaxed)
@@ -281,6 +298,7 @@ struct Counters {
     held: Arc<AtomicUsize>,
     held_upstream: Arc<AtomicUsize>,
     forwarded: Arc<AtomicUsize>,
+    forwarded_upstream: Arc<AtomicUsize>,
 }
 
 /// Forwards one client connection to `upstream` as `mode` says, until either side ends it or
@@ -289,7 +307,7 @@ async fn relay(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<LinkMode>,
-    Counters { held, held_upstream, forwarded }: Counters,
+    Counters { held, held_upstream, forwarded, forwarded_upstream }: Counters,
     mut downstream_limit: usize,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else { return };
@@ -319,6 +337,7 @@ async fn relay(
                 if server_write.write_all(&up[..n]).await.is_err() {
                     return;
                 }
+                forwarded_upstream.fetch_add(n, Ordering::SeqCst);
             }
             read = server_read.read(&mut down) => {
                 let Ok(n @ 1..) = read else { return };
