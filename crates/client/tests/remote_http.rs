@@ -14,24 +14,12 @@ use tether_testkit::{FaultProxy, HttpPeer, ServerProcess, Target, scenarios, wai
 
 // Two tests per scenario — on Tether and on the reference — each with a server, a session and
 // a peer of its own.
-scenarios!(shared, on [tether, reference], |target, scenario| {
+scenarios!(shared::every_scenario, on [tether, reference], |target, scenario| {
     let server = ServerProcess::start(target).await.unwrap();
     let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
     let peer = HttpPeer::start().await.unwrap();
     scenario(&client, &peer).await
-}, [
-    buffered_requests_send_what_was_asked_and_return_everything,
-    statuses_and_headers_come_back_as_sent,
-    redirects_are_followed_or_returned,
-    invalid_requests_are_refused_before_anything_is_sent,
-    timeouts_fail_the_request,
-    a_body_that_breaks_off_fails_the_request_or_the_stream,
-    gzip_and_zstd_bodies_arrive_decoded,
-    streamed_bodies_follow_their_head_in_order,
-    large_streamed_bodies_come_whole_in_bounded_chunks,
-    concurrent_streams_keep_their_bodies_apart,
-    a_stream_dropped_early_leaves_the_client_usable,
-]);
+});
 
 fn get(url: &str) -> HttpRequestParams {
     serde_json::from_value(json!({"method": "GET", "url": url, "requestId": "r"})).unwrap()

@@ -7,24 +7,9 @@ use tether_engine::exec::LocalExecBackend;
 use tether_testkit::scenarios;
 use tether_testkit::suites::exec as shared;
 
-scenarios!(shared, on local, |scenario| {
+scenarios!(shared::every_scenario, on local, |scenario| {
     scenario(&LocalExecBackend::default()).await
-}, [
-    an_unread_handle_holds_a_bounded_window_then_delivers_everything,
-    a_process_runs_to_its_exit_and_close,
-    output_after_the_exit_comes_before_the_close,
-    each_handle_follows_its_own_process,
-    writes_reach_a_process_with_piped_stdin_in_order,
-    a_pty_process_reads_what_is_typed,
-    without_piped_stdin_writes_report_stdin_closed,
-    interrupt_reaches_the_process_like_ctrl_c,
-    a_terminate_signal_lets_the_process_clean_up,
-    terminate_kills_a_running_process_and_says_whether_it_ran,
-    reads_return_what_was_retained_after_a_sequence,
-    a_read_can_wait_for_output,
-    invalid_starts_are_refused_with_the_executors_words,
-    a_process_id_is_not_reused,
-]);
+});
 
 /// Local only: a handle keeps its process alive after the backend that started it is gone,
 /// and the process ends with the last of them.
