@@ -123,10 +123,11 @@ const EROFS: i32 = 30;
 const ENOTEMPTY: i32 = 39;
 const ELOOP: i32 = 40;
 
-/// Params as a client would send them: JSON, with every default left out.
+/// Params as a client would send them: JSON, with every default left out, and no member the
+/// params do not have ([`strict`](crate::params::strict)): a misspelt one fails the scenario.
 macro_rules! params {
     ($value:expr) => {
-        serde_json::from_value($value).expect("valid params")
+        crate::params::strict($value)
     };
 }
 
@@ -1024,7 +1025,7 @@ pub async fn read_file_stream_refuses_what_is_not_a_regular_file_promptly(fs: &d
     assert_fails(refused, InvalidInput, &format!("path `{}` is not a file", dir.display()));
     assert_fails(fs.read_file_stream(scratch.uri("missing"), None).await, NotFound, &os(ENOENT));
     // Reading under the read-only intent needs no sandbox: `/` is readable.
-    let sandbox = serde_json::from_value(read_only_sandbox()).unwrap();
+    let sandbox = crate::params::strict(read_only_sandbox());
     let sandboxed = fs.read_file_stream(scratch.uri("file.txt"), Some(sandbox)).await;
     assert_eq!(blocks(sandboxed.unwrap()).await.unwrap().concat(), b"x");
 }
@@ -1427,7 +1428,7 @@ pub async fn read_only_sandboxes_refuse_the_new_writes(fs: &dyn FileSystem) {
     let listed = fs.read_directory(params!(with_sandbox(listed))).await.unwrap();
     assert!(listed.entries.iter().all(|e| e.metadata.is_some()), "a read, served");
     for name in ["streamed", "file.txt"] {
-        let intent = serde_json::from_value(read_only_sandbox()).unwrap();
+        let intent = crate::params::strict(read_only_sandbox());
         refused(fs.write_file_stream(scratch.uri(name), Some(intent)).await.unwrap_err());
     }
 
@@ -1455,7 +1456,7 @@ pub async fn sandboxed_new_writes_are_confined_to_the_writable_root(fs: &dyn Fil
         value["sandbox"] = sandbox.clone();
         value
     };
-    let intent = || serde_json::from_value(sandbox.clone()).unwrap();
+    let intent = || crate::params::strict(sandbox.clone());
     let by_kernel = |error: FsError| assert_eq!((error.kind, error.message), (Other, os(EROFS)));
 
     let streamed = varied_bytes(FS_BLOCK_MAX_BYTES + 7);

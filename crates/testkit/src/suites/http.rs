@@ -46,7 +46,7 @@ pub use crate::__every_http_scenario as every_scenario;
 fn request(method: &str, url: &str, extra: Value) -> HttpRequestParams {
     let mut params = json!({"method": method, "url": url, "requestId": "r"});
     params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    serde_json::from_value(params).expect("valid params")
+    crate::params::strict(params)
 }
 
 pub fn get(url: &str) -> HttpRequestParams {
