@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether_testkit::server::tether_binary;
-use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both, wait};
 use tokio::io::AsyncReadExt;
 
 mod common;
@@ -409,19 +409,18 @@ async fn tether_exec_lists_a_sessions_processes() {
         init["sessionId"].as_str().unwrap().to_owned()
     };
     // The first client is gone; once the server notices, the session can be resumed.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let output = loop {
+    let (url, session) = (server.url.as_str(), session.as_str());
+    let listed = move || async move {
         let output = tokio::process::Command::new(tether_binary().unwrap())
-            .args(["exec", "--url", &server.url, "--resume", &session, "--list"])
+            .args(["exec", "--url", url, "--resume", session, "--list"])
             .stdin(Stdio::null())
             .output()
             .await
             .unwrap();
-        if output.status.success() || tokio::time::Instant::now() > deadline {
-            break output;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        output.status.success().then_some(output)
     };
+    let output =
+        wait::until_some_async("a listing of the resumed session", wait::DEADLINE, listed).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout

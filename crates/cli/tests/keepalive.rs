@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tether_testkit::{RpcClient, ServerProcess, Target};
+use tether_testkit::{RpcClient, ServerProcess, Target, wait};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_answers_no_pings_is_let_go_and_its_session_can_be_resumed() {
@@ -46,16 +46,18 @@ async fn session_then_silence(server: &ServerProcess) -> (RpcClient, String) {
 /// Resumes `session` on fresh connections until the server has let its old connection go;
 /// panics if that takes 30 s (the pong timeouts under test are 2 s).
 async fn resumed_once_let_go(server: &ServerProcess, session: &str) -> RpcClient {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut again = RpcClient::connect(&server.url).await.unwrap();
+    let url = server.url.as_str();
+    let let_go = move || async move {
+        let mut again = RpcClient::connect(url).await.unwrap();
         match again.initialize(Some(session)).await.unwrap() {
-            Ok(_) => return again,
-            Err(error) => assert_eq!(error.code, -32010, "{}", error.message),
+            Ok(_) => Some(again),
+            Err(error) => {
+                assert_eq!(error.code, -32010, "{}", error.message);
+                None
+            }
         }
-        assert!(tokio::time::Instant::now() < deadline, "the stalled client was never let go");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    wait::until_some_async("the stalled client to be let go", Duration::from_secs(30), let_go).await
 }
 
 /// The red team's stalled reader: a client whose command prints without end stops reading its

@@ -335,12 +335,11 @@ pub async fn an_unread_handle_holds_a_bounded_window_then_delivers_everything(
     ));
     let script = format!("seq 1 800000; touch {}", marker.display());
     let mut process = exec.start(params("unread", &script)).await.unwrap();
-    let deadline = Instant::now() + QUIET_LIMIT;
-    while !marker.exists() {
+    let printed = || {
         assert!(process.buffered_bytes() <= UNREAD_BOUND, "{} held", process.buffered_bytes());
-        assert!(Instant::now() < deadline, "the process never finished printing");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        marker.exists()
+    };
+    crate::wait::until("the process to print everything", QUIET_LIMIT, printed).await;
     assert!(process.buffered_bytes() <= UNREAD_BOUND, "{} held", process.buffered_bytes());
     let _ = std::fs::remove_file(&marker);
 
