@@ -51,9 +51,35 @@ struct Control {
     /// Client→server bytes held back since the last `freeze_upstream`.
     held_upstream: Arc<AtomicUsize>,
     /// Server→client bytes forwarded to the client, on every connection so far.
-    forwarded: Arc<AtomicUsize>,
+    forwarded: Arc<Count>,
     /// Client→server bytes forwarded to the server, on every connection so far.
-    forwarded_upstream: Arc<AtomicUsize>,
+    forwarded_upstream: Arc<Count>,
+}
+
+/// A count of bytes that a test can wait on: each addition wakes whoever waits, so a wait for a
+/// point in a fast stream ends as the stream passes it, not at the next poll.
+#[derive(Default)]
+struct Count(watch::Sender<usize>);
+
+impl Count {
+    fn add(&self, bytes: usize) {
+        self.0.send_modify(|count| *count += bytes);
+    }
+
+    fn get(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits until the count is at least `bytes`; panics naming `what` if it is not within
+    /// [`crate::wait::DEADLINE`].
+    async fn at_least(&self, bytes: usize, what: &str) {
+        let mut changes = self.0.subscribe();
+        let reached = changes.wait_for(|&count| count >= bytes);
+        match tokio::time::timeout(crate::wait::DEADLINE, reached).await {
+            Ok(_) => {}
+            Err(_) => panic!("waited {:?} for {bytes} {what}, in vain", crate::wait::DEADLINE),
+        }
+    }
 }
 
 /// One client connection and its way to the server.
@@ -93,8 +119,8 @@ impl FaultProxy {
             accepted: AtomicUsize::new(0),
             held: Arc::new(AtomicUsize::new(0)),
             held_upstream: Arc::new(AtomicUsize::new(0)),
-            forwarded: Arc::new(AtomicUsize::new(0)),
-            forwarded_upstream: Arc::new(AtomicUsize::new(0)),
+            forwarded: Arc::default(),
+            forwarded_upstream: Arc::default(),
         });
         let acceptor_control = control.clone();
         let acceptor = tokio::spawn(async move {
@@ -257,27 +283,24 @@ impl FaultProxy {
     /// Server→client bytes forwarded to the client so far, over every connection: how far the
     /// output a test cuts through has come, whatever the clock says.
     pub fn forwarded_bytes(&self) -> usize {
-        self.control.forwarded.load(Ordering::SeqCst)
+        self.control.forwarded.get()
     }
 
     /// Waits until at least `bytes` server→client bytes have been forwarded, over every
     /// connection so far ([`forwarded_bytes`](Self::forwarded_bytes)).
     pub async fn wait_forwarded_bytes(&self, bytes: usize) {
-        let what = format!("{bytes} bytes forwarded to the client");
-        crate::wait::until(&what, crate::wait::DEADLINE, || self.forwarded_bytes() >= bytes).await
+        self.control.forwarded.at_least(bytes, "bytes forwarded to the client").await
     }
 
     /// Client→server bytes forwarded to the server so far, over every connection.
     pub fn forwarded_upstream_bytes(&self) -> usize {
-        self.control.forwarded_upstream.load(Ordering::SeqCst)
+        self.control.forwarded_upstream.get()
     }
 
     /// Waits until at least `bytes` client→server bytes have been forwarded, over every
     /// connection so far: what the client sent by then is at the server.
     pub async fn wait_forwarded_upstream_bytes(&self, bytes: usize) {
-        let what = format!("{bytes} bytes forwarded to the server");
-        let forwarded = || self.forwarded_upstream_bytes() >= bytes;
-        crate::wait::until(&what, crate::wait::DEADLINE, forwarded).await
+        self.control.forwarded_upstream.at_least(bytes, "bytes forwarded to the server").await
     }
 
     /// Connections accepted so far (each reconnect attempt is one).
@@ -297,8 +320,8 @@ impl Drop for FaultProxy {
 struct Counters {
     held: Arc<AtomicUsize>,
     held_upstream: Arc<AtomicUsize>,
-    forwarded: Arc<AtomicUsize>,
-    forwarded_upstream: Arc<AtomicUsize>,
+    forwarded: Arc<Count>,
+    forwarded_upstream: Arc<Count>,
 }
 
 /// Forwards one client connection to `upstream` as `mode` says, until either side ends it or
@@ -337,7 +360,7 @@ async fn relay(
                 if server_write.write_all(&up[..n]).await.is_err() {
                     return;
                 }
-                forwarded_upstream.fetch_add(n, Ordering::SeqCst);
+                forwarded_upstream.add(n);
             }
             read = server_read.read(&mut down) => {
                 let Ok(n @ 1..) = read else { return };
@@ -349,7 +372,7 @@ async fn relay(
                 if client_write.write_all(&down[..allowed]).await.is_err() {
                     return;
                 }
-                forwarded.fetch_add(allowed, Ordering::SeqCst);
+                forwarded.add(allowed);
                 if allowed < n {
                     return;
                 }
