@@ -47,9 +47,9 @@ struct Control {
     /// Connections accepted and forwarded (or held, while unresponsive).
     accepted: AtomicUsize,
     /// Server→client bytes held back since the last `freeze_downstream`.
-    held: Arc<AtomicUsize>,
+    held: Arc<Count>,
     /// Client→server bytes held back since the last `freeze_upstream`.
-    held_upstream: Arc<AtomicUsize>,
+    held_upstream: Arc<Count>,
     /// Server→client bytes forwarded to the client, on every connection so far.
     forwarded: Arc<Count>,
     /// Client→server bytes forwarded to the server, on every connection so far.
@@ -70,15 +70,22 @@ impl Count {
         *self.0.borrow()
     }
 
+    fn reset(&self) {
+        self.0.send_replace(0);
+    }
+
+    /// Whether the count reaches `bytes` within `within`, waited for as it grows.
+    async fn reaches(&self, bytes: usize, within: Duration) -> bool {
+        let mut changes = self.0.subscribe();
+        let reached = changes.wait_for(|&count| count >= bytes);
+        tokio::time::timeout(within, reached).await.is_ok()
+    }
+
     /// Waits until the count is at least `bytes`; panics naming `what` if it is not within
     /// [`crate::wait::DEADLINE`].
     async fn at_least(&self, bytes: usize, what: &str) {
-        let mut changes = self.0.subscribe();
-        let reached = changes.wait_for(|&count| count >= bytes);
-        match tokio::time::timeout(crate::wait::DEADLINE, reached).await {
-            Ok(_) => {}
-            Err(_) => panic!("waited {:?} for {bytes} {what}, in vain", crate::wait::DEADLINE),
-        }
+        let within = crate::wait::DEADLINE;
+        assert!(self.reaches(bytes, within).await, "waited {within:?} for {bytes} {what}, in vain");
     }
 }
 
@@ -101,6 +108,9 @@ enum LinkMode {
     },
 }
 
+/// How long the server or the client may take to send what a frozen connection holds back.
+const HELD_WITHIN: Duration = Duration::from_secs(20);
+
 /// Largest read forwarded at once.
 const BUFFER_BYTES: usize = 64 * 1024;
 
@@ -117,8 +127,8 @@ impl FaultProxy {
             downstream_limit: Mutex::new(None),
             freeze_new: Mutex::new(false),
             accepted: AtomicUsize::new(0),
-            held: Arc::new(AtomicUsize::new(0)),
-            held_upstream: Arc::new(AtomicUsize::new(0)),
+            held: Arc::default(),
+            held_upstream: Arc::default(),
             forwarded: Arc::default(),
             forwarded_upstream: Arc::default(),
         });
@@ -207,7 +217,7 @@ impl FaultProxy {
     /// the server and take effect, their answers never arrive. Resets
     /// [`held_bytes`](Self::held_bytes).
     pub fn freeze_downstream(&self) {
-        self.control.held.store(0, Ordering::SeqCst);
+        self.control.held.reset();
         for link in self.control.links.lock().unwrap().iter() {
             link.mode.send_replace(LinkMode::DownstreamFrozen);
         }
@@ -226,7 +236,7 @@ impl FaultProxy {
     /// client sends never reaches the server. Resets
     /// [`held_upstream_bytes`](Self::held_upstream_bytes).
     pub fn freeze_upstream(&self) {
-        self.control.held_upstream.store(0, Ordering::SeqCst);
+        self.control.held_upstream.reset();
         for link in self.control.links.lock().unwrap().iter() {
             link.mode.send_replace(LinkMode::UpstreamFrozen);
         }
@@ -234,39 +244,30 @@ impl FaultProxy {
 
     /// Client→server bytes held back since [`freeze_upstream`](Self::freeze_upstream).
     pub fn held_upstream_bytes(&self) -> usize {
-        self.control.held_upstream.load(Ordering::SeqCst)
+        self.control.held_upstream.get()
     }
 
     /// Waits until the client has sent at least `bytes` bytes that were held back: proof
     /// that what it sent after the freeze is on the wire, and lost with a cut.
     pub async fn wait_held_upstream_bytes(&self, bytes: usize) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.held_upstream_bytes() < bytes {
-            if tokio::time::Instant::now() >= deadline {
-                bail!(
-                    "the client sent {} of {bytes} bytes within 20 s",
-                    self.held_upstream_bytes()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if !self.control.held_upstream.reaches(bytes, HELD_WITHIN).await {
+            let sent = self.held_upstream_bytes();
+            bail!("the client sent {sent} of {bytes} bytes within {HELD_WITHIN:?}");
         }
         Ok(())
     }
 
     /// Server→client bytes held back since [`freeze_downstream`](Self::freeze_downstream).
     pub fn held_bytes(&self) -> usize {
-        self.control.held.load(Ordering::SeqCst)
+        self.control.held.get()
     }
 
     /// Waits until the server has sent at least `bytes` bytes that were held back: proof that
     /// it received and answered what the client sent after the freeze.
     pub async fn wait_held_bytes(&self, bytes: usize) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.held_bytes() < bytes {
-            if tokio::time::Instant::now() >= deadline {
-                bail!("the server sent {} of {bytes} bytes within 20 s", self.held_bytes());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if !self.control.held.reaches(bytes, HELD_WITHIN).await {
+            let sent = self.held_bytes();
+            bail!("the server sent {sent} of {bytes} bytes within {HELD_WITHIN:?}");
         }
         Ok(())
     }
@@ -318,8 +319,8 @@ impl Drop for FaultProxy {
 
 /// The proxy's byte counts a link adds to.
 struct Counters {
-    held: Arc<AtomicUsize>,
-    held_upstream: Arc<AtomicUsize>,
+    held: Arc<Count>,
+    held_upstream: Arc<Count>,
     forwarded: Arc<Count>,
     forwarded_upstream: Arc<Count>,
 }
@@ -354,7 +355,7 @@ async fn relay(
             read = client_read.read(&mut up) => {
                 let Ok(n @ 1..) = read else { return };
                 if *mode.borrow() == LinkMode::UpstreamFrozen {
-                    held_upstream.fetch_add(n, Ordering::SeqCst);
+                    held_upstream.add(n);
                     continue;
                 }
                 if server_write.write_all(&up[..n]).await.is_err() {
@@ -365,7 +366,7 @@ async fn relay(
             read = server_read.read(&mut down) => {
                 let Ok(n @ 1..) = read else { return };
                 if *mode.borrow() == LinkMode::DownstreamFrozen {
-                    held.fetch_add(n, Ordering::SeqCst);
+                    held.add(n);
                     continue;
                 }
                 let allowed = n.min(downstream_limit);
