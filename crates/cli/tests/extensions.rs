@@ -766,18 +766,18 @@ async fn a_detached_command_outlives_the_default_wait_and_is_followed_later() {
         client.ok("process/start", common::exec("plain", "sleep 30")).await.unwrap();
     }
     let detached_sessions = r#"tether_sessions{state="detached"}"#;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut seen_both = false;
-    loop {
-        let (_, metrics) = common::scrape(&server, None).await;
+    let seen_both = std::cell::Cell::new(false);
+    let (server, seen_both) = (&server, &seen_both);
+    let expired = move || async move {
+        let (_, metrics) = common::scrape(server, None).await;
         match common::sample(&metrics, detached_sessions) as u32 {
-            2 => seen_both = true,
-            1 if seen_both => break,
+            2 => seen_both.set(true),
+            1 => return seen_both.get(),
             _ => {}
         }
-        assert!(tokio::time::Instant::now() < deadline, "the plain session never expired");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        false
+    };
+    wait::until_async("the plain session to expire", Duration::from_secs(30), expired).await;
 
     std::fs::write(&go, b"").unwrap();
     let followed = tokio::process::Command::new(tether_binary().unwrap())

@@ -136,19 +136,17 @@ async fn a_start_its_caller_abandons_is_terminated_and_its_id_released(target: T
     client.wait_connected().await.unwrap();
     // ... and once it is answered, the id is the server's to judge again, not refused by the
     // client as still open.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let client = &client;
+    let released = move || async move {
         match client.start(params("abandoned", "true")).await {
-            Err(ClientError::Protocol(message)) if message.contains("already open") => {
-                assert!(Instant::now() < deadline, "the id was never released: {message}");
-                sleep(Duration::from_millis(20)).await;
-            }
+            Err(ClientError::Protocol(message)) if message.contains("already open") => false,
             // The server may still hold the closed process under that id; either way the
             // client no longer does.
-            Ok(_) | Err(ClientError::Server { .. }) => break,
+            Ok(_) | Err(ClientError::Server { .. }) => true,
             Err(error) => panic!("unexpected: {error}"),
         }
-    }
+    };
+    wait::until_async("the id released", Duration::from_secs(20), released).await;
 }
 
 /// A start in flight when the connection drops settles before recovery catches processes up,
