@@ -90,7 +90,8 @@ async fn a_paused_connection_holds_the_process_back_and_loses_nothing(target: Ta
         client.start(printer("stalled", PAUSED_LINES, &scratch.marker())).await.unwrap();
 
     // The caller is away: the handle fills to its bound and stays there, and the process,
-    // held back by the server, cannot finish.
+    // held back by the server, cannot finish. Staying is watched for 300 ms: an absence, which
+    // an unbounded handle or server fails and a bounded one always passes.
     wait_until_holding(&process, RESUME_BELOW_BYTES).await;
     for _ in 0..30 {
         assert!(process.buffered_bytes() <= BOUND, "{} bytes held", process.buffered_bytes());

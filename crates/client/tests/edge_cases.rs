@@ -173,7 +173,9 @@ async fn recovery_waits_for_starts_in_flight_but_not_for_starts_waiting_on_it(ta
     let pid = scratch.wait_for_pid("pid").await;
     proxy.cut();
 
-    // Assert: recovery holds back while A is unsettled (not even a reconnect attempt).
+    // Assert: recovery holds back while A is unsettled (not even a reconnect attempt). A
+    // recovery that waits shows nothing a test can wait for, so an attempt is given half a
+    // second to show: an absence, which a wrong client fails and a right one always passes.
     sleep(Duration::from_millis(500)).await;
     assert_eq!(client.status(), ConnectionStatus::Recovering);
     assert_eq!(proxy.connections(), 1, "no reconnect while a start is unsettled");
