@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::json;
 use tether_testkit::server::{reference_binary, tether_binary};
 use tether_testkit::sshd::Sshd;
-use tether_testkit::{Target, ToolCall, against_both};
+use tether_testkit::{Target, ToolCall, against_both, wait};
 
 use common::codex::{Reach, Workspace};
 
@@ -141,14 +141,7 @@ fn executor_reported(output: &str) -> Executor {
 /// The processes of `pids` still running [`ENDING_DEADLINE`] after the call (a zombie has
 /// ended); returns as soon as none is.
 async fn still_running(pids: &[u32]) -> Vec<u32> {
-    let deadline = tokio::time::Instant::now() + ENDING_DEADLINE;
-    loop {
-        let alive: Vec<u32> = pids.iter().copied().filter(|&pid| common::is_alive(pid)).collect();
-        if alive.is_empty() || tokio::time::Instant::now() > deadline {
-            return alive;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::still_running_after(pids, ENDING_DEADLINE).await
 }
 
 /// Runs a turn on the executor Codex launches as `launch` says (a command that reports where
@@ -224,14 +217,9 @@ async fn a_launched_executor_ends_when_codex_is_killed(target: Target) {
 /// The pids a command wrote to `file`, once it has: the server, its parent, the command and
 /// the child it left.
 async fn running_pids(file: &Path) -> Vec<u32> {
-    let deadline = tokio::time::Instant::now() + COMMAND_DEADLINE;
-    let text = loop {
-        if let Ok(text) = std::fs::read_to_string(file) {
-            break text;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no command wrote {}", file.display());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let what = format!("a command to write {}", file.display());
+    let text =
+        wait::until_some(&what, COMMAND_DEADLINE, || std::fs::read_to_string(file).ok()).await;
     let pids: Vec<u32> = text.split_whitespace().map(|pid| pid.parse().unwrap()).collect();
     assert_eq!(pids.len(), 4, "{text}");
     assert!(pids.iter().all(|&pid| common::is_alive(pid)), "running: {text}");

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tether_testkit::server::tether_binary;
-use tether_testkit::{ServerProcess, Target};
+use tether_testkit::{ServerProcess, Target, wait};
 
 struct Sides {
     root: PathBuf,
@@ -219,21 +219,14 @@ async fn an_interrupted_copy_leaves_no_partial_file_under_the_final_name() {
         .spawn()
         .unwrap();
     // Wait for the staged file to hold some bytes, then kill the copy.
-    let staged = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let found = std::fs::read_dir(sides.there("")).unwrap().find_map(|e| {
-                let entry = e.unwrap();
-                let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                (len > 0).then(|| entry.file_name().into_string().unwrap())
-            });
-            if let Some(name) = found {
-                break name;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    let staged = wait::until_some("the upload to begin", Duration::from_secs(60), || {
+        std::fs::read_dir(sides.there("")).unwrap().find_map(|e| {
+            let entry = e.unwrap();
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            (len > 0).then(|| entry.file_name().into_string().unwrap())
+        })
     })
-    .await
-    .expect("the upload began");
+    .await;
     child.start_kill().unwrap();
     child.wait().await.unwrap();
     assert!(staged.starts_with(".big.bin.tether-"), "{staged}");
@@ -267,22 +260,15 @@ async fn one_block_staged(
     use tokio::io::AsyncWriteExt as _;
     copy.stdin.as_mut().unwrap().write_all(&vec![7; BLOCK]).await.unwrap();
     let prefix = format!(".{name}.tether-");
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let found = std::fs::read_dir(directory).unwrap().find_map(|e| {
-                let entry = e.unwrap();
-                let file_name = entry.file_name().into_string().unwrap();
-                let full = entry.metadata().is_ok_and(|m| m.len() == BLOCK as u64);
-                (file_name.starts_with(&prefix) && full).then_some(file_name)
-            });
-            if let Some(staged) = found {
-                break staged;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    wait::until_some("the block to reach the staged file", Duration::from_secs(60), || {
+        std::fs::read_dir(directory).unwrap().find_map(|e| {
+            let entry = e.unwrap();
+            let file_name = entry.file_name().into_string().unwrap();
+            let full = entry.metadata().is_ok_and(|m| m.len() == BLOCK as u64);
+            (file_name.starts_with(&prefix) && full).then_some(file_name)
+        })
     })
     .await
-    .expect("the block reached the staged file")
 }
 
 /// Writes another [`BLOCK`] to `copy`'s input and ends it; the copy must then succeed.
@@ -318,13 +304,8 @@ async fn a_killed_copys_staged_file_goes_with_its_connection() {
 
     // Assert: its staged file goes (when the server sees the connection end), the other's
     // stays whole, and that copy completes.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while sides.there(&killed_stage).exists() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the killed copy's staged file was removed");
+    let removed = || !sides.there(&killed_stage).exists();
+    wait::until("the killed copy's staged file to go", Duration::from_secs(30), removed).await;
     let live_len = std::fs::metadata(sides.there(&live_stage)).unwrap().len();
     assert_eq!(live_len, BLOCK as u64, "the live copy's staged file was touched");
     finish_copy(live).await;
@@ -411,21 +392,14 @@ async fn a_copy_stopped_by_a_signal_leaves_nothing_behind() {
             .spawn()
             .unwrap();
         // The temporary file holds some bytes: the copy is under way.
-        tokio::time::timeout(Duration::from_secs(60), async {
-            loop {
-                let started = std::fs::read_dir(&staging).unwrap().any(|e| {
-                    let entry = e.unwrap();
-                    entry.file_name().to_string_lossy().starts_with(".big.bin.tether-")
-                        && entry.metadata().map(|m| m.len()).unwrap_or(0) > 0
-                });
-                if started {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        wait::until("the copy to begin", Duration::from_secs(60), || {
+            std::fs::read_dir(&staging).unwrap().any(|e| {
+                let entry = e.unwrap();
+                entry.file_name().to_string_lossy().starts_with(".big.bin.tether-")
+                    && entry.metadata().map(|m| m.len()).unwrap_or(0) > 0
+            })
         })
-        .await
-        .expect("the copy began");
+        .await;
         // SAFETY: a plain system call on the child this test started.
         unsafe { libc::kill(child.id().unwrap() as i32, signal) };
         let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether_testkit::server::tether_binary;
-use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both, wait};
 use tokio::io::AsyncReadExt;
 
 mod common;
@@ -409,19 +409,18 @@ async fn tether_exec_lists_a_sessions_processes() {
         init["sessionId"].as_str().unwrap().to_owned()
     };
     // The first client is gone; once the server notices, the session can be resumed.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let output = loop {
+    let (url, session) = (server.url.as_str(), session.as_str());
+    let listed = move || async move {
         let output = tokio::process::Command::new(tether_binary().unwrap())
-            .args(["exec", "--url", &server.url, "--resume", &session, "--list"])
+            .args(["exec", "--url", url, "--resume", session, "--list"])
             .stdin(Stdio::null())
             .output()
             .await
             .unwrap();
-        if output.status.success() || tokio::time::Instant::now() > deadline {
-            break output;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        output.status.success().then_some(output)
     };
+    let output =
+        wait::until_some_async("a listing of the resumed session", wait::DEADLINE, listed).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout
@@ -767,18 +766,18 @@ async fn a_detached_command_outlives_the_default_wait_and_is_followed_later() {
         client.ok("process/start", common::exec("plain", "sleep 30")).await.unwrap();
     }
     let detached_sessions = r#"tether_sessions{state="detached"}"#;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut seen_both = false;
-    loop {
-        let (_, metrics) = common::scrape(&server, None).await;
+    let seen_both = std::cell::Cell::new(false);
+    let (server, seen_both) = (&server, &seen_both);
+    let expired = move || async move {
+        let (_, metrics) = common::scrape(server, None).await;
         match common::sample(&metrics, detached_sessions) as u32 {
-            2 => seen_both = true,
-            1 if seen_both => break,
+            2 => seen_both.set(true),
+            1 => return seen_both.get(),
             _ => {}
         }
-        assert!(tokio::time::Instant::now() < deadline, "the plain session never expired");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        false
+    };
+    wait::until_async("the plain session to expire", Duration::from_secs(30), expired).await;
 
     std::fs::write(&go, b"").unwrap();
     let followed = tokio::process::Command::new(tether_binary().unwrap())

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde_json::{Value, json};
 use tether_testkit::client::{b64decode, b64encode};
 use tether_testkit::scratch::Scratch;
-use tether_testkit::{RpcClient, RpcError, ServerProcess, Target, against_both};
+use tether_testkit::{RpcClient, RpcError, ServerProcess, Target, against_both, wait};
 
 against_both!(
     success_answers_have_the_references_members,
@@ -503,15 +503,13 @@ async fn handles_belong_to_their_connection(target: Target) {
 
     // Resuming the session on a new connection does not bring the handles back.
     first.close().await;
-    let mut resumed = RpcClient::connect(&server.url).await.unwrap();
-    let mut attempts = 0;
-    while resumed.initialize(Some(&session_id)).await.unwrap().is_err() {
-        // The old connection may not be detached yet.
-        attempts += 1;
-        assert!(attempts < 50, "the session could not be resumed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        resumed = RpcClient::connect(&server.url).await.unwrap();
-    }
+    // The old connection may not be detached yet.
+    let (url, session_id) = (server.url.as_str(), session_id.as_str());
+    let resume = move || async move {
+        let mut resumed = RpcClient::connect(url).await.unwrap();
+        resumed.initialize(Some(session_id)).await.unwrap().is_ok().then_some(resumed)
+    };
+    let mut resumed = wait::until_some_async("the session resumed", wait::DEADLINE, resume).await;
     let error = resumed.err("fs/readBlock", read_block("h", 0, 1)).await.unwrap();
     assert_error(error, -32004, "unknown file handle `h`");
 }

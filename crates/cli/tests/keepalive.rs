@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tether_testkit::{RpcClient, ServerProcess, Target};
+use tether_testkit::{RpcClient, ServerProcess, Target, wait};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_answers_no_pings_is_let_go_and_its_session_can_be_resumed() {
@@ -18,20 +18,21 @@ async fn a_client_that_answers_no_pings_is_let_go_and_its_session_can_be_resumed
     let (silent, session) = session_then_silence(&server).await;
 
     // Refused while the silent client holds the session; accepted once the server let it go.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let mut refused_while_attached = false;
-    loop {
-        let mut again = RpcClient::connect(&server.url).await.unwrap();
-        match again.initialize(Some(&session)).await.unwrap() {
-            Ok(_) => break,
+    let refused_while_attached = std::cell::Cell::new(false);
+    let (url, session, refused) = (server.url.as_str(), session.as_str(), &refused_while_attached);
+    let let_go = move || async move {
+        let mut again = RpcClient::connect(url).await.unwrap();
+        match again.initialize(Some(session)).await.unwrap() {
+            Ok(_) => true,
             Err(error) => {
                 assert_eq!(error.code, -32010, "{}", error.message);
-                refused_while_attached = true;
+                refused.set(true);
+                false
             }
         }
-        assert!(tokio::time::Instant::now() < deadline, "the silent client was never let go");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    wait::until_async("the silent client to be let go", Duration::from_secs(15), let_go).await;
+    let refused_while_attached = refused_while_attached.get();
     assert!(refused_while_attached, "the session was attached to the silent client at first");
     drop(silent);
 }
@@ -46,16 +47,18 @@ async fn session_then_silence(server: &ServerProcess) -> (RpcClient, String) {
 /// Resumes `session` on fresh connections until the server has let its old connection go;
 /// panics if that takes 30 s (the pong timeouts under test are 2 s).
 async fn resumed_once_let_go(server: &ServerProcess, session: &str) -> RpcClient {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut again = RpcClient::connect(&server.url).await.unwrap();
+    let url = server.url.as_str();
+    let let_go = move || async move {
+        let mut again = RpcClient::connect(url).await.unwrap();
         match again.initialize(Some(session)).await.unwrap() {
-            Ok(_) => return again,
-            Err(error) => assert_eq!(error.code, -32010, "{}", error.message),
+            Ok(_) => Some(again),
+            Err(error) => {
+                assert_eq!(error.code, -32010, "{}", error.message);
+                None
+            }
         }
-        assert!(tokio::time::Instant::now() < deadline, "the stalled client was never let go");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    wait::until_some_async("the stalled client to be let go", Duration::from_secs(30), let_go).await
 }
 
 /// The red team's stalled reader: a client whose command prints without end stops reading its

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tether_testkit::{RpcClient, ServerProcess, Target};
+use tether_testkit::{RpcClient, ServerProcess, Target, wait};
 
 mod common;
 
@@ -55,17 +55,20 @@ async fn sessions_are_bounded_but_a_resume_is_not_a_new_one() {
     );
 
     drop(first);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut again = RpcClient::connect(&server.url).await.unwrap();
-        match again.initialize(Some(&session_id)).await.unwrap() {
-            Ok(_) => break,
+    let url = server.url.as_str();
+    let session_id = session_id.as_str();
+    wait::until_async("the session to come back", Duration::from_secs(10), move || async move {
+        let mut again = RpcClient::connect(url).await.unwrap();
+        match again.initialize(Some(session_id)).await.unwrap() {
+            Ok(_) => true,
             // Still attached to the first connection until the server notices it is gone.
-            Err(error) => assert_eq!(error.code, -32010, "{}", error.message),
+            Err(error) => {
+                assert_eq!(error.code, -32010, "{}", error.message);
+                false
+            }
         }
-        assert!(tokio::time::Instant::now() < deadline, "the session never came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,11 +90,11 @@ async fn connections_are_bounded() {
         other => panic!("{other}"),
     }
     drop(first);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while RpcClient::connect(&server.url).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "the place was never freed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let url = server.url.as_str();
+    wait::until_async("the place to be freed", Duration::from_secs(10), move || async move {
+        RpcClient::connect(url).await.is_ok()
+    })
+    .await;
 }
 
 /// Six clients read an 11 MB file whole at once, on a server whose whole-file reads may hold
@@ -143,15 +146,12 @@ async fn whole_file_reads_take_turns_within_the_server_wide_budget() {
 
 /// Polls `GET /metrics` until the exposition text passes `check`; the text then.
 async fn scrape_until(server: &ServerProcess, check: impl Fn(&str) -> bool) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let check = &check;
+    wait::until_some_async("the metrics to get there", Duration::from_secs(10), || async move {
         let (_, text) = common::scrape(server, None).await;
-        if check(&text) {
-            return text;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the metrics never got there:\n{text}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        check(&text).then_some(text)
+    })
+    .await
 }
 
 /// Polls `GET /metrics` until the sample `name` passes `check`; the exposition text then.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tether_testkit::{RpcClient, ServerProcess, Target};
+use tether_testkit::{RpcClient, ServerProcess, Target, wait};
 
 mod common;
 
@@ -18,19 +18,16 @@ async fn metrics_count_what_happens() {
     let error = client.err("no/such/method", serde_json::json!({})).await.unwrap();
     assert_eq!(error.code, -32601);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let text = loop {
-        let (status, text) = common::scrape(&server, None).await;
+    let server = &server;
+    // All 5,000 bytes read and sent (they may come in more than one chunk).
+    let counted = || async move {
+        let (status, text) = common::scrape(server, None).await;
         assert_eq!(status, 200);
-        // All 5,000 bytes read and sent (they may come in more than one chunk).
-        if common::sample(&text, r#"tether_retained_output_bytes{where="memory"}"#) == 5000.0
-            && common::sample(&text, "tether_output_bytes_total") >= 5000.0
-        {
-            break text;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no output counted:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let retained = common::sample(&text, r#"tether_retained_output_bytes{where="memory"}"#);
+        (retained == 5000.0 && common::sample(&text, "tether_output_bytes_total") >= 5000.0)
+            .then_some(text)
     };
+    let text = wait::until_some_async("the output counted", Duration::from_secs(10), counted).await;
     assert_eq!(common::sample(&text, "tether_connections"), 1.0);
     assert_eq!(common::sample(&text, r#"tether_sessions{state="attached"}"#), 1.0);
     assert_eq!(common::sample(&text, r#"tether_processes{state="running"}"#), 1.0);
@@ -41,17 +38,13 @@ async fn metrics_count_what_happens() {
     // The client goes: its connection closes and its session waits for a resume (the two
     // counters change a moment apart).
     drop(client);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, text) = common::scrape(&server, None).await;
+    let detached = || async move {
+        let (_, text) = common::scrape(server, None).await;
         let detached = common::sample(&text, r#"tether_sessions{state="detached"}"#);
-        if detached == 1.0 && common::sample(&text, "tether_connections") == 0.0 {
-            assert_eq!(common::sample(&text, r#"tether_sessions{state="attached"}"#), 0.0);
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the session did not detach:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (detached == 1.0 && common::sample(&text, "tether_connections") == 0.0).then_some(text)
+    };
+    let text = wait::until_some_async("the session to detach", Duration::from_secs(10), detached);
+    assert_eq!(common::sample(&text.await, r#"tether_sessions{state="attached"}"#), 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

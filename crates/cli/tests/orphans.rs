@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 use tether_testkit::process_stats::serving_pid;
 use tether_testkit::server::tether_binary;
-use tether_testkit::{RpcClient, ServerProcess, Target};
+use tether_testkit::{RpcClient, ServerProcess, Target, wait};
 
 mod common;
 
@@ -52,14 +52,7 @@ async fn commands_that_would_outlive_the_server(client: &mut RpcClient) -> Vec<u
 }
 
 async fn all_dead(pids: &[u32]) -> Vec<u32> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let alive: Vec<u32> = pids.iter().copied().filter(|&pid| common::is_alive(pid)).collect();
-        if alive.is_empty() || tokio::time::Instant::now() > deadline {
-            return alive;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::still_running_after(pids, Duration::from_secs(15)).await
 }
 
 fn kill(pid: u32) {

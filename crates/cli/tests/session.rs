@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether_testkit::client::{b64decode, output_of};
-use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
+use tether_testkit::{RpcClient, ServerProcess, Target, against_both, wait};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 mod common;
@@ -39,9 +39,7 @@ async fn a_dropped_connection_detaches_and_resume_finds_the_process_running(targ
     // Output written while nobody is attached is retained: the command writes once the
     // connection is closed, and says it has.
     std::fs::write(marker.with_extension("closed"), "").unwrap();
-    while !marker.exists() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::until("the detached command's output", wait::DEADLINE, || marker.exists()).await;
     // Resumed once the server has seen the close (until then it is still held: -32010).
     let (mut second, resumed) = loop {
         let mut second = RpcClient::connect(&server.url).await.unwrap();

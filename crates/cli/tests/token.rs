@@ -12,7 +12,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 use tether_testkit::scratch::Scratch;
 use tether_testkit::server::tether_binary;
-use tether_testkit::{ServerProcess, Target};
+use tether_testkit::{ServerProcess, Target, wait};
 use tokio::io::AsyncWriteExt as _;
 
 mod common;
@@ -62,9 +62,7 @@ fn now() -> i64 {
 /// server, which refuses a token once its own clock is past its `exp`, reads the clock after
 /// this does.
 async fn past(exp: i64) {
-    while now() <= exp {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until("the clock past the token's expiry", wait::DEADLINE, || now() > exp).await
 }
 
 /// A server taking signed tokens with no clock skew, so a token is refused the second it

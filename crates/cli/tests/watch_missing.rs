@@ -2,7 +2,6 @@
 //! (or a component of it) appears or the `present` path goes away; one watch per connection.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tether_testkit::{RpcClient, ServerProcess, Target, against_both};
@@ -46,20 +45,39 @@ async fn watch(
     client.ok("fs/watchMissing", params).await.unwrap()
 }
 
+/// What `client` has been told by the time a change made after `change` has fired a watch of
+/// another connection: a watch of `client`'s that fires on `change` has gone the same way
+/// through the server, woken first, so it would be here.
+async fn told_before_a_later_watch_fires(
+    server: &ServerProcess,
+    client: &mut RpcClient,
+    dir: &Path,
+    change: impl FnOnce(),
+) -> Vec<Value> {
+    let (mut other, _) = RpcClient::connect_initialized(&server.url).await.unwrap();
+    let later = dir.join("later");
+    assert_eq!(watch(&mut other, 1, &[&later], None).await, json!({"watching": true}));
+    change();
+    std::fs::create_dir(&later).unwrap();
+    let fired = other.notification().await.unwrap();
+    assert_eq!(fired, json!({"method": "fs/missingChanged", "params": {"watchId": 1}}));
+    // Whatever the server sent `client` before this answer has arrived with it.
+    client.ok("environment/status", json!(null)).await.unwrap();
+    client.take_notifications()
+}
+
 async fn a_watch_fires_once_when_a_missing_path_appears(target: Target) {
     let dir = scratch(target, "appear");
-    let (_server, mut client) = started(target).await;
+    let (server, mut client) = started(target).await;
     let result = watch(&mut client, 1, &[&dir.join("d/e")], Some(&dir.join("present"))).await;
     assert_eq!(result, json!({"watching": true}));
     std::fs::create_dir(dir.join("d")).unwrap();
     let notification = client.notification().await.unwrap();
     assert_eq!(notification, json!({"method": "fs/missingChanged", "params": {"watchId": 1}}));
     // It fired; it is over.
-    std::fs::create_dir(dir.join("d/e")).unwrap();
-    client.ok("environment/status", json!(null)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    client.ok("environment/status", json!(null)).await.unwrap();
-    assert_eq!(client.take_notifications(), Vec::<Value>::new(), "a watch fires once");
+    let create = || std::fs::create_dir(dir.join("d/e")).unwrap();
+    let told = told_before_a_later_watch_fires(&server, &mut client, &dir, create).await;
+    assert_eq!(told, [] as [Value; 0], "a watch fires once");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -92,11 +110,12 @@ async fn watching_is_refused_when_there_is_already_something_to_see(target: Targ
 
 async fn a_new_watch_replaces_the_previous_one(target: Target) {
     let dir = scratch(target, "replace");
-    let (_server, mut client) = started(target).await;
+    let (server, mut client) = started(target).await;
     assert_eq!(watch(&mut client, 1, &[&dir.join("a")], None).await, json!({"watching": true}));
     assert_eq!(watch(&mut client, 2, &[&dir.join("b")], None).await, json!({"watching": true}));
-    std::fs::write(dir.join("a"), "").unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let write = || std::fs::write(dir.join("a"), "").unwrap();
+    let told = told_before_a_later_watch_fires(&server, &mut client, &dir, write).await;
+    assert_eq!(told, [] as [Value; 0], "the replaced watch is over");
     std::fs::write(dir.join("b"), "").unwrap();
     let notification = client.notification().await.unwrap();
     assert_eq!(

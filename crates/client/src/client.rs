@@ -165,13 +165,13 @@ impl ExecServerClient {
         self.session.tether_extensions()
     }
 
-    /// Where the session stands now.
     /// The status's changes from now on, for a caller that tells a person the link is down
     /// (and back). None is missed between two waits: each wait returns the latest.
     pub fn status_changes(&self) -> StatusChanges {
         StatusChanges(self.session.state_changes())
     }
 
+    /// Where the session stands now.
     pub fn status(&self) -> ConnectionStatus {
         match self.session.current_state() {
             ConnectionState::Connected(_) => ConnectionStatus::Connected,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tether_client::flow::{HANDLE_MEMORY_BYTES, RESUME_BELOW_BYTES};
 use tether_client::{ClientOptions, ExecServerClient, RemoteProcess};
 use tether_testkit::shell_params as params;
-use tether_testkit::{ServerProcess, Target, against_both};
+use tether_testkit::{ServerProcess, Target, against_both, wait};
 
 mod common;
 use common::{assert_is_seq_output, drain, drain_within};
@@ -63,22 +63,20 @@ fn printer(id: &str, lines: usize, marker: &Path) -> tether_protocol::process::E
 
 /// Waits until the handle holds at least `bytes` for its caller, checking the bound meanwhile.
 async fn wait_until_holding(process: &RemoteProcess, bytes: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while process.buffered_bytes() < bytes {
+    let holding = || {
         assert!(process.buffered_bytes() <= BOUND, "{} bytes held", process.buffered_bytes());
-        assert!(tokio::time::Instant::now() < deadline, "the handle never filled");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        process.buffered_bytes() >= bytes
+    };
+    wait::until("the handle to fill", Duration::from_secs(60), holding).await;
 }
 
 /// Waits for the marker (the process printed everything), checking the bound meanwhile.
 async fn wait_for_marker(process: &RemoteProcess, marker: &Path) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !marker.exists() {
+    let printed = || {
         assert!(process.buffered_bytes() <= BOUND, "{} bytes held", process.buffered_bytes());
-        assert!(tokio::time::Instant::now() < deadline, "the process never finished printing");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        marker.exists()
+    };
+    wait::until("the process to print everything", Duration::from_secs(60), printed).await;
     assert!(process.buffered_bytes() <= BOUND, "{} bytes held", process.buffered_bytes());
 }
 
@@ -92,7 +90,8 @@ async fn a_paused_connection_holds_the_process_back_and_loses_nothing(target: Ta
         client.start(printer("stalled", PAUSED_LINES, &scratch.marker())).await.unwrap();
 
     // The caller is away: the handle fills to its bound and stays there, and the process,
-    // held back by the server, cannot finish.
+    // held back by the server, cannot finish. Staying is watched for 300 ms: an absence, which
+    // an unbounded handle or server fails and a bounded one always passes.
     wait_until_holding(&process, RESUME_BELOW_BYTES).await;
     for _ in 0..30 {
         assert!(process.buffered_bytes() <= BOUND, "{} bytes held", process.buffered_bytes());

@@ -23,7 +23,7 @@ use tether_engine::ProcessEvent;
 use tether_protocol::error::SESSION_ALREADY_ATTACHED;
 use tether_protocol::process::WriteStatus;
 use tether_testkit::shell_params as params;
-use tether_testkit::{FaultProxy, RpcClient, ServerProcess, Target, against_both};
+use tether_testkit::{FaultProxy, RpcClient, ServerProcess, Target, against_both, wait};
 use tokio::time::{Instant, sleep, timeout};
 
 mod common;
@@ -136,19 +136,17 @@ async fn a_start_its_caller_abandons_is_terminated_and_its_id_released(target: T
     client.wait_connected().await.unwrap();
     // ... and once it is answered, the id is the server's to judge again, not refused by the
     // client as still open.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let client = &client;
+    let released = move || async move {
         match client.start(params("abandoned", "true")).await {
-            Err(ClientError::Protocol(message)) if message.contains("already open") => {
-                assert!(Instant::now() < deadline, "the id was never released: {message}");
-                sleep(Duration::from_millis(20)).await;
-            }
+            Err(ClientError::Protocol(message)) if message.contains("already open") => false,
             // The server may still hold the closed process under that id; either way the
             // client no longer does.
-            Ok(_) | Err(ClientError::Server { .. }) => break,
+            Ok(_) | Err(ClientError::Server { .. }) => true,
             Err(error) => panic!("unexpected: {error}"),
         }
-    }
+    };
+    wait::until_async("the id released", Duration::from_secs(20), released).await;
 }
 
 /// A start in flight when the connection drops settles before recovery catches processes up,
@@ -175,24 +173,29 @@ async fn recovery_waits_for_starts_in_flight_but_not_for_starts_waiting_on_it(ta
     let pid = scratch.wait_for_pid("pid").await;
     proxy.cut();
 
-    // Assert: recovery holds back while A is unsettled (not even a reconnect attempt).
+    // Assert: recovery holds back while A is unsettled (not even a reconnect attempt). A
+    // recovery that waits shows nothing a test can wait for, so an attempt is given half a
+    // second to show: an absence, which a wrong client fails and a right one always passes.
     sleep(Duration::from_millis(500)).await;
     assert_eq!(client.status(), ConnectionStatus::Recovering);
     assert_eq!(proxy.connections(), 1, "no reconnect while a start is unsettled");
 
-    // Exercise: B is made during the recovery; then A's caller looks.
-    let b = tokio::spawn({
-        let client = client.clone();
-        async move { client.start(params("b", "echo b")).await }
-    });
-    sleep(Duration::from_millis(200)).await;
+    // Exercise: B is made during the recovery (polled once, so it waits on it); then A's
+    // caller looks.
+    let b = client.start(params("b", "echo b"));
+    tokio::pin!(b);
+    tokio::select! {
+        biased;
+        outcome = &mut b => panic!("B cannot start during the recovery: {:?}", outcome.err()),
+        () = std::future::ready(()) => {}
+    }
     let error = a.await.err().unwrap();
     assert!(
         matches!(&error, ClientError::Disconnected(m) if m.to_string().contains("may or may not have run"))
     );
 
     // Assert: recovery goes on, B starts on the new connection, A's process is terminated.
-    let mut b = b.await.unwrap().unwrap();
+    let mut b = b.await.unwrap();
     let (out, _, code, _) = drain(&mut b).await.unwrap();
     assert_eq!((out.as_slice(), code), (&b"b\n"[..], 0));
     wait_until_dead(pid).await;
@@ -279,8 +282,12 @@ async fn an_interrupt_whose_answer_is_lost_is_reported_not_resent(target: Target
     let server = ServerProcess::start(target).await.unwrap();
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
-    let script = "trap 'echo interrupted' INT; echo ready; while :; do sleep 0.05; done";
-    let mut process = client.start(params("trapper", script)).await.unwrap();
+    // Each line of input is echoed back: a line written after the recovery is the marker
+    // before which a resent interrupt would have shown.
+    let script = "trap 'echo interrupted' INT; echo ready; while :; do read -r line && echo \"got $line\"; done";
+    let mut trapper = params("trapper", script);
+    trapper.pipe_stdin = true;
+    let mut process = client.start(trapper).await.unwrap();
     let mut out = String::new();
     read_until(&mut process, &mut out, "ready\n").await;
 
@@ -304,12 +311,11 @@ async fn an_interrupt_whose_answer_is_lost_is_reported_not_resent(target: Target
     );
     client.wait_connected().await.unwrap();
     read_until(&mut process, &mut out, "interrupted\n").await;
-    // Give a resent interrupt every chance to show, then end the process.
-    sleep(Duration::from_millis(300)).await;
+    // A write sent after the recovery comes back after anything the recovery resent.
+    process.write(&b"marker\n"[..]).await.unwrap();
+    read_until(&mut process, &mut out, "got marker\n").await;
+    assert_eq!(out, "ready\ninterrupted\ngot marker\n");
     assert!(process.terminate().await.unwrap());
-    let (rest, _, _, _) = drain(&mut process).await.unwrap();
-    out.push_str(std::str::from_utf8(&rest).unwrap());
-    assert_eq!(out, "ready\ninterrupted\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,8 +340,8 @@ async fn calls_made_while_recovering_complete_after_the_resume(target: Target) {
         process.read(0, None, None),
         client.start(params("late", "echo late")),
         client.wait_connected(),
+        // Polled after the calls above, each of which is waiting by then.
         async {
-            sleep(Duration::from_millis(300)).await;
             assert_eq!(client.status(), ConnectionStatus::Recovering);
             proxy.set_down(false);
         },
@@ -376,8 +382,8 @@ async fn a_refused_resume_fails_every_waiting_and_later_call_alike(target: Targe
         process.terminate(),
         client.start(params("late", "true")),
         client.wait_connected(),
+        // Polled after the calls above, each of which is waiting by then.
         async {
-            sleep(Duration::from_millis(200)).await;
             proxy.set_upstream(other_server.addr());
             proxy.set_down(false);
         },
@@ -416,11 +422,12 @@ async fn the_recovery_deadline_bounds_an_attempt_that_hangs(target: Target) {
     // Exercise: a long-poll read is in flight when the network starts swallowing packets.
     let began = Instant::now();
     let (read, connected) = {
+        let sent_before = proxy.forwarded_upstream_bytes();
         let read = process.read(0, None, Some(20_000));
         tokio::pin!(read);
         tokio::select! {
             outcome = &mut read => panic!("nothing to read yet: {outcome:?}"),
-            () = sleep(Duration::from_millis(200)) => {}
+            () = proxy.wait_forwarded_upstream_bytes(sent_before + 1) => {}
         }
         proxy.set_unresponsive(true);
         proxy.cut();
@@ -469,14 +476,9 @@ impl Scratch {
     /// The pid a process left in `name`.
     async fn wait_for_pid(&self, name: &str) -> u32 {
         let path = self.path(name);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                return text.trim().parse().unwrap();
-            }
-            assert!(Instant::now() < deadline, "{} never appeared", path.display());
-            sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("a pid in {}", path.display());
+        let text = wait::until_some(&what, wait::DEADLINE, || std::fs::read_to_string(&path).ok());
+        text.await.trim().parse().unwrap()
     }
 }
 
@@ -486,28 +488,17 @@ impl Drop for Scratch {
     }
 }
 
-/// Whether `pid` is a live process (a zombie, killed and not yet reaped, is not).
-fn is_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-        .unwrap_or(false)
-}
-
 async fn wait_until_dead(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while is_alive(pid) {
-        assert!(Instant::now() < deadline, "process {pid} is still running");
-        sleep(Duration::from_millis(20)).await;
-    }
+    let ended = tether_testkit::process_stats::ends_within(pid, wait::DEADLINE).await;
+    assert!(ended, "process {pid} is still running");
 }
 
 async fn wait_for_status(client: &ExecServerClient, status: ConnectionStatus) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while client.status() != status {
-        assert!(Instant::now() < deadline, "still {:?}, not {status:?}", client.status());
-        sleep(Duration::from_millis(5)).await;
-    }
+    // Each change is seen: a wait returns the latest status.
+    let mut changes = client.status_changes();
+    let reached = async { while client.status() != status && changes.next().await.is_some() {} };
+    let _ = timeout(wait::DEADLINE, reached).await;
+    assert_eq!(client.status(), status, "the client never became {status:?}");
 }
 
 /// Reads stdout into `out` until it ends with `suffix`.

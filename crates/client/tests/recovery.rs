@@ -2,6 +2,8 @@
 //! connection, real processes. Every byte arrives once and in order, or the one affected
 //! process fails loudly.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tether_client::{
@@ -13,6 +15,9 @@ use tether_testkit::{FaultProxy, ServerProcess, Target, against_both};
 mod common;
 use common::{Signals, assert_is_seq_output, drain, expected_lines};
 
+/// How much output comes down between two cuts of `output_survives_repeated_cuts_byte_exact`.
+const CUT_EVERY_BYTES: usize = 1024;
+
 against_both!(
     a_silent_connection_is_noticed_and_replaced,
     output_survives_repeated_cuts_byte_exact,
@@ -22,7 +27,7 @@ against_both!(
 
 async fn output_survives_repeated_cuts_byte_exact(target: Target) {
     let server = ServerProcess::start(target).await.unwrap();
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxy = Arc::new(FaultProxy::start(server.addr()).await.unwrap());
     let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
     let script = |name: &str| {
         format!(
@@ -31,14 +36,24 @@ async fn output_survives_repeated_cuts_byte_exact(target: Target) {
     };
     let mut a = client.start(params("a", &script("a"))).await.unwrap();
     let mut b = client.start(params("b", &script("b"))).await.unwrap();
-    let cutting_client = client.clone();
-    let cutter = tokio::spawn(async move {
-        for round in 0..6 {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            // Alternate an abrupt network failure with a clean close of the WebSocket.
-            if round % 2 == 0 { proxy.cut() } else { cutting_client.disconnect() }
+    // Each cut comes once another kilobyte has come down since the last, so the cuts fall
+    // while the output flows (the two commands print 8.4 KB, however it is batched), however
+    // fast or slow the machine runs them.
+    let cuts = Cuts::new();
+    let cutter = tokio::spawn({
+        let (proxy, client, cuts) = (proxy.clone(), client.clone(), cuts.clone());
+        async move {
+            for round in 0..6 {
+                proxy.wait_forwarded_bytes(proxy.forwarded_bytes() + CUT_EVERY_BYTES).await;
+                // Alternate an abrupt network failure with a clean close of the WebSocket.
+                if round % 2 == 0 {
+                    proxy.cut()
+                } else {
+                    client.disconnect()
+                }
+                cuts.one_more();
+            }
         }
-        proxy
     });
     for (process, name) in [(&mut a, "a"), (&mut b, "b")] {
         let (out, err, code, seqs) = drain(process).await.unwrap();
@@ -54,8 +69,28 @@ async fn output_survives_repeated_cuts_byte_exact(target: Target) {
             "every sequence once, in order"
         );
     }
-    let _proxy = cutter.await.unwrap();
+    cutter.abort();
+    assert!(cuts.made() >= 1, "no cut fell while the output flowed");
+    client.wait_connected().await.unwrap();
     assert_eq!(client.status(), ConnectionStatus::Connected);
+}
+
+/// The cuts a test's cutter has made so far.
+#[derive(Clone)]
+struct Cuts(Arc<AtomicUsize>);
+
+impl Cuts {
+    fn new() -> Self {
+        Self(Arc::new(AtomicUsize::new(0)))
+    }
+
+    fn one_more(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn made(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 async fn stdin_writes_are_applied_once_across_cuts(target: Target) {
@@ -204,19 +239,26 @@ async fn a_fast_producer_keeps_every_byte_through_cuts() {
     let retain = (32 * 1024 * 1024).to_string();
     let args = ["--retain-output-bytes", retain.as_str()];
     let server = ServerProcess::start_with(Target::Tether, &args).await.unwrap();
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxy = Arc::new(FaultProxy::start(server.addr()).await.unwrap());
     let client = ExecServerClient::connect(&proxy.url, ClientOptions::default()).await.unwrap();
     let script = "head -c 3000000 /dev/urandom | od -An -tx1 -v";
     let mut process = client.start(params("fast", script)).await.unwrap();
-    let cutter = tokio::spawn(async move {
-        for _ in 0..8 {
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            proxy.cut();
+    // A cut each time another 512 KB has come down (up to eight), so the cuts fall while the
+    // 9.2 MB printed comes down.
+    let cuts = Cuts::new();
+    let cutter = tokio::spawn({
+        let (proxy, cuts) = (proxy.clone(), cuts.clone());
+        async move {
+            for _ in 0..8 {
+                proxy.wait_forwarded_bytes(proxy.forwarded_bytes() + 512 * 1024).await;
+                proxy.cut();
+                cuts.one_more();
+            }
         }
-        proxy
     });
     let drained = drain(&mut process).await;
-    drop(cutter.await.unwrap());
+    cutter.abort();
+    assert!(cuts.made() >= 1, "no cut fell while the output flowed");
     let (out, _, code, _) = drained.unwrap();
     assert_eq!(code, 0);
     assert_eq!(out.len(), 3000000 / 16 * 49, "every line of od's output arrived");
@@ -266,7 +308,8 @@ async fn a_silent_connection_is_noticed_and_replaced(target: Target) {
     let client = ExecServerClient::connect(&proxy.url, options).await.unwrap();
     let script = "i=1; while [ $i -le 100 ]; do echo line-$i; i=$((i+1)); sleep 0.02; done";
     let mut process = client.start(params("steady", script)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The process streams (some lines have come down) when the connection goes silent.
+    proxy.wait_forwarded_bytes(proxy.forwarded_bytes() + 1024).await;
     let connections = proxy.connections();
     proxy.freeze_downstream();
     let (out, _, code, _) = drain(&mut process).await.unwrap();

@@ -11,32 +11,11 @@ use tether_testkit::{ServerProcess, Target, against_both, scenarios, shell_param
 
 // Two tests per scenario — on Tether and on the reference — each with a server and a session
 // of its own.
-scenarios!(shared, on [tether, reference], |target, scenario| {
+scenarios!(shared::every_scenario, on [tether, reference], |target, scenario| {
     let server = ServerProcess::start(target).await.unwrap();
     let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
     scenario(&client).await
-}, [
-    an_unread_handle_holds_a_bounded_window_then_delivers_everything,
-    a_process_runs_to_its_exit_and_close,
-    each_handle_follows_its_own_process,
-    writes_reach_a_process_with_piped_stdin_in_order,
-    a_pty_process_reads_what_is_typed,
-    without_piped_stdin_writes_report_stdin_closed,
-    interrupt_reaches_the_process_like_ctrl_c,
-    terminate_kills_a_running_process_and_says_whether_it_ran,
-    reads_return_what_was_retained_after_a_sequence,
-    a_read_can_wait_for_output,
-    invalid_starts_are_refused_with_the_executors_words,
-    a_process_id_is_not_reused,
-]);
-
-/// Tether only: signals beyond `interrupt` are an extension.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_terminate_signal_lets_the_process_clean_up() {
-    let server = ServerProcess::start(Target::Tether).await.unwrap();
-    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
-    shared::a_terminate_signal_lets_the_process_clean_up(&client).await
-}
+});
 
 /// The reference delivers only `interrupt`: asking it for another signal fails in the client,
 /// unsent, saying so, and the process goes on.
@@ -50,16 +29,6 @@ async fn a_signal_the_server_does_not_deliver_is_refused_before_sending() {
     assert!(matches!(error, ClientError::Unsupported(_)), "{error:?}");
     assert!(error.to_string().contains("`terminate`"), "{error}");
     assert!(process.terminate().await.unwrap(), "the process was still running");
-}
-
-/// Tether only: output the process wrote before it exited is numbered before its exit. The
-/// reference reads each stream and the exit in separate tasks, so it sometimes reports the exit
-/// first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn output_after_the_exit_comes_before_the_close() {
-    let server = ServerProcess::start(Target::Tether).await.unwrap();
-    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
-    shared::output_after_the_exit_comes_before_the_close(&client).await
 }
 
 against_both!(environment_info_is_asked_again);

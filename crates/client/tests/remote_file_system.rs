@@ -24,66 +24,10 @@ async fn connected(url: &str) -> ExecServerClient {
 
 // Two tests per scenario — on Tether and on the reference — each with a server and a session
 // of its own.
-scenarios!(shared, on [tether, reference], |target, scenario| {
+scenarios!(shared::every_file_system_scenario, on [tether, reference], |target, scenario| {
     let server = ServerProcess::start(target).await.unwrap();
     scenario(&connected(&server.url).await).await
-}, [
-    read_file_returns_whole_regular_files,
-    read_file_refuses_anything_but_a_regular_file_promptly,
-    read_file_is_capped_at_512_mib,
-    read_file_reports_missing_and_foreign_paths,
-    write_file_creates_or_truncates_in_place,
-    create_directory_is_recursive_by_default,
-    get_metadata_follows_links_but_says_it_was_one,
-    get_metadata_times_are_the_references,
-    canonicalize_resolves_every_link,
-    read_directory_lists_in_readdir_order_following_links,
-    read_directory_refuses_more_than_50000_entries,
-    walk_is_breadth_first_and_sorted_per_directory,
-    walk_bounds_set_truncated,
-    walk_limits_are_validated_with_the_references_messages,
-    walk_follows_directory_links_only_when_asked_and_once,
-    walk_roots_that_are_not_directories,
-    walk_reports_non_utf8_names_as_errors,
-    follow_symlinks_false_never_goes_through_a_link,
-    remove_is_recursive_and_forced_by_default,
-    remove_removes_links_not_their_targets,
-    copy_copies_files_and_trees_with_links_as_links,
-    copy_refuses_what_it_cannot_copy,
-    read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
-    read_file_stream_keeps_reading_the_file_it_opened,
-    finished_streams_give_their_handles_back,
-    write_file_stream_writes_blocks_in_order,
-    write_file_stream_reports_a_missing_directory_as_not_found,
-]);
-
-// Tether only: scenarios where Tether deliberately differs from the reference — it leaves a
-// file copied onto itself intact (the reference truncates it), refuses a write to a FIFO
-// nobody reads instead of hanging, refuses restrictive sandbox intents instead of ignoring or
-// misreporting them — and Tether's `fsMetadata` extension, which the reference does not serve
-// (`fs_metadata_is_refused_unsent_by_the_reference` below).
-scenarios!(
-    shared,
-    on[tether],
-    |target, scenario| {
-        let server = ServerProcess::start(target).await.unwrap();
-        scenario(&connected(&server.url).await).await
-    },
-    [
-        copy_onto_itself_keeps_the_file,
-        read_file_stream_refuses_what_is_not_a_regular_file_promptly,
-        read_only_sandboxes_serve_reads_and_refuse_every_write,
-        write_file_reports_bad_targets_and_bad_base64,
-        rename_replaces_files_and_moves_trees,
-        set_metadata_sets_the_mode_and_time_of_the_path_itself,
-        create_symlink_and_read_link_round_trip,
-        get_metadata_gives_the_mode_only_when_asked,
-        read_only_sandboxes_refuse_the_new_writes,
-        sandboxed_new_writes_are_confined_to_the_writable_root,
-        put_file_puts_a_whole_file_in_place_with_its_mode_and_time,
-        read_directory_with_metadata_gives_each_entrys_own,
-    ]
-);
+});
 
 against_both!(a_large_file_is_read_whole, a_file_bigger_than_a_frame_is_written_whole);
 

@@ -7,24 +7,9 @@ use tether_engine::exec::LocalExecBackend;
 use tether_testkit::scenarios;
 use tether_testkit::suites::exec as shared;
 
-scenarios!(shared, on local, |scenario| {
+scenarios!(shared::every_scenario, on local, |scenario| {
     scenario(&LocalExecBackend::default()).await
-}, [
-    an_unread_handle_holds_a_bounded_window_then_delivers_everything,
-    a_process_runs_to_its_exit_and_close,
-    output_after_the_exit_comes_before_the_close,
-    each_handle_follows_its_own_process,
-    writes_reach_a_process_with_piped_stdin_in_order,
-    a_pty_process_reads_what_is_typed,
-    without_piped_stdin_writes_report_stdin_closed,
-    interrupt_reaches_the_process_like_ctrl_c,
-    a_terminate_signal_lets_the_process_clean_up,
-    terminate_kills_a_running_process_and_says_whether_it_ran,
-    reads_return_what_was_retained_after_a_sequence,
-    a_read_can_wait_for_output,
-    invalid_starts_are_refused_with_the_executors_words,
-    a_process_id_is_not_reused,
-]);
+});
 
 /// Local only: a handle keeps its process alive after the backend that started it is gone,
 /// and the process ends with the last of them.
@@ -53,12 +38,12 @@ async fn a_handle_behind_by_more_than_is_retained_fails_plainly() {
     let marker = std::env::temp_dir().join(format!("tether-too-far-{}", std::process::id()));
     let script = format!("seq 1 3000000; touch {}", marker.display());
     let mut process = backend.start(shared::params("too-far", &script)).await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !marker.exists() {
+    let printed = || {
         assert!(process.buffered_bytes() <= shared::UNREAD_BOUND);
-        assert!(std::time::Instant::now() < deadline, "the process never finished printing");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+        marker.exists()
+    };
+    let within = std::time::Duration::from_secs(60);
+    tether_testkit::wait::until("the process to print everything", within, printed).await;
     let _ = std::fs::remove_file(&marker);
     let mut delivered = Vec::new();
     let failure = loop {

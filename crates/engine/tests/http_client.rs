@@ -8,22 +8,10 @@ use tether_testkit::HttpPeer;
 use tether_testkit::scenarios;
 use tether_testkit::suites::http::{self as shared, concat, drain, get};
 
-scenarios!(shared, on local, |scenario| {
+scenarios!(shared::every_scenario, on local, |scenario| {
     let peer = HttpPeer::start().await.unwrap();
     scenario(&LocalHttpClient::new(), &peer).await
-}, [
-    buffered_requests_send_what_was_asked_and_return_everything,
-    statuses_and_headers_come_back_as_sent,
-    redirects_are_followed_or_returned,
-    invalid_requests_are_refused_before_anything_is_sent,
-    timeouts_fail_the_request,
-    a_body_that_breaks_off_fails_the_request_or_the_stream,
-    gzip_and_zstd_bodies_arrive_decoded,
-    streamed_bodies_follow_their_head_in_order,
-    large_streamed_bodies_come_whole_in_bounded_chunks,
-    concurrent_streams_keep_their_bodies_apart,
-    a_stream_dropped_early_leaves_the_client_usable,
-]);
+});
 
 /// (Here only: the remote client streams the requests it buffers.) A buffered body stops at its limit with an error that says how to get it instead; the same
 /// body streams whole.

@@ -7,6 +7,7 @@ use tether_engine::{ProcessEvent, ProcessTable, ProcessTableConfig};
 use tether_protocol::process::{ExecOutputStream, ReadParams, WriteStatus};
 use tether_protocol::{ByteChunk, ProcessId};
 use tether_testkit::shell_params as params;
+use tether_testkit::wait;
 use tokio::sync::mpsc;
 
 fn table() -> (Arc<ProcessTable>, mpsc::Receiver<ProcessEvent>) {
@@ -248,27 +249,15 @@ async fn duplicate_ids_and_bad_params_are_refused() {
     table.shutdown();
 }
 
-/// Waits (up to 20 s) for `condition`: the table's own state, checked as it changes.
-async fn until(condition: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "the table never got there");
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+/// Waits for `condition`, the table's own state, named `what`.
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    wait::until(what, wait::DEADLINE, condition).await
 }
 
-/// Whether `pid` is dead (gone, or a zombie awaiting its reaper) within two seconds: a killed
-/// process closes its pipes a moment before it finishes dying.
+/// Whether `pid` ends (or is a zombie awaiting its reaper) within ten seconds, seen on its
+/// pidfd: a killed process closes its pipes a moment before it finishes dying.
 async fn dies_soon(pid: i32) -> bool {
-    for _ in 0..100 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z') {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    tether_testkit::process_stats::ends_within(pid as u32, Duration::from_secs(10)).await
 }
 
 /// A long session runs command after command: closed processes keep their output only within
@@ -282,7 +271,7 @@ async fn closed_processes_are_forgotten_oldest_first_past_the_output_budget() {
         table.start(params(id, "head -c 600 /dev/zero")).unwrap();
         until_closed(&mut rx).await;
         // The close is recorded right after it is published: wait for the record.
-        until(|| table.unfinished() == 0).await;
+        until("no unfinished process", || table.unfinished() == 0).await;
     }
     assert!(table.get(&"first".into()).is_none(), "forgotten first");
     assert!(table.get(&"second".into()).is_none(), "1,200 bytes is over the budget");
@@ -292,8 +281,8 @@ async fn closed_processes_are_forgotten_oldest_first_past_the_output_budget() {
     table.start(params("fourth", "head -c 600 /dev/zero")).unwrap();
     // Once "fourth" is closed and recorded (only "running" is left unfinished), the budget
     // has been applied with "running"'s 5,000 bytes in view.
-    until(|| table.get(&"fourth".into()).is_some_and(|p| p.is_closed())).await;
-    until(|| table.unfinished() == 1).await;
+    until("the fourth closed", || table.get(&"fourth".into()).is_some_and(|p| p.is_closed())).await;
+    until("one unfinished process", || table.unfinished() == 1).await;
     assert!(table.get(&"third".into()).is_none(), "the older closed one made room");
     assert!(table.get(&"running".into()).is_some());
     table.shutdown();

@@ -64,6 +64,8 @@ pub struct HttpPeer {
     pub base_url: String,
     connections: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<String>>>,
+    /// `/slow-body` responses the peer is done with.
+    slow_bodies_over: Arc<AtomicUsize>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -79,13 +81,15 @@ impl HttpPeer {
         let address = address.into();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
+        let slow_bodies_over = Arc::new(AtomicUsize::new(0));
+        let ended = slow_bodies_over.clone();
         let app = Router::new()
             .route("/status/{code}", get(status))
             .route("/cookies", get(cookies))
             .route("/redirect/{n}", get(redirect_chain))
             .route("/redirect-to", axum::routing::any(redirect_to))
             .route("/slow-head", get(slow_head))
-            .route("/slow-body", get(slow_body))
+            .route("/slow-body", get(move |query| slow_body(query, ended)))
             .route("/chunks", get(chunks))
             .route("/large", get(large))
             .route("/fail", get(fail))
@@ -101,7 +105,7 @@ impl HttpPeer {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Self { base_url, connections, requests, server })
+        Ok(Self { base_url, connections, requests, slow_bodies_over, server })
     }
 
     /// The absolute URL of `path_and_query` (which starts with `/`).
@@ -112,6 +116,12 @@ impl HttpPeer {
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// `/slow-body` responses the peer is done with: sent whole (`end` included), or dropped
+    /// with their connection.
+    pub fn slow_bodies_over(&self) -> usize {
+        self.slow_bodies_over.load(Ordering::SeqCst)
     }
 
     /// Every request that reached the peer, as `METHOD /path?query`, in arrival order.
@@ -255,19 +265,37 @@ async fn slow_head(Query(query): Query<HashMap<String, String>>) -> Response {
     "slow".into_response()
 }
 
-async fn slow_body(Query(query): Query<HashMap<String, String>>) -> Response {
+async fn slow_body(
+    Query(query): Query<HashMap<String, String>>,
+    ended: Arc<AtomicUsize>,
+) -> Response {
     let pause = millis(&query);
-    let parts = stream::unfold(0, move |step| async move {
-        match step {
-            0 => Some((Ok::<_, std::io::Error>(Bytes::from_static(b"start")), 1)),
-            1 => {
-                tokio::time::sleep(pause).await;
-                Some((Ok(Bytes::from_static(b"end")), 2))
+    // Counts the response as over when the body goes: sent whole, or dropped with its
+    // connection.
+    let over = Over(ended);
+    let parts = stream::unfold(0, move |step| {
+        let _over = &over;
+        async move {
+            match step {
+                0 => Some((Ok::<_, std::io::Error>(Bytes::from_static(b"start")), 1)),
+                1 => {
+                    tokio::time::sleep(pause).await;
+                    Some((Ok(Bytes::from_static(b"end")), 2))
+                }
+                _ => None,
             }
-            _ => None,
         }
     });
     Body::from_stream(parts).into_response()
+}
+
+/// Adds one to its count when dropped.
+struct Over(Arc<AtomicUsize>);
+
+impl Drop for Over {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 async fn chunks() -> Response {

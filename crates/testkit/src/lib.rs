@@ -16,6 +16,7 @@ pub mod scratch;
 pub mod server;
 pub mod sshd;
 pub mod suites;
+pub mod wait;
 
 pub use client::{RpcClient, RpcError};
 pub use http_peer::HttpPeer;
@@ -46,60 +47,90 @@ macro_rules! against_both {
     };
 }
 
-/// Runs scenarios of a [`suites`] module (named by a `use` in scope) on one implementation, one
-/// test per scenario and target. The body builds the implementation under test and calls the scenario, bound to the
-/// name given after the target (a function item, so `&client` coerces to the trait it takes):
+/// Runs every scenario of a [`suites`] list on one implementation, one test per scenario and
+/// target. The list is the suite's own (`every_scenario`, or for the filesystem suite one per
+/// surface): it names each scenario once, with the targets it does not run on and why, so a
+/// runner cannot leave a scenario out — one excluded on its target is made an ignored test that
+/// gives the reason. The body builds the implementation under test and calls the scenario,
+/// bound to the name given after the target (a function item, so `&client` coerces to the
+/// trait it takes):
 ///
 /// ```ignore
 /// use tether_testkit::suites::fs;
 ///
-/// scenarios!(fs, on [tether, reference], |target, scenario| {
+/// scenarios!(fs::every_file_system_scenario, on [tether, reference], |target, scenario| {
 ///     let server = ServerProcess::start(target).await.unwrap();
 ///     scenario(&connected(&server.url).await).await
-/// }, [read_file_returns_whole_regular_files, walk_bounds_set_truncated]);
+/// });
 ///
-/// scenarios!(fs, on local, |scenario| {
+/// scenarios!(fs::every_file_system_scenario, on local, |scenario| {
 ///     scenario(&LocalFileSystem::new()).await
-/// }, [read_file_returns_whole_regular_files]);
+/// });
 /// ```
 ///
 /// With targets, the tests are `<scenario>::tether` and `<scenario>::reference`, as
 /// [`against_both!`] names them; `on local` names them `<scenario>`.
+///
+/// A list is declared as `[name, other [reference: "why", local: "why"], …]`; the targets are
+/// `local`, `tether` and `reference`.
 #[macro_export]
 macro_rules! scenarios {
-    (
-        $suite:ident, on local, |$bound:ident| $body:block,
-        [$($scenario:ident),* $(,)?] $(,)?
-    ) => {
+    // The list's answer: each scenario with its exclusions, and the runner's targets and body.
+    (@each $suite:tt [$($scenario:ident $([$($not:tt)*])?),* $(,)?]
+        on local, |$bound:ident| $body:block $(,)?) => {
+        $( $crate::scenarios!(@local $suite $scenario [$($($not)*)?], |$bound| $body); )*
+    };
+    (@each $suite:tt [$($scenario:ident $([$($not:tt)*])?),* $(,)?]
+        on $targets:tt, |$on:ident, $bound:ident| $body:block $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let $bound = $suite::$scenario;
-                $body
-            }
+            $crate::scenarios!(@scenario $suite $scenario [$($($not)*)?] $targets,
+                |$on, $bound| $body);
         )*
     };
-    (
-        $suite:ident, on $targets:tt, |$on:ident, $bound:ident| $body:block,
-        [$($scenario:ident),* $(,)?] $(,)?
-    ) => {
-        $( $crate::scenarios!(@scenario $suite, $scenario, $targets, |$on, $bound| $body); )*
+    (@local [$($suite:tt)*] $scenario:ident $not:tt, |$bound:ident| $body:block) => {
+        $crate::scenarios!(@pick local $not
+            [#[tokio::test(flavor = "multi_thread", worker_threads = 2)]]
+            [async fn $scenario() {
+                let $bound = $($suite)*::$scenario;
+                $body
+            }]);
     };
-    (@scenario $suite:ident, $scenario:ident, [$($target:ident),+ $(,)?],
+    (@scenario $suite:tt $scenario:ident $not:tt [$($target:ident),+ $(,)?],
         |$on:ident, $bound:ident| $body:block) => {
         mod $scenario {
             #[allow(unused_imports)]
             use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $target() {
-                    let $on = $crate::scenarios!(@target $target);
-                    let $bound = $suite::$scenario;
-                    $body
-                }
-            )+
+            $( $crate::scenarios!(@on $suite $scenario $not $target, |$on, $bound| $body); )+
         }
+    };
+    (@on [$($suite:tt)*] $scenario:ident $not:tt $target:ident,
+        |$on:ident, $bound:ident| $body:block) => {
+        $crate::scenarios!(@pick $target $not
+            [#[tokio::test(flavor = "multi_thread", worker_threads = 2)]]
+            [async fn $target() {
+                let $on = $crate::scenarios!(@target $target);
+                let $bound = $($suite)*::$scenario;
+                $body
+            }]);
+    };
+    // A test, ignored with its reason where the list excludes its target.
+    (@pick $target:ident [] [$($attr:tt)*] [$($item:tt)*]) => { $($attr)* $($item)* };
+    (@pick local [local: $why:literal $(, $($rest:tt)*)?] [$($attr:tt)*] [$($item:tt)*]) => {
+        $($attr)* #[ignore = $why] $($item)*
+    };
+    (@pick tether [tether: $why:literal $(, $($rest:tt)*)?] [$($attr:tt)*] [$($item:tt)*]) => {
+        $($attr)* #[ignore = $why] $($item)*
+    };
+    (@pick reference [reference: $why:literal $(, $($rest:tt)*)?] [$($attr:tt)*] [$($item:tt)*]) => {
+        $($attr)* #[ignore = $why] $($item)*
+    };
+    (@pick $target:ident [$other:ident: $why:literal $(, $($rest:tt)*)?] $attr:tt $item:tt) => {
+        $crate::scenarios!(@pick $target [$($($rest)*)?] $attr $item);
     };
     (@target tether) => { $crate::Target::Tether };
     (@target reference) => { $crate::Target::Reference };
+    // A runner: the list calls back with every scenario.
+    ($($list:ident)::+, on $($runner:tt)*) => {
+        $($list)::+! { on $($runner)* }
+    };
 }

@@ -47,9 +47,46 @@ struct Control {
     /// Connections accepted and forwarded (or held, while unresponsive).
     accepted: AtomicUsize,
     /// Server→client bytes held back since the last `freeze_downstream`.
-    held: Arc<AtomicUsize>,
+    held: Arc<Count>,
     /// Client→server bytes held back since the last `freeze_upstream`.
-    held_upstream: Arc<AtomicUsize>,
+    held_upstream: Arc<Count>,
+    /// Server→client bytes forwarded to the client, on every connection so far.
+    forwarded: Arc<Count>,
+    /// Client→server bytes forwarded to the server, on every connection so far.
+    forwarded_upstream: Arc<Count>,
+}
+
+/// A count of bytes that a test can wait on: each addition wakes whoever waits, so a wait for a
+/// point in a fast stream ends as the stream passes it, not at the next poll.
+#[derive(Default)]
+struct Count(watch::Sender<usize>);
+
+impl Count {
+    fn add(&self, bytes: usize) {
+        self.0.send_modify(|count| *count += bytes);
+    }
+
+    fn get(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    fn reset(&self) {
+        self.0.send_replace(0);
+    }
+
+    /// Whether the count reaches `bytes` within `within`, waited for as it grows.
+    async fn reaches(&self, bytes: usize, within: Duration) -> bool {
+        let mut changes = self.0.subscribe();
+        let reached = changes.wait_for(|&count| count >= bytes);
+        tokio::time::timeout(within, reached).await.is_ok()
+    }
+
+    /// Waits until the count is at least `bytes`; panics naming `what` if it is not within
+    /// [`crate::wait::DEADLINE`].
+    async fn at_least(&self, bytes: usize, what: &str) {
+        let within = crate::wait::DEADLINE;
+        assert!(self.reaches(bytes, within).await, "waited {within:?} for {bytes} {what}, in vain");
+    }
 }
 
 /// One client connection and its way to the server.
@@ -71,6 +108,9 @@ enum LinkMode {
     },
 }
 
+/// How long the server or the client may take to send what a frozen connection holds back.
+const HELD_WITHIN: Duration = Duration::from_secs(20);
+
 /// Largest read forwarded at once.
 const BUFFER_BYTES: usize = 64 * 1024;
 
@@ -87,8 +127,10 @@ impl FaultProxy {
             downstream_limit: Mutex::new(None),
             freeze_new: Mutex::new(false),
             accepted: AtomicUsize::new(0),
-            held: Arc::new(AtomicUsize::new(0)),
-            held_upstream: Arc::new(AtomicUsize::new(0)),
+            held: Arc::default(),
+            held_upstream: Arc::default(),
+            forwarded: Arc::default(),
+            forwarded_upstream: Arc::default(),
         });
         let acceptor_control = control.clone();
         let acceptor = tokio::spawn(async move {
@@ -118,8 +160,13 @@ impl FaultProxy {
                 } else {
                     let upstream = control.upstream.lock().unwrap().clone();
                     let limit = control.downstream_limit.lock().unwrap().unwrap_or(usize::MAX);
-                    let held = (control.held.clone(), control.held_upstream.clone());
-                    tokio::spawn(relay(client, upstream, mode_changes, held, limit))
+                    let counters = Counters {
+                        held: control.held.clone(),
+                        held_upstream: control.held_upstream.clone(),
+                        forwarded: control.forwarded.clone(),
+                        forwarded_upstream: control.forwarded_upstream.clone(),
+                    };
+                    tokio::spawn(relay(client, upstream, mode_changes, counters, limit))
                 };
                 links.push(Link { mode, task: task.abort_handle() });
             }
@@ -170,7 +217,7 @@ impl FaultProxy {
     /// the server and take effect, their answers never arrive. Resets
     /// [`held_bytes`](Self::held_bytes).
     pub fn freeze_downstream(&self) {
-        self.control.held.store(0, Ordering::SeqCst);
+        self.control.held.reset();
         for link in self.control.links.lock().unwrap().iter() {
             link.mode.send_replace(LinkMode::DownstreamFrozen);
         }
@@ -189,7 +236,7 @@ impl FaultProxy {
     /// client sends never reaches the server. Resets
     /// [`held_upstream_bytes`](Self::held_upstream_bytes).
     pub fn freeze_upstream(&self) {
-        self.control.held_upstream.store(0, Ordering::SeqCst);
+        self.control.held_upstream.reset();
         for link in self.control.links.lock().unwrap().iter() {
             link.mode.send_replace(LinkMode::UpstreamFrozen);
         }
@@ -197,39 +244,30 @@ impl FaultProxy {
 
     /// Client→server bytes held back since [`freeze_upstream`](Self::freeze_upstream).
     pub fn held_upstream_bytes(&self) -> usize {
-        self.control.held_upstream.load(Ordering::SeqCst)
+        self.control.held_upstream.get()
     }
 
     /// Waits until the client has sent at least `bytes` bytes that were held back: proof
     /// that what it sent after the freeze is on the wire, and lost with a cut.
     pub async fn wait_held_upstream_bytes(&self, bytes: usize) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.held_upstream_bytes() < bytes {
-            if tokio::time::Instant::now() >= deadline {
-                bail!(
-                    "the client sent {} of {bytes} bytes within 20 s",
-                    self.held_upstream_bytes()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if !self.control.held_upstream.reaches(bytes, HELD_WITHIN).await {
+            let sent = self.held_upstream_bytes();
+            bail!("the client sent {sent} of {bytes} bytes within {HELD_WITHIN:?}");
         }
         Ok(())
     }
 
     /// Server→client bytes held back since [`freeze_downstream`](Self::freeze_downstream).
     pub fn held_bytes(&self) -> usize {
-        self.control.held.load(Ordering::SeqCst)
+        self.control.held.get()
     }
 
     /// Waits until the server has sent at least `bytes` bytes that were held back: proof that
     /// it received and answered what the client sent after the freeze.
     pub async fn wait_held_bytes(&self, bytes: usize) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while self.held_bytes() < bytes {
-            if tokio::time::Instant::now() >= deadline {
-                bail!("the server sent {} of {bytes} bytes within 20 s", self.held_bytes());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if !self.control.held.reaches(bytes, HELD_WITHIN).await {
+            let sent = self.held_bytes();
+            bail!("the server sent {sent} of {bytes} bytes within {HELD_WITHIN:?}");
         }
         Ok(())
     }
@@ -241,6 +279,29 @@ impl FaultProxy {
         for link in self.control.links.lock().unwrap().iter() {
             link.mode.send_replace(LinkMode::ClientSideCut { hold_server_for });
         }
+    }
+
+    /// Server→client bytes forwarded to the client so far, over every connection: how far the
+    /// output a test cuts through has come, whatever the clock says.
+    pub fn forwarded_bytes(&self) -> usize {
+        self.control.forwarded.get()
+    }
+
+    /// Waits until at least `bytes` server→client bytes have been forwarded, over every
+    /// connection so far ([`forwarded_bytes`](Self::forwarded_bytes)).
+    pub async fn wait_forwarded_bytes(&self, bytes: usize) {
+        self.control.forwarded.at_least(bytes, "bytes forwarded to the client").await
+    }
+
+    /// Client→server bytes forwarded to the server so far, over every connection.
+    pub fn forwarded_upstream_bytes(&self) -> usize {
+        self.control.forwarded_upstream.get()
+    }
+
+    /// Waits until at least `bytes` client→server bytes have been forwarded, over every
+    /// connection so far: what the client sent by then is at the server.
+    pub async fn wait_forwarded_upstream_bytes(&self, bytes: usize) {
+        self.control.forwarded_upstream.at_least(bytes, "bytes forwarded to the server").await
     }
 
     /// Connections accepted so far (each reconnect attempt is one).
@@ -256,13 +317,21 @@ impl Drop for FaultProxy {
     }
 }
 
+/// The proxy's byte counts a link adds to.
+struct Counters {
+    held: Arc<Count>,
+    held_upstream: Arc<Count>,
+    forwarded: Arc<Count>,
+    forwarded_upstream: Arc<Count>,
+}
+
 /// Forwards one client connection to `upstream` as `mode` says, until either side ends it or
 /// `downstream_limit` server→client bytes have been forwarded.
 async fn relay(
     client: TcpStream,
     upstream: String,
     mut mode: watch::Receiver<LinkMode>,
-    (held, held_upstream): (Arc<AtomicUsize>, Arc<AtomicUsize>),
+    Counters { held, held_upstream, forwarded, forwarded_upstream }: Counters,
     mut downstream_limit: usize,
 ) {
     let Ok(server) = TcpStream::connect(&upstream).await else { return };
@@ -286,21 +355,26 @@ async fn relay(
             read = client_read.read(&mut up) => {
                 let Ok(n @ 1..) = read else { return };
                 if *mode.borrow() == LinkMode::UpstreamFrozen {
-                    held_upstream.fetch_add(n, Ordering::SeqCst);
+                    held_upstream.add(n);
                     continue;
                 }
                 if server_write.write_all(&up[..n]).await.is_err() {
                     return;
                 }
+                forwarded_upstream.add(n);
             }
             read = server_read.read(&mut down) => {
                 let Ok(n @ 1..) = read else { return };
                 if *mode.borrow() == LinkMode::DownstreamFrozen {
-                    held.fetch_add(n, Ordering::SeqCst);
+                    held.add(n);
                     continue;
                 }
                 let allowed = n.min(downstream_limit);
-                if client_write.write_all(&down[..allowed]).await.is_err() || allowed < n {
+                if client_write.write_all(&down[..allowed]).await.is_err() {
+                    return;
+                }
+                forwarded.add(allowed);
+                if allowed < n {
                     return;
                 }
                 downstream_limit -= allowed;

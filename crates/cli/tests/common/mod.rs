@@ -18,19 +18,13 @@ pub fn exec(id: &str, script: &str) -> Value {
     })
 }
 
+#[allow(unused_imports)]
 pub use tether_testkit::process_stats::is_alive;
 
-/// Whether `pid` is dead within two seconds: a killed process closes its pipes a moment
-/// before it finishes dying.
+/// Whether `pid` ends soon (a killed process closes its pipes a moment before it finishes
+/// dying): within 10 s, "soon" on a loaded machine, seen on its pidfd as it happens.
 pub async fn dies_soon(pid: u32) -> bool {
-    // Up to 10 s: "soon" on a loaded machine, and the loop ends as soon as it is dead.
-    for _ in 0..500 {
-        if !is_alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    false
+    tether_testkit::process_stats::ends_within(pid, std::time::Duration::from_secs(10)).await
 }
 
 /// The text of a `process/read` result's chunks, concatenated.

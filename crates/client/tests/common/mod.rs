@@ -101,11 +101,9 @@ impl Signals {
     /// Waits until a command has raised `name`.
     pub async fn wait(&self, name: &str) {
         let path = self.dir.join(name);
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !path.exists() {
-            assert!(tokio::time::Instant::now() < deadline, "{name} was never raised");
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let what = format!("a command to raise {name}");
+        let within = std::time::Duration::from_secs(60);
+        tether_testkit::wait::until(&what, within, || path.exists()).await
     }
 }
 

@@ -12,6 +12,34 @@ use tether_engine::exec::{ExecBackend, ExecErrorKind, ExecProcess};
 use tether_engine::{ProcessEvent, ProcessUpdate};
 use tether_protocol::process::{ExecOutputStream, ProcessSignal, WriteStatus};
 
+/// Every scenario of this suite, once, with the targets it does not run on and why; runners
+/// make their tests from it ([`scenarios!`](crate::scenarios)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __every_exec_scenario {
+    ($($runner:tt)*) => {
+        $crate::scenarios!(@each [$crate::suites::exec] [
+            an_unread_handle_holds_a_bounded_window_then_delivers_everything,
+            a_process_runs_to_its_exit_and_close,
+            output_after_the_exit_comes_before_the_close [reference: "the reference reads each \
+                stream and the exit in separate tasks, so it sometimes reports the exit first"],
+            each_handle_follows_its_own_process,
+            writes_reach_a_process_with_piped_stdin_in_order,
+            a_pty_process_reads_what_is_typed,
+            without_piped_stdin_writes_report_stdin_closed,
+            interrupt_reaches_the_process_like_ctrl_c,
+            a_terminate_signal_lets_the_process_clean_up [reference: "the reference delivers \
+                only `interrupt`; signals beyond it are Tether's extension"],
+            terminate_kills_a_running_process_and_says_whether_it_ran,
+            reads_return_what_was_retained_after_a_sequence,
+            a_read_can_wait_for_output,
+            invalid_starts_are_refused_with_the_executors_words,
+            a_process_id_is_not_reused,
+        ] $($runner)*);
+    };
+}
+pub use crate::__every_exec_scenario as every_scenario;
+
 /// A handle that says nothing for this long is broken.
 const QUIET_LIMIT: Duration = Duration::from_secs(20);
 
@@ -307,12 +335,11 @@ pub async fn an_unread_handle_holds_a_bounded_window_then_delivers_everything(
     ));
     let script = format!("seq 1 800000; touch {}", marker.display());
     let mut process = exec.start(params("unread", &script)).await.unwrap();
-    let deadline = Instant::now() + QUIET_LIMIT;
-    while !marker.exists() {
+    let printed = || {
         assert!(process.buffered_bytes() <= UNREAD_BOUND, "{} held", process.buffered_bytes());
-        assert!(Instant::now() < deadline, "the process never finished printing");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        marker.exists()
+    };
+    crate::wait::until("the process to print everything", QUIET_LIMIT, printed).await;
     assert!(process.buffered_bytes() <= UNREAD_BOUND, "{} held", process.buffered_bytes());
     let _ = std::fs::remove_file(&marker);
 

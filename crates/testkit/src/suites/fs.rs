@@ -22,6 +22,95 @@ use crate::scratch::{Scratch, uri_of};
 
 use FsErrorKind::{InvalidInput, NotFound, Other};
 
+/// Every scenario of this suite that takes a [`FileSystem`], once, with the targets it does
+/// not run on and why; runners make their tests from it ([`scenarios!`](crate::scenarios)).
+/// Tether differs from the reference on purpose where a scenario leaves the reference out:
+/// it keeps a file copied onto itself (the reference truncates it), refuses a write to a FIFO
+/// nobody reads (the reference hangs) and restrictive sandbox intents it cannot honour (the
+/// reference ignores or misreports them), and serves its own extensions.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __every_file_system_scenario {
+    ($($runner:tt)*) => {
+        $crate::scenarios!(@each [$crate::suites::fs] [
+            read_file_returns_whole_regular_files,
+            read_file_refuses_anything_but_a_regular_file_promptly,
+            read_file_is_capped_at_512_mib,
+            read_file_reports_missing_and_foreign_paths,
+            write_file_creates_or_truncates_in_place,
+            write_file_reports_bad_targets_and_bad_base64 [reference: "the reference hangs \
+                writing to a FIFO nobody reads"],
+            follow_symlinks_false_never_goes_through_a_link,
+            create_directory_is_recursive_by_default,
+            get_metadata_follows_links_but_says_it_was_one,
+            get_metadata_times_are_the_references,
+            canonicalize_resolves_every_link,
+            read_directory_lists_in_readdir_order_following_links,
+            read_directory_refuses_more_than_50000_entries,
+            walk_is_breadth_first_and_sorted_per_directory,
+            walk_bounds_set_truncated,
+            walk_limits_are_validated_with_the_references_messages,
+            walk_follows_directory_links_only_when_asked_and_once,
+            walk_roots_that_are_not_directories,
+            walk_reports_non_utf8_names_as_errors,
+            remove_is_recursive_and_forced_by_default,
+            remove_removes_links_not_their_targets,
+            copy_copies_files_and_trees_with_links_as_links,
+            copy_refuses_what_it_cannot_copy,
+            copy_onto_itself_keeps_the_file [reference: "the reference truncates a file \
+                copied onto itself"],
+            read_only_sandboxes_serve_reads_and_refuse_every_write [reference: "the reference \
+                ignores or misreports restrictive sandbox intents"],
+            read_file_stream_yields_the_file_in_blocks_of_at_most_1_mib,
+            read_file_stream_refuses_what_is_not_a_regular_file_promptly [reference: "the \
+                reference hangs opening a FIFO nobody writes"],
+            read_file_stream_keeps_reading_the_file_it_opened,
+            finished_streams_give_their_handles_back,
+            write_file_stream_writes_blocks_in_order,
+            write_file_stream_reports_a_missing_directory_as_not_found,
+            rename_replaces_files_and_moves_trees [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            set_metadata_sets_the_mode_and_time_of_the_path_itself [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            put_file_puts_a_whole_file_in_place_with_its_mode_and_time [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            read_directory_with_metadata_gives_each_entrys_own [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            create_symlink_and_read_link_round_trip [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            get_metadata_gives_the_mode_only_when_asked [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            read_only_sandboxes_refuse_the_new_writes [reference: "Tether's `fsMetadata` \
+                extension, which the reference does not serve"],
+            sandboxed_new_writes_are_confined_to_the_writable_root [
+                local: "the engine in-process has no sandbox helper to confine the writes",
+                reference: "Tether's `fsMetadata` extension, which the reference does not serve",
+            ],
+        ] $($runner)*);
+    };
+}
+pub use crate::__every_file_system_scenario as every_file_system_scenario;
+
+/// Every scenario of this suite that takes a connection's [`FileHandles`], which only the
+/// engine has (over the wire they are the conformance suite's), once; runners make their tests
+/// from it ([`scenarios!`](crate::scenarios)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __every_handles_scenario {
+    ($($runner:tt)*) => {
+        $crate::scenarios!(@each [$crate::suites::fs] [
+            read_blocks_are_eof_only_when_short,
+            write_blocks_fill_gaps_and_stay_within_signed_offsets,
+            handle_ids_are_bounded_unique_and_limited_per_connection,
+            closed_and_unknown_handles_are_not_found_and_close_is_idempotent,
+            a_handle_keeps_reading_its_file_after_the_path_is_replaced,
+            handles_are_used_only_as_they_were_opened,
+            open_refuses_anything_but_a_regular_file_promptly,
+        ] $($runner)*);
+    };
+}
+pub use crate::__every_handles_scenario as every_handles_scenario;
+
 const ENOENT: i32 = 2;
 const ENXIO: i32 = 6;
 const EBADF: i32 = 9;
@@ -34,10 +123,11 @@ const EROFS: i32 = 30;
 const ENOTEMPTY: i32 = 39;
 const ELOOP: i32 = 40;
 
-/// Params as a client would send them: JSON, with every default left out.
+/// Params as a client would send them: JSON, with every default left out, and no member the
+/// params do not have ([`strict`](crate::params::strict)): a misspelt one fails the scenario.
 macro_rules! params {
     ($value:expr) => {
-        serde_json::from_value($value).expect("valid params")
+        crate::params::strict($value)
     };
 }
 
@@ -935,7 +1025,7 @@ pub async fn read_file_stream_refuses_what_is_not_a_regular_file_promptly(fs: &d
     assert_fails(refused, InvalidInput, &format!("path `{}` is not a file", dir.display()));
     assert_fails(fs.read_file_stream(scratch.uri("missing"), None).await, NotFound, &os(ENOENT));
     // Reading under the read-only intent needs no sandbox: `/` is readable.
-    let sandbox = serde_json::from_value(read_only_sandbox()).unwrap();
+    let sandbox = crate::params::strict(read_only_sandbox());
     let sandboxed = fs.read_file_stream(scratch.uri("file.txt"), Some(sandbox)).await;
     assert_eq!(blocks(sandboxed.unwrap()).await.unwrap().concat(), b"x");
 }
@@ -1338,7 +1428,7 @@ pub async fn read_only_sandboxes_refuse_the_new_writes(fs: &dyn FileSystem) {
     let listed = fs.read_directory(params!(with_sandbox(listed))).await.unwrap();
     assert!(listed.entries.iter().all(|e| e.metadata.is_some()), "a read, served");
     for name in ["streamed", "file.txt"] {
-        let intent = serde_json::from_value(read_only_sandbox()).unwrap();
+        let intent = crate::params::strict(read_only_sandbox());
         refused(fs.write_file_stream(scratch.uri(name), Some(intent)).await.unwrap_err());
     }
 
@@ -1366,7 +1456,7 @@ pub async fn sandboxed_new_writes_are_confined_to_the_writable_root(fs: &dyn Fil
         value["sandbox"] = sandbox.clone();
         value
     };
-    let intent = || serde_json::from_value(sandbox.clone()).unwrap();
+    let intent = || crate::params::strict(sandbox.clone());
     let by_kernel = |error: FsError| assert_eq!((error.kind, error.message), (Other, os(EROFS)));
 
     let streamed = varied_bytes(FS_BLOCK_MAX_BYTES + 7);

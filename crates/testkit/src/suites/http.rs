@@ -19,11 +19,34 @@ use tether_engine::http::{
 use tether_protocol::ByteChunk;
 use tether_protocol::http::{HttpRequestParams, HttpRequestResponse};
 
+/// Every scenario of this suite, once, with the targets it does not run on and why; runners
+/// make their tests from it ([`scenarios!`](crate::scenarios)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __every_http_scenario {
+    ($($runner:tt)*) => {
+        $crate::scenarios!(@each [$crate::suites::http] [
+            buffered_requests_send_what_was_asked_and_return_everything,
+            statuses_and_headers_come_back_as_sent,
+            redirects_are_followed_or_returned,
+            invalid_requests_are_refused_before_anything_is_sent,
+            timeouts_fail_the_request,
+            a_body_that_breaks_off_fails_the_request_or_the_stream,
+            gzip_and_zstd_bodies_arrive_decoded,
+            streamed_bodies_follow_their_head_in_order,
+            large_streamed_bodies_come_whole_in_bounded_chunks,
+            concurrent_streams_keep_their_bodies_apart,
+            a_stream_dropped_early_leaves_the_client_usable,
+        ] $($runner)*);
+    };
+}
+pub use crate::__every_http_scenario as every_scenario;
+
 /// A request as a harness writes it: JSON with every default left out, `extra` members added.
 fn request(method: &str, url: &str, extra: Value) -> HttpRequestParams {
     let mut params = json!({"method": method, "url": url, "requestId": "r"});
     params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    serde_json::from_value(params).expect("valid params")
+    crate::params::strict(params)
 }
 
 pub fn get(url: &str) -> HttpRequestParams {
@@ -233,8 +256,10 @@ pub async fn a_stream_dropped_early_leaves_the_client_usable(
 
     let (_, body) = http.request_streamed(get(&peer.url("/chunks"))).await.unwrap();
     assert_eq!(concat(&drain(body).await.0), b"one\ntwo\nthree\n");
-    // The abandoned stream's late end reaches nobody.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The abandoned stream's late end reaches nobody: the peer is done with it (sent its
+    // end, or saw its connection go) by the time the next request goes.
+    let over = || peer.slow_bodies_over() == 1;
+    crate::wait::until("the peer done with the abandoned body", crate::wait::DEADLINE, over).await;
     let buffered = http.request(get(&peer.url("/status/200"))).await.unwrap();
     assert_eq!(buffered.status, 200);
 }

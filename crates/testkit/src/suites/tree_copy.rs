@@ -21,6 +21,28 @@ use tokio::sync::Notify;
 
 use crate::scratch::Scratch;
 
+/// Every scenario of this suite, once, with the targets it does not run on and why; each
+/// pairing of sides makes its tests from it ([`scenarios!`](crate::scenarios)). The target is
+/// the kind of server on the remote sides (`local`: here to here, the engine on both).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __every_tree_copy_scenario {
+    ($($runner:tt)*) => {
+        $crate::scenarios!(@each [$crate::suites::tree_copy] [
+            a_tree_arrives_with_every_byte,
+            modes_times_and_links_are_kept [reference: "the reference keeps no modes, times \
+                or links (Tether's `fsMetadata` extension)"],
+            a_file_goes_into_a_directory_or_onto_a_name,
+            mistakes_are_refused_by_kind,
+            a_link_where_a_directory_goes_stops_the_copy,
+            a_fifo_in_a_tree_is_skipped_and_counted,
+            a_reader_becomes_a_file_and_a_file_a_writer,
+            an_abandoned_copy_leaves_nothing_once_its_stages_are_removed,
+        ] $($runner)*);
+    };
+}
+pub use crate::__every_tree_copy_scenario as every_scenario;
+
 /// A file bigger than one block, so that it is streamed in blocks, not put whole.
 const BIG_BYTES: usize = 3_500_000;
 
