@@ -1813,7 +1813,10 @@ async fn socks5_udp_relays_what_the_policy_allows() {
         let script = udp_probe(&home, true, &[("limited", "127.0.0.1", echo.port)]);
         let domains = json!({"127.0.0.1": "allow"});
         let changes = json!({"enableSocks5Udp": true, "mode": "limited"});
-        let params = proxied("l", &script, &home, confined, launch(domains, changes));
+        let mut params = proxied("l", &script, &home, confined, launch(domains, changes));
+        // Its input a pipe the test holds, so the command waits for the test's line (with
+        // none it would read the end at once, and could end before its proxy had decided).
+        params["pipeStdin"] = json!(true);
         client.ok("process/start", params).await.unwrap();
         let refusal = loop {
             let message = client.notification().await.unwrap();
