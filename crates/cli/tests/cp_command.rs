@@ -788,3 +788,49 @@ async fn unreadable_entries_on_the_executor_are_skipped_and_the_rest_copied() {
         format!("tether cp: cannot read {there}/secret.txt on the executor: permission denied")
     );
 }
+
+/// A download killed outright (`kill -9`) cannot remove its staged file here, and no server
+/// holds it: the next copy into that directory sweeps it away (this machine's side stages as
+/// an executor's does), while the final name never held a part of the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_downloads_staged_file_is_swept_by_the_next_copy_into_its_directory() {
+    // Setup: a download of a big file, killed once its staged file here holds some bytes.
+    let sides = Sides::new("killed-download");
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    std::fs::File::create(sides.there("big.bin")).unwrap().set_len(2_000_000_000).unwrap();
+    let into = format!("{}/", sides.here("").display());
+    let mut download = tokio::process::Command::new(tether_binary().unwrap())
+        .args(["cp", "--url", &server.url, &sides.remote("big.bin"), &into])
+        .env_remove("TETHER_TOKEN")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let staged = wait::until_some(
+        "the download's staged file to hold bytes",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_dir(sides.here("")).unwrap().find_map(|entry| {
+                let entry = entry.unwrap();
+                let name = entry.file_name().into_string().unwrap();
+                let started = entry.metadata().is_ok_and(|m| m.len() > 0);
+                (name.starts_with(".big.bin.tether-") && started).then_some(name)
+            })
+        },
+    )
+    .await;
+    download.start_kill().unwrap();
+    download.wait().await.unwrap();
+    assert!(sides.here(&staged).exists(), "nothing could remove it yet");
+    assert!(!sides.here("big.bin").exists(), "a partial file under the final name");
+
+    // Exercise: the next copy into the same directory.
+    std::fs::write(sides.there("small.txt"), b"small\n").unwrap();
+    let output = tether_cp(&server.url, &[&sides.remote("small.txt"), &into]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+
+    // Assert: the dead stage is gone, and the copy arrived.
+    assert!(!sides.here(&staged).exists(), "the killed download's staged file was left");
+    assert_eq!(std::fs::read(sides.here("small.txt")).unwrap(), b"small\n");
+}
