@@ -102,6 +102,39 @@ pub struct Pending {
     /// For a call that ends tidily when asked ([`Pending::spawn_stoppable`]): how it is
     /// asked, and how long its ending may take.
     stop: Option<(Stop, Duration)>,
+    /// For a stoppable call, what starts it: it begins only once it is waited for (or an
+    /// asyncio loop is told of it), so a Ctrl-C that lands after the call was made but before
+    /// the wait began cannot leave it running unwatched — it was never started, and its
+    /// object's drop lets it go.
+    start: Option<Start>,
+}
+
+/// Lets a deferred call begin, once.
+struct Start {
+    go: Arc<tokio::sync::Notify>,
+    given: std::sync::atomic::AtomicBool,
+}
+
+impl Start {
+    /// Lets the call begin (at most once; later calls change nothing).
+    fn give(&self) {
+        if !self.given.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.go.notify_one();
+        }
+    }
+
+    fn given(&self) -> bool {
+        self.given.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl Drop for Pending {
+    /// A deferred call nobody waited for never starts: its task, parked at its start, goes.
+    fn drop(&mut self) {
+        if self.start.as_ref().is_some_and(|start| !start.given()) {
+            self.task.abort();
+        }
+    }
 }
 
 /// Asks a running call to end early and tidily; given to it by [`Pending::spawn_stoppable`].
@@ -122,22 +155,37 @@ impl Pending {
         F: Future<Output = Outcome> + Send + 'static,
     {
         let (shared, task) = Self::start(call);
-        Self { shared, task, stop: None }
+        Self { shared, task, stop: None, start: None }
     }
 
-    /// Runs the call `make` makes on the client's runtime; cancelling it asks it to stop
-    /// through the [`Stop`] it is given, instead of dropping it, so it can undo what it
-    /// started (a `run` interrupts its command, and kills it after its grace). A thread whose
-    /// Ctrl-C cancels it waits for that, as `subprocess.run` waits for its child, at most
-    /// `ending` and [`ENDING_MARGIN`].
+    /// Runs the call `make` makes on the client's runtime, once it is waited for; cancelling
+    /// it asks it to stop through the [`Stop`] it is given, instead of dropping it, so it can
+    /// undo what it started (a `run` interrupts its command, and kills it after its grace). A
+    /// thread whose Ctrl-C cancels it waits for that, as `subprocess.run` waits for its child,
+    /// at most `ending` and [`ENDING_MARGIN`]. Dropped before it was waited for, it never
+    /// starts.
     pub(crate) fn spawn_stoppable<F, M>(ending: Duration, make: M) -> Self
     where
         M: FnOnce(Stop) -> F,
         F: Future<Output = Outcome> + Send + 'static,
     {
         let stop = Stop::default();
-        let (shared, task) = Self::start(make(stop.clone()));
-        Self { shared, task, stop: Some((stop, ending)) }
+        let go = Arc::new(tokio::sync::Notify::new());
+        let call = make(stop.clone());
+        let gate = go.clone();
+        let (shared, task) = Self::start(async move {
+            gate.notified().await;
+            call.await
+        });
+        let start = Start { go, given: std::sync::atomic::AtomicBool::new(false) };
+        Self { shared, task, stop: Some((stop, ending)), start: Some(start) }
+    }
+
+    /// Lets a deferred call begin: it is being waited for.
+    fn begin(&self) {
+        if let Some(start) = &self.start {
+            start.give();
+        }
     }
 
     fn start<F>(call: F) -> (Arc<Shared>, tokio::task::AbortHandle)
@@ -205,6 +253,7 @@ impl Pending {
         timeout: Option<f64>,
         cancel_on_interrupt: bool,
     ) -> PyResult<Py<PyAny>> {
+        self.begin();
         let deadline = match timeout {
             Some(seconds) => Some(
                 Instant::now()
@@ -268,18 +317,22 @@ impl Pending {
     /// Has the outcome queued on `completions` under `id` when the call ends (at once if it
     /// has), for an asyncio loop that watches the queue's descriptor.
     fn notify(&self, completions: &Completions, id: u64) {
-        let mut slot = self.shared.slot.lock().expect("a pending call's lock");
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Done(outcome) => {
-                drop(slot);
-                completions.queue.push(id, outcome);
+        {
+            let mut slot = self.shared.slot.lock().expect("a pending call's lock");
+            match std::mem::replace(&mut *slot, Slot::Taken) {
+                Slot::Done(outcome) => {
+                    drop(slot);
+                    completions.queue.push(id, outcome);
+                }
+                Slot::Running { .. } => {
+                    *slot = Slot::Running { notify: Some((completions.queue.clone(), id)) };
+                }
+                Slot::Ending => *slot = Slot::Ending,
+                Slot::Taken => {}
             }
-            Slot::Running { .. } => {
-                *slot = Slot::Running { notify: Some((completions.queue.clone(), id)) };
-            }
-            Slot::Ending => *slot = Slot::Ending,
-            Slot::Taken => {}
         }
+        // Told where its outcome goes, a deferred call may begin.
+        self.begin();
     }
 
     /// Stops the call. Its outcome is never given. A stoppable call is asked to stop and
@@ -288,6 +341,10 @@ impl Pending {
     /// known).
     fn cancel(&self) {
         let Some((stop, _)) = &self.stop else { return self.abort() };
+        // Never waited for, so never started: nothing to undo.
+        if self.start.as_ref().is_some_and(|start| !start.given()) {
+            return self.abort();
+        }
         let mut slot = self.shared.slot.lock().expect("a pending call's lock");
         match &*slot {
             Slot::Running { .. } => {

@@ -185,7 +185,11 @@ def test_ctrl_c_in_a_blocking_run_interrupts_the_remote_command(server, fifo_dir
     started, interrupted = fifo(fifo_dir, "started"), fifo(fifo_dir, "interrupted")
     program = textwrap.dedent(
         f"""
+        import signal
         import tether
+        # Ctrl-C as a terminal gives it, whatever this test's own caller set (a shell's
+        # background job starts with SIGINT ignored, and a child inherits that).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with tether.connect({server.url!r}) as ex:
             # Time enough for the trap on a loaded machine: the kill must not win.
             ex.run(["sh", "-c", "trap 'echo got-int > {interrupted}; exit 9' INT; echo up > {started}; while :; do sleep 0.05; done"], interrupt_grace=600)
@@ -222,3 +226,17 @@ def test_a_session_is_taken_up_again_after_the_program_restarts(server, fifo_dir
         out = b"".join(o.data for o in followed)
         assert followed.wait() == 4
     assert out.endswith(b"after\n")
+
+
+def test_a_run_interrupted_before_its_wait_never_starts(server, tmp_path):
+    # A Ctrl-C can land after run() has made its call and before it waits for it; the call
+    # then must not go on unwatched. Made and dropped without a wait (as such an interrupt
+    # leaves it), the command never starts.
+    marker = tmp_path / "ran"
+    with tether.connect(server.url) as ex:
+        command = ["sh", "-c", f"touch {marker}"]
+        made = ex._native.run(command, None, None, None, None, False, 0.25)
+        del made
+        # Assert: a later command runs to its end, and the first never ran.
+        assert ex.run(["sh", "-c", "echo later"]).stdout == b"later\n"
+        assert not marker.exists()
