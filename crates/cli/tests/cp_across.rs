@@ -4,37 +4,13 @@
 //! own on this machine.
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use tether_testkit::scratch::Scratch;
 use tether_testkit::server::tether_binary;
 use tether_testkit::{ServerProcess, Target};
-
-struct Scratch {
-    root: PathBuf,
-}
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let root = std::env::temp_dir().join(format!("tether-cp-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        for side in ["one", "other", "config/tether"] {
-            std::fs::create_dir_all(root.join(side)).unwrap();
-        }
-        Self { root }
-    }
-
-    fn path(&self, relative: &str) -> PathBuf {
-        self.root.join(relative)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
 
 /// Runs `tether cp --url URL ARGS…` with the named executors of `config_home`.
 async fn tether_cp(url: &str, config_home: &Path, args: &[&str]) -> std::process::Output {
@@ -80,6 +56,9 @@ fn describe(root: &Path) -> Vec<(String, bool, u32, i64, Vec<u8>)> {
 async fn a_tree_goes_from_one_executor_to_another_whole() {
     // Setup: two servers, the second named `other`; a tree on the first.
     let scratch = Scratch::new("across");
+    for side in ["one", "other", "config/tether"] {
+        scratch.dir(side);
+    }
     let (one, other) = (
         ServerProcess::start(Target::Tether).await.unwrap(),
         ServerProcess::start(Target::Tether).await.unwrap(),
