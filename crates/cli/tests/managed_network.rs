@@ -1635,53 +1635,12 @@ async fn with_local_binding_the_client_decides_local_destinations_the_list_misse
     assert_eq!(peer.requests(), ["GET /approved"], "the refused requests reached nothing");
 }
 
-/// A SOCKS5 client for a command to run, reading its proxy from `$ALL_PROXY`: for each `label
-/// host port` it asks for `host:port` (by address when `host` is one, else by name), then
-/// prints `label refused CODE` for a refusal (RFC 1928's reply code), or `label` and the
-/// status of the answer to `GET /label` through the connection.
-const SOCKS_PROBE: &str = r#"
-import ipaddress, os, socket, struct, sys
-host, port = os.environ["ALL_PROXY"].split("://", 1)[1].rsplit(":", 1)
-def exact(s, n):
-    data = b""
-    while len(data) < n:
-        more = s.recv(n - len(data))
-        if not more:
-            raise EOFError
-        data += more
-    return data
-args = sys.argv[1:]
-for label, target, target_port in zip(args[0::3], args[1::3], args[2::3]):
-    s = socket.create_connection((host, int(port)), timeout=60)
-    s.sendall(b"\x05\x01\x00")
-    exact(s, 2)
-    try:
-        address = ipaddress.ip_address(target)
-        kind, named = (1 if address.version == 4 else 4), address.packed
-    except ValueError:
-        kind, named = 3, bytes([len(target)]) + target.encode()
-    s.sendall(bytes([5, 1, 0, kind]) + named + struct.pack(">H", int(target_port)))
-    reply = exact(s, 4)
-    if reply[1] != 0:
-        print(label, "refused", reply[1])
-        continue
-    exact(s, {1: 6, 4: 18}.get(reply[3]) or exact(s, 1)[0] + 2)
-    s.sendall(f"GET /{label} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-    answer = b""
-    while b"\r\n" not in answer:
-        more = s.recv(4096)
-        if not more:
-            break
-        answer += more
-    print(label, answer.split(b" ")[1].decode() if answer else "closed")
-"#;
-
-/// A SOCKS5 UDP client (RFC 1928 §7) for [`udp_probe`]: it asks `ALL_PROXY` for an
-/// association (printing `associate refused CODE` if refused), sends one datagram per `label
-/// host port` of its arguments (by address when `host` is one, else by name) with the label as
-/// its payload, then either prints the first answer (`answer HOST PORT PAYLOAD`, the header's
-/// source) or, given `--hold`, waits for a line on its standard input before it ends.
-const UDP_PROBE: &str = r#"
+/// What both SOCKS5 probes begin with (Python): the proxy `$ALL_PROXY` names (`host`,
+/// `port`), `exact(s, n)` reading `n` bytes or raising `EOFError`, and `address(target)` a
+/// SOCKS5 address (`ATYP` and the address: by address when `target` is one, else by name).
+macro_rules! socks_prelude {
+    () => {
+        r#"
 import ipaddress, os, socket, struct, sys
 host, port = os.environ["ALL_PROXY"].split("://", 1)[1].rsplit(":", 1)
 def exact(s, n):
@@ -1698,6 +1657,47 @@ def address(target):
         return bytes([1 if ip.version == 4 else 4]) + ip.packed
     except ValueError:
         return bytes([3, len(target)]) + target.encode()
+"#
+    };
+}
+
+/// A SOCKS5 client for a command to run, reading its proxy from `$ALL_PROXY`: for each `label
+/// host port` it asks for `host:port` (by address when `host` is one, else by name), then
+/// prints `label refused CODE` for a refusal (RFC 1928's reply code), or `label` and the
+/// status of the answer to `GET /label` through the connection.
+const SOCKS_PROBE: &str = concat!(
+    socks_prelude!(),
+    r#"
+args = sys.argv[1:]
+for label, target, target_port in zip(args[0::3], args[1::3], args[2::3]):
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(b"\x05\x01\x00")
+    exact(s, 2)
+    s.sendall(bytes([5, 1, 0]) + address(target) + struct.pack(">H", int(target_port)))
+    reply = exact(s, 4)
+    if reply[1] != 0:
+        print(label, "refused", reply[1])
+        continue
+    exact(s, {1: 6, 4: 18}.get(reply[3]) or exact(s, 1)[0] + 2)
+    s.sendall(f"GET /{label} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n" not in answer:
+        more = s.recv(4096)
+        if not more:
+            break
+        answer += more
+    print(label, answer.split(b" ")[1].decode() if answer else "closed")
+"#
+);
+
+/// A SOCKS5 UDP client (RFC 1928 §7) for [`udp_probe`]: it asks `ALL_PROXY` for an
+/// association (printing `associate refused CODE` if refused), sends one datagram per `label
+/// host port` of its arguments (by address when `host` is one, else by name) with the label as
+/// its payload, then either prints the first answer (`answer HOST PORT PAYLOAD`, the header's
+/// source) or, given `--hold`, waits for a line on its standard input before it ends.
+const UDP_PROBE: &str = concat!(
+    socks_prelude!(),
+    r#"
 hold = sys.argv[1] == "--hold"
 args = sys.argv[2:]
 control = socket.create_connection((host, int(port)), timeout=60)
@@ -1721,7 +1721,8 @@ else:
     answer, _ = udp.recvfrom(65536)
     assert answer[:4] == b"\x00\x00\x00\x01", answer
     print("answer", socket.inet_ntoa(answer[4:8]), struct.unpack(">H", answer[8:10])[0], answer[10:].decode())
-"#;
+"#
+);
 
 /// `python3 udp_probe.py`, the probe written in `home`, holding or not, sending each case.
 fn udp_probe(home: &ExecutorHome, hold: bool, cases: &[(&str, &str, u16)]) -> String {
