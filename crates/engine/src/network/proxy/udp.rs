@@ -159,14 +159,12 @@ impl Relay {
         {
             return Some(open.datagrams.clone());
         }
-        let mut unclaimed: Vec<(&u64, &mut Open)> = table
+        // The oldest association first: the order the command asked in.
+        let (_, open) = table
             .open
             .iter_mut()
             .filter(|(_, open)| open.source == Expected::Unclaimed(canonical.ip()))
-            .collect();
-        // The oldest association first: the order the command asked in.
-        unclaimed.sort_by_key(|(id, _)| **id);
-        let (_, open) = unclaimed.into_iter().next()?;
+            .min_by_key(|(id, _)| **id)?;
         open.source = Expected::Exactly(canonical);
         Some(open.datagrams.clone())
     }
