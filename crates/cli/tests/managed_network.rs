@@ -119,8 +119,10 @@ struct Finished {
     decisions: Vec<Value>,
 }
 
-/// Runs a started process to its close, answering its proxy's questions with `decide` (host →
-/// the client's decision), and keeps the reports.
+/// Runs a started process until the client has all its events — its `process/closed` and
+/// every sequence number below it, as the reference may put `closed` on the wire before an
+/// `exited` of lower seq — answering its proxy's questions with `decide` (host → the client's
+/// decision), and keeps the reports.
 async fn finish(
     client: &mut RpcClient,
     id: &str,
@@ -129,7 +131,8 @@ async fn finish(
     let mut events = Vec::new();
     let mut decisions = Vec::new();
     let mut questions = Vec::new();
-    loop {
+    let mut closed_seq = None;
+    while closed_seq.is_none_or(|seq| (events.len() as u64) < seq) {
         let message = client.notification().await.unwrap();
         match message["method"].as_str().unwrap() {
             "network/policyDecision" => decisions.push(message["params"].clone()),
@@ -140,11 +143,12 @@ async fn finish(
                 questions.push(message);
             }
             _ if message["params"]["processId"] != id => {}
-            "process/closed" => {
+            method => {
+                if method == "process/closed" {
+                    closed_seq = message["params"]["seq"].as_u64();
+                }
                 events.push(message);
-                break;
             }
-            _ => events.push(message),
         }
     }
     let exited = events.iter().find(|e| e["method"] == "process/exited").unwrap();
