@@ -308,7 +308,7 @@ impl Proxy {
         if !self.config.socks5_udp || self.udp.get().is_some() {
             return Ok(());
         }
-        let relay = udp::Relay::new(socket)?;
+        let relay = udp::Relay::new(socket, udp::queued_bytes_server_wide())?;
         let _ = self.udp.set(Arc::new(relay));
         Ok(())
     }

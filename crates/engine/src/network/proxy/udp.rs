@@ -18,8 +18,9 @@
 //! can write into the command's sockets by guessing a port).
 //!
 //! Bounded: [`MAX_ASSOCIATIONS`] per proxy, [`MAX_QUEUED_DATAGRAMS`] waiting per association
-//! (past it a datagram is dropped, as a full network drops it), [`MAX_DESTINATIONS`]
-//! remembered per association.
+//! and [`MAX_QUEUED_BYTES_SERVER_WIDE`] waiting across every proxy of the server (past either a
+//! datagram is dropped, as a full network drops it), [`MAX_DESTINATIONS`] remembered per
+//! association.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -31,7 +32,7 @@ use tether_protocol::network::{Decision, DecisionScope, DecisionSource, ProxyPro
 use tether_protocol::network_proxy::NetworkMode;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, UdpSocket};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tracing::debug;
 
 use super::Proxy;
@@ -49,21 +50,42 @@ pub(super) const MAX_ASSOCIATIONS: usize = 8;
 /// congested network.
 pub(super) const MAX_QUEUED_DATAGRAMS: usize = 8;
 
+/// Bytes of datagrams waiting, across every association of every proxy of the server. Per
+/// association the queue holds 512 KiB at most, but associations are bounded only through the
+/// SOCKS5 connections that hold them ([`super::MAX_CONNECTIONS_SERVER_WIDE`]), which would let
+/// commands flooding their relays together hold 128 MiB. 16 MiB is four proxies' worth at
+/// their worst, far above what resolvers and games send; past it a datagram is dropped on
+/// arrival, as a congested network drops it.
+pub(super) const MAX_QUEUED_BYTES_SERVER_WIDE: usize = 16 * 1024 * 1024;
+
+/// The server-wide budget of [`MAX_QUEUED_BYTES_SERVER_WIDE`], one permit a byte.
+pub(super) fn queued_bytes_server_wide() -> Arc<Semaphore> {
+    static SHARED: std::sync::OnceLock<Arc<Semaphore>> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| Arc::new(Semaphore::new(MAX_QUEUED_BYTES_SERVER_WIDE))).clone()
+}
+
 /// Destinations one association remembers the decision on. A resolver asks a few servers;
 /// past this the memory is cleared and destinations are decided (and reported) again.
 pub(super) const MAX_DESTINATIONS: usize = 64;
 
 /// A datagram from the command on its way to its association: where it came from, and its
-/// bytes (the SOCKS5 header included).
-type Datagram = (SocketAddr, Vec<u8>);
+/// bytes (the SOCKS5 header included), holding their share of the server-wide budget until
+/// the association has dealt with it.
+struct Datagram {
+    source: SocketAddr,
+    bytes: Vec<u8>,
+    _held: OwnedSemaphorePermit,
+}
 
 /// The largest datagram: UDP's length field is 16 bits.
 const DATAGRAM_BYTES: usize = 64 * 1024;
 
-/// A proxy's UDP relay: its socket and the associations datagrams arriving on it belong to.
+/// A proxy's UDP relay: its socket, the associations datagrams arriving on it belong to, and
+/// the budget waiting datagrams are held to.
 pub(crate) struct Relay {
     socket: Arc<UdpSocket>,
     table: Mutex<Table>,
+    queued: Arc<Semaphore>,
 }
 
 /// Which association each source belongs to.
@@ -90,13 +112,15 @@ enum Expected {
 }
 
 impl Relay {
-    /// The relay reading `socket` (a bound UDP socket); within a Tokio runtime.
-    pub(crate) fn new(socket: OwnedFd) -> std::io::Result<Self> {
+    /// The relay reading `socket` (a bound UDP socket), its waiting datagrams held to
+    /// `queued` (one permit a byte: [`queued_bytes_server_wide`] but in tests); within a Tokio
+    /// runtime.
+    pub(crate) fn new(socket: OwnedFd, queued: Arc<Semaphore>) -> std::io::Result<Self> {
         let socket = std::net::UdpSocket::from(socket);
         socket.local_addr()?;
         socket.set_nonblocking(true)?;
         let socket = Arc::new(UdpSocket::from_std(socket)?);
-        Ok(Self { socket, table: Mutex::new(Table::default()) })
+        Ok(Self { socket, table: Mutex::new(Table::default()), queued })
     }
 
     /// The address the command sends its datagrams to.
@@ -127,7 +151,8 @@ impl Relay {
     }
 
     /// Reads the relay's socket for as long as the proxy serves, handing each datagram to its
-    /// association; one from a source no association expects is dropped.
+    /// association; one from a source no association expects is dropped, and so is one its
+    /// association or the server has no room to hold.
     pub(super) async fn serve(self: Arc<Self>) {
         let mut buffer = vec![0u8; DATAGRAM_BYTES];
         loop {
@@ -143,7 +168,13 @@ impl Relay {
                 debug!(%source, "SOCKS5 UDP datagram from no association dropped");
                 continue;
             };
-            if association.try_send((source, buffer[..length].to_vec())).is_err() {
+            // At most 64 KiB, so the count fits.
+            let Ok(held) = self.queued.clone().try_acquire_many_owned(length as u32) else {
+                debug!(%source, "SOCKS5 UDP datagram dropped: the server holds all it may");
+                continue;
+            };
+            let datagram = Datagram { source, bytes: buffer[..length].to_vec(), _held: held };
+            if association.try_send(datagram).is_err() {
                 debug!(%source, "SOCKS5 UDP datagram dropped: its association is behind");
             }
         }
@@ -240,7 +271,9 @@ impl Association {
             tokio::select! {
                 _ = control.read(&mut ended) => return,
                 datagram = self.datagrams.recv() => {
-                    let Some((source, datagram)) = datagram else { return };
+                    let Some(Datagram { source, bytes: datagram, _held }) = datagram else {
+                        return;
+                    };
                     let Some((destination, payload)) =
                         self.destination(source, &datagram, &mut decided).await
                     else {
@@ -376,8 +409,25 @@ mod tests {
     use super::*;
 
     fn relay() -> Arc<Relay> {
+        relay_holding(MAX_QUEUED_BYTES_SERVER_WIDE)
+    }
+
+    /// A relay whose waiting datagrams may hold `bytes` in all.
+    fn relay_holding(bytes: usize) -> Arc<Relay> {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        Arc::new(Relay::new(OwnedFd::from(socket)).unwrap())
+        Arc::new(Relay::new(OwnedFd::from(socket), Arc::new(Semaphore::new(bytes))).unwrap())
+    }
+
+    /// A datagram as the relay's reader queues it, its bytes held to `relay`'s budget.
+    fn datagram(relay: &Relay, source: SocketAddr, bytes: &[u8]) -> Datagram {
+        let held = relay.queued.clone().try_acquire_many_owned(bytes.len() as u32).unwrap();
+        Datagram { source, bytes: bytes.to_vec(), _held: held }
+    }
+
+    /// Where a queued datagram came from and what it carries.
+    fn seen(datagram: Option<Datagram>) -> (SocketAddr, Vec<u8>) {
+        let datagram = datagram.expect("a datagram");
+        (datagram.source, datagram.bytes)
     }
 
     /// An association that declared no source belongs to the first that sends from its
@@ -393,10 +443,10 @@ mod tests {
         let (open, mut datagrams) = relay.open(loopback, None).unwrap();
         let (exact, mut exactly) = relay.open(loopback, Some(declared)).unwrap();
 
-        relay.claim(first).unwrap().try_send((first, b"one".to_vec())).unwrap();
-        relay.claim(declared).unwrap().try_send((declared, b"two".to_vec())).unwrap();
-        assert_eq!(datagrams.recv().await.unwrap(), (first, b"one".to_vec()));
-        assert_eq!(exactly.recv().await.unwrap(), (declared, b"two".to_vec()));
+        relay.claim(first).unwrap().try_send(datagram(&relay, first, b"one")).ok().unwrap();
+        relay.claim(declared).unwrap().try_send(datagram(&relay, declared, b"two")).ok().unwrap();
+        assert_eq!(seen(datagrams.recv().await), (first, b"one".to_vec()));
+        assert_eq!(seen(exactly.recv().await), (declared, b"two".to_vec()));
         assert!(relay.claim(second).is_none(), "claimed by the first source already");
         assert!(relay.claim("10.0.0.1:4000".parse().unwrap()).is_none());
 
@@ -416,5 +466,36 @@ mod tests {
         assert!(relay.open(loopback, None).is_none());
         open.pop();
         assert!(relay.open(loopback, None).is_some());
+    }
+
+    /// Waiting datagrams hold their bytes of the server-wide budget: one arriving past it is
+    /// dropped (and a smaller one after it that fits is not), and what the association has
+    /// dealt with is given back.
+    #[tokio::test]
+    async fn waiting_datagrams_are_held_to_the_server_wide_budget() {
+        let relay = relay_holding(10);
+        let (_open, mut datagrams) = relay.open([127, 0, 0, 1].into(), None).unwrap();
+        let reader = tokio::spawn(relay.clone().serve());
+        let command = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let source = command.local_addr().unwrap();
+        let to = relay.local_addr().unwrap();
+
+        for bytes in [&b"aaaa"[..], b"bbbb", b"cccc", b"dd"] {
+            command.send_to(bytes, to).unwrap();
+        }
+        let first = datagrams.recv().await;
+        let second = datagrams.recv().await;
+        // The last one sent arriving shows the one before it was read, and dropped: 4 + 4 + 4
+        // bytes are more than 10, 4 + 4 + 2 are not.
+        let last = datagrams.recv().await;
+        assert_eq!(seen(first), (source, b"aaaa".to_vec()));
+        assert_eq!(seen(second), (source, b"bbbb".to_vec()));
+        assert_eq!(seen(last), (source, b"dd".to_vec()));
+        assert!(datagrams.try_recv().is_err(), "the third was dropped");
+        assert_eq!(relay.queued.available_permits(), 10, "dealt with, each gave its bytes back");
+
+        command.send_to(b"eeeeeeeeee", to).unwrap();
+        assert_eq!(seen(datagrams.recv().await), (source, b"eeeeeeeeee".to_vec()));
+        reader.abort();
     }
 }
