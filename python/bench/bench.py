@@ -7,7 +7,9 @@ stream (``head -c 200000000 /dev/zero``) read to its end. The raw client is what
 program without the SDK writes: JSON-RPC over the ``websockets`` library's synchronous client,
 each output chunk's base64 decoded. Each round runs both clients on a fresh server, alternating
 which goes first; the table gives the median and the spread (min–max) of the rounds, and the
-ratio of the medians. Needs ``pip install websockets`` and the package installed (build it
+ratio of the medians. The floor is the workload with no server and no client (``/bin/true``
+spawned and waited for by this process, the stream read straight from its pipe): raw ÷ floor
+is the most any client, however fast, could gain over the raw one on this machine. Needs ``pip install websockets`` and the package installed (build it
 with ``maturin develop --release`` for figures worth comparing).
 """
 
@@ -124,6 +126,27 @@ def raw_stream(url: str) -> float:
     return elapsed
 
 
+def floor_runs(_url: str) -> float:
+    started = time.perf_counter()
+    for _ in range(RUNS):
+        pid = os.posix_spawnp("true", ["true"], os.environ)
+        os.waitpid(pid, 0)
+    return time.perf_counter() - started
+
+
+def floor_stream(_url: str) -> float:
+    started = time.perf_counter()
+    child = subprocess.Popen(["head", "-c", str(STREAM_BYTES), "/dev/zero"], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    received = 0
+    while chunk := os.read(child.stdout.fileno(), 1 << 20):
+        received += len(chunk)
+    child.wait()
+    elapsed = time.perf_counter() - started
+    assert received == STREAM_BYTES, received
+    return elapsed
+
+
 def serve(binary: str) -> subprocess.Popen:
     server = subprocess.Popen(
         [binary, "serve", "--listen", "ws://127.0.0.1:0"],
@@ -141,17 +164,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     workloads: Dict[str, Dict[str, Callable[[str], float]]] = {
-        f"{RUNS} sequential run(['true'])": {"sdk": sdk_runs, "raw": raw_runs},
-        "200 MB stream": {"sdk": sdk_stream, "raw": raw_stream},
+        f"{RUNS} sequential run(['true'])": {"sdk": sdk_runs, "raw": raw_runs, "floor": floor_runs},
+        "200 MB stream": {"sdk": sdk_stream, "raw": raw_stream, "floor": floor_stream},
     }
     print(f"tether-client {tether.__name__} against a raw websockets client; server {args.tether}")
     print(f"{args.rounds} rounds, a fresh server each, alternating order\n")
-    print(f"| workload | SDK (s, median, min–max) | raw (s, median, min–max) | SDK speed-up |")
-    print("|---|---|---|---|")
+    print(
+        "| workload | SDK (s, median, min–max) | raw (s, median, min–max) | SDK speed-up "
+        "| floor (s, median, min–max) | raw ÷ floor |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, clients in workloads.items():
-        times: Dict[str, List[float]] = {"sdk": [], "raw": []}
+        times: Dict[str, List[float]] = {"sdk": [], "raw": [], "floor": []}
         for round_ in range(args.rounds):
-            order = ["sdk", "raw"] if round_ % 2 == 0 else ["raw", "sdk"]
+            order = ["sdk", "raw", "floor"] if round_ % 2 == 0 else ["floor", "raw", "sdk"]
             for client in order:
                 server = serve(args.tether)
                 try:
@@ -159,10 +185,11 @@ def main() -> None:
                 finally:
                     server.terminate()
                     server.wait()
-        sdk, raw = statistics.median(times["sdk"]), statistics.median(times["raw"])
+        sdk, raw, floor = (statistics.median(times[client]) for client in ("sdk", "raw", "floor"))
         print(
             f"| {name} | {sdk:.3f} ({min(times['sdk']):.3f}–{max(times['sdk']):.3f}) "
-            f"| {raw:.3f} ({min(times['raw']):.3f}–{max(times['raw']):.3f}) | {raw / sdk:.1f}× |"
+            f"| {raw:.3f} ({min(times['raw']):.3f}–{max(times['raw']):.3f}) | {raw / sdk:.1f}× "
+            f"| {floor:.3f} ({min(times['floor']):.3f}–{max(times['floor']):.3f}) | {raw / floor:.1f}× |"
         )
         sys.stdout.flush()
 
