@@ -14,6 +14,10 @@ pub struct Stats {
     deletes: AtomicU64,
     gets: AtomicU64,
     authorization_seen: AtomicBool,
+    /// Runs of the `count_calls` tool. Process-wide, not per session: a test that reconnects
+    /// or re-initializes still learns whether one `tools/call` ran once or twice, and a test
+    /// can wait for a call to have run whatever became of its answer.
+    count_calls: AtomicU64,
     /// `POST /control/release` lets the waiting (or the next) `held` call answer.
     releases: tokio::sync::Notify,
 }
@@ -27,6 +31,7 @@ pub struct StatsSnapshot {
     pub deletes: u64,
     pub gets: u64,
     pub authorization_seen: bool,
+    pub count_calls: u64,
 }
 
 impl Stats {
@@ -38,6 +43,11 @@ impl Stats {
     /// Waits for a release.
     pub async fn wait_for_release(&self) {
         self.releases.notified().await;
+    }
+
+    /// Counts one run of `count_calls`; how many there have been, this one included.
+    pub fn count_call(&self) -> u64 {
+        self.count_calls.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// Counted by the handler, so it covers `initialize` requests on any transport.
@@ -70,6 +80,7 @@ impl Stats {
             deletes: self.deletes.load(Ordering::SeqCst),
             gets: self.gets.load(Ordering::SeqCst),
             authorization_seen: self.authorization_seen.load(Ordering::SeqCst),
+            count_calls: self.count_calls.load(Ordering::SeqCst),
         }
     }
 }

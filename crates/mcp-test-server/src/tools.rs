@@ -7,7 +7,6 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
@@ -23,10 +22,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::stats::Stats;
-
-/// Process-wide, not per session: a test that reconnects or re-initializes still learns whether
-/// one `tools/call` ran once or twice.
-static COUNT_CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// Time between the notifications of consecutive `progress` steps, so that a client sees them
 /// arrive over time rather than in one burst.
@@ -128,7 +123,7 @@ impl TestServer {
 
     #[tool(description = "Return how many times this tool has been called in this server process.")]
     async fn count_calls(&self) -> String {
-        (COUNT_CALLS.fetch_add(1, Ordering::SeqCst) + 1).to_string()
+        self.stats.count_call().to_string()
     }
 
     /// For a test that must hold the answer back until it is ready for it: the progress

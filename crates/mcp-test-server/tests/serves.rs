@@ -130,17 +130,26 @@ async fn http_sessions_are_issued_and_forgotten() -> anyhow::Result<()> {
     assert_eq!(result["content"][0]["text"], "hi");
     assert_eq!(result["structuredContent"], json!({ "echo": "hi" }));
 
+    let count = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": { "name": "count_calls", "arguments": {} }
+    });
+    let response = server.post(Some(&session), &count).await?;
+    let result = &sse_messages(&response.text().await?).pop().context("no response")?["result"];
+    assert_eq!(result["content"][0]["text"], "1");
+
     let forgotten = server.http.post(server.control("forget-sessions")).send().await?;
     assert_eq!(forgotten.status(), 200);
     assert_eq!(forgotten.text().await?, "1");
 
-    let list = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list" });
+    let list = json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/list" });
     assert_eq!(server.post(Some(&session), &list).await?.status(), 404);
 
     let stats = server.stats().await?;
     assert_eq!(
         stats,
-        json!({ "initializes": 1, "posts": 4, "deletes": 0, "gets": 0, "authorizationSeen": false })
+        json!({ "initializes": 1, "posts": 5, "deletes": 0, "gets": 0, "authorizationSeen": false,
+                "countCalls": 1 })
     );
     Ok(())
 }

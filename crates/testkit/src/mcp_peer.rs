@@ -84,6 +84,8 @@ pub struct McpTestServerStats {
     pub deletes: u64,
     pub gets: u64,
     pub authorization_seen: bool,
+    /// Runs of its `count_calls` tool, whatever became of their answers.
+    pub count_calls: u64,
 }
 
 impl McpTestServer {
@@ -153,6 +155,7 @@ impl McpTestServer {
             deletes: count("deletes")?,
             gets: count("gets")?,
             authorization_seen: stats["authorizationSeen"].as_bool().unwrap_or(false),
+            count_calls: count("countCalls")?,
         })
     }
 
