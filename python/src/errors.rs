@@ -212,7 +212,9 @@ fn client_error(
             };
             errors.getattr("Disconnected")?.call1((message, kind))?
         }
-        ClientError::Failed(_) => errors.getattr("SessionLost")?.call1((message,))?,
+        ClientError::Failed(lost) => {
+            errors.getattr("SessionLost")?.call1((message, lost.server_went_away))?
+        }
         ClientError::Server { code, data, .. } => {
             let data = match data {
                 Some(data) => json_to_python(py, data)?,

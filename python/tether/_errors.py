@@ -34,7 +34,12 @@ class ConnectError(TetherError, ConnectionError):
 
 class SessionLost(TetherError, ConnectionError):
     """The client gave up on its session (the server stayed unreachable past the recovery
-    time, or the session is gone); every later call raises it too."""
+    time, or the session is gone); every later call raises it too. ``server_went_away``: the
+    server had said it was shutting down, rather than becoming unreachable."""
+
+    def __init__(self, message: str, server_went_away: bool = False) -> None:
+        super().__init__(message)
+        self.server_went_away = server_went_away
 
 
 class Disconnected(TetherError, ConnectionError):

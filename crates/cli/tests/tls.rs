@@ -90,7 +90,7 @@ async fn a_tls_server_is_reached_through_its_pinned_ca_and_refused_otherwise() {
     loop {
         match link.next().await.expect("the session lives") {
             tether_client::ConnectionStatus::Connected => break,
-            tether_client::ConnectionStatus::Failed(why) => panic!("{why}"),
+            tether_client::ConnectionStatus::Failed(lost) => panic!("{lost}"),
             tether_client::ConnectionStatus::Recovering => {}
         }
     }

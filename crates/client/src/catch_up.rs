@@ -107,7 +107,7 @@ fn read_failure(error: &ClientError) -> ProcessFailure {
 fn reconcile_failure(error: ReconcileError) -> ProcessFailure {
     let kind = match &error {
         ReconcileError::Lost { .. } => ProcessFailureKind::OutputLost,
-        ReconcileError::Failed(_) => ProcessFailureKind::Server,
+        ReconcileError::ServerFailed { .. } => ProcessFailureKind::Server,
         ReconcileError::ChunkPastEnd { .. }
         | ReconcileError::CloseConflict { .. }
         | ReconcileError::MissingExitCode => ProcessFailureKind::Protocol,
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_read_that_says_the_process_failed_is_the_servers_failure() {
-        let failed = ReconcileError::Failed("the server lost it".into());
+        let failed = ReconcileError::ServerFailed { failure: "the server lost it".into() };
         assert_eq!(reconcile_failure(failed).kind, ProcessFailureKind::Server);
     }
 

@@ -29,7 +29,7 @@ use tracing::{debug, info};
 
 use crate::catch_up::run_claimed;
 use crate::connection::Connection;
-use crate::error::ClientError;
+use crate::error::{ClientError, SessionLost};
 use crate::flow::{CONNECTION_EVENT_QUEUE, PauseGate};
 use crate::options::ClientOptions;
 use crate::process::RemoteProcess;
@@ -45,7 +45,7 @@ pub enum ConnectionStatus {
     /// The connection dropped; the client is resuming the session. Calls wait.
     Recovering,
     /// The session is lost, for the reason given. Calls fail.
-    Failed(String),
+    Failed(SessionLost),
 }
 
 /// See [`ExecServerClient::status_changes`].
@@ -59,9 +59,7 @@ impl StatusChanges {
         Some(match &*self.0.borrow_and_update() {
             crate::session::ConnectionState::Connected(_) => ConnectionStatus::Connected,
             crate::session::ConnectionState::Recovering => ConnectionStatus::Recovering,
-            crate::session::ConnectionState::Failed { message, .. } => {
-                ConnectionStatus::Failed(message.clone())
-            }
+            crate::session::ConnectionState::Failed(lost) => ConnectionStatus::Failed(lost.clone()),
         })
     }
 }
@@ -176,7 +174,7 @@ impl ExecServerClient {
         match self.session.current_state() {
             ConnectionState::Connected(_) => ConnectionStatus::Connected,
             ConnectionState::Recovering => ConnectionStatus::Recovering,
-            ConnectionState::Failed { message, .. } => ConnectionStatus::Failed(message),
+            ConnectionState::Failed(lost) => ConnectionStatus::Failed(lost),
         }
     }
 
@@ -357,12 +355,10 @@ impl ExecServerClient {
         if let Err(failure) = run_claimed(&self.session, &registration).await {
             self.session.unregister(&registration);
             // A session lost meanwhile fails the attach as it fails every other call.
-            if let (
-                ProcessFailureKind::SessionLost { .. },
-                ConnectionState::Failed { message, .. },
-            ) = (failure.kind, self.session.current_state())
+            if let (ProcessFailureKind::SessionLost { .. }, ConnectionState::Failed(lost)) =
+                (failure.kind, self.session.current_state())
             {
-                return Err(ClientError::Failed(message));
+                return Err(ClientError::Failed(lost));
             }
             return Err(ClientError::Protocol(format!(
                 "cannot follow process {process_id}: {failure}"

@@ -10,6 +10,24 @@ use tether_protocol::process::{SpawnFailure, SpawnFailureKind};
 /// What caused a failure, shared so that one dropped connection can fail many calls.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
 
+/// Why a client gave its session up: the reason, to show a person, and whether the server
+/// had said it was going away (it was draining or shutting down) rather than becoming
+/// unreachable or forgetting the session, to decide on. Its processes fail with the same fact
+/// ([`crate::ProcessFailureKind::SessionLost`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct SessionLost {
+    pub reason: String,
+    pub server_went_away: bool,
+}
+
+impl SessionLost {
+    /// A session given up on this side, the server never having said it was going away.
+    pub fn here(reason: impl Into<String>) -> Self {
+        Self { reason: reason.into(), server_went_away: false }
+    }
+}
+
 /// A client call's failure.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
@@ -28,7 +46,7 @@ pub enum ClientError {
     /// The client gave up on its session: the server is unreachable or the session is gone.
     /// Every later call fails with the same message.
     #[error("exec-server session is lost: {0}")]
-    Failed(String),
+    Failed(SessionLost),
     /// Could not connect or complete the handshake.
     #[error("cannot connect to the exec-server: {0}")]
     Connect(#[source] ConnectError),

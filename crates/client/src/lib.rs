@@ -63,7 +63,7 @@ pub mod tls;
 
 pub use client::{ConnectionStatus, ExecServerClient, StatusChanges};
 pub use environment::Environment;
-pub use error::ClientError;
+pub use error::{ClientError, SessionLost};
 pub use flow::{DEFAULT_FULL_HANDLE_PAUSE, HANDLE_BUFFER_BYTES, HANDLE_MEMORY_BYTES};
 pub use http_streams::{MAX_QUEUED_BODY_DELTAS, MAX_QUEUED_HTTP_BODY_BYTES};
 pub use options::{

@@ -114,8 +114,8 @@ impl PortForward {
         let result = loop {
             let accepted = tokio::select! {
                 () = &mut shutdown => break Ok(()),
-                Some(ConnectionStatus::Failed(message)) = status.next() => {
-                    break Err(ClientError::Failed(message));
+                Some(ConnectionStatus::Failed(lost)) = status.next() => {
+                    break Err(ClientError::Failed(lost));
                 }
                 Some(_) = connections.join_next() => continue,
                 accepted = async {

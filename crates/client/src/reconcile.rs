@@ -18,8 +18,9 @@ use tether_protocol::process::ReadResponse;
 /// Why a process could not be caught up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("process failed while recovering: {0}")]
-    Failed(String),
+    /// The server's catch-up read says the process failed there (its `failure`, as sent).
+    #[error("process failed while recovering: {failure}")]
+    ServerFailed { failure: String },
     #[error("recovered output has sequence {seq}, past the process's last sequence {target}")]
     ChunkPastEnd { seq: u64, target: u64 },
     #[error("close sequence {seq} conflicts with recovered output")]
@@ -50,7 +51,7 @@ pub fn reconcile(
     read: &ReadResponse,
 ) -> Result<Vec<ProcessEvent>, ReconcileError> {
     if let Some(failure) = &read.failure {
-        return Err(ReconcileError::Failed(failure.clone()));
+        return Err(ReconcileError::ServerFailed { failure: failure.clone() });
     }
     let last = known.last_published;
     let target = read.next_seq.saturating_sub(1);
@@ -221,6 +222,9 @@ mod tests {
         );
         let mut failed = read(&[], 1, None, false);
         failed.failure = Some("gone".into());
-        assert!(matches!(reconcile(known(0, vec![]), &failed), Err(ReconcileError::Failed(_))));
+        assert!(matches!(
+            reconcile(known(0, vec![]), &failed),
+            Err(ReconcileError::ServerFailed { .. })
+        ));
     }
 }

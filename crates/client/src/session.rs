@@ -17,7 +17,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
-use crate::error::ClientError;
+use crate::error::{ClientError, SessionLost};
 use crate::flow::PauseGate;
 use crate::http_streams::HttpStreams;
 use crate::options::ClientOptions;
@@ -29,12 +29,9 @@ use crate::registration::{Finished, Registration};
 pub(crate) enum ConnectionState {
     Connected(Arc<Connection>),
     Recovering,
-    /// Given up, with why; `server_went_away`: the server had said it was going away, which
-    /// its processes' failures carry ([`ProcessFailureKind::SessionLost`]).
-    Failed {
-        message: String,
-        server_went_away: bool,
-    },
+    /// Given up, with why, and whether the server had said it was going away, which its
+    /// processes' failures carry ([`ProcessFailureKind::SessionLost`]).
+    Failed(SessionLost),
 }
 
 /// Whether a call may be sent again after its connection dropped mid-flight.
@@ -129,8 +126,8 @@ impl Session {
         process_id: &ProcessId,
     ) -> Result<(Arc<Registration>, mpsc::UnboundedReceiver<crate::ProcessUpdate>), ClientError>
     {
-        if let ConnectionState::Failed { message, .. } = self.current_state() {
-            return Err(ClientError::Failed(message));
+        if let ConnectionState::Failed(lost) = self.current_state() {
+            return Err(ClientError::Failed(lost));
         }
         let mut registrations = self.registrations.lock().unwrap();
         // A process that closed is done: its registration is on its way out and no longer holds
@@ -202,7 +199,10 @@ impl Session {
     /// Gives the session up with `message`: calls fail from now on. Returns every
     /// registration, each to be failed, none followed any more.
     pub(crate) fn fail(&self, message: String, server_went_away: bool) -> Vec<Arc<Registration>> {
-        self.state.send_replace(ConnectionState::Failed { message, server_went_away });
+        self.state.send_replace(ConnectionState::Failed(SessionLost {
+            reason: message,
+            server_went_away,
+        }));
         self.registrations.lock().unwrap().drain().map(|(_, r)| r).collect()
     }
 
@@ -273,8 +273,10 @@ impl Session {
     /// What a process fails with for a session that is lost: whether the server had said it
     /// was going away is the recovery's to know, and the process's failure carries it.
     pub(crate) fn lost_kind(&self) -> ProcessFailureKind {
-        let server_went_away =
-            matches!(&*self.state.borrow(), ConnectionState::Failed { server_went_away: true, .. });
+        let server_went_away = matches!(
+            &*self.state.borrow(),
+            ConnectionState::Failed(SessionLost { server_went_away: true, .. })
+        );
         ProcessFailureKind::SessionLost { server_went_away }
     }
 
@@ -286,13 +288,11 @@ impl Session {
                 ConnectionState::Connected(connection) if !connection.is_closed() => {
                     return Ok(connection.clone());
                 }
-                ConnectionState::Failed { message, .. } => {
-                    return Err(ClientError::Failed(message.clone()));
-                }
+                ConnectionState::Failed(lost) => return Err(ClientError::Failed(lost.clone())),
                 _ => {}
             }
             if state.changed().await.is_err() {
-                return Err(ClientError::Failed("client shut down".into()));
+                return Err(ClientError::Failed(SessionLost::here("client shut down")));
             }
         }
     }

@@ -391,9 +391,10 @@ async fn a_refused_resume_fails_every_waiting_and_later_call_alike(target: Targe
 
     // Assert: one error for all, given at once.
     assert!(began.elapsed() < Duration::from_secs(20), "gave up at the refusal, not the deadline");
-    let ConnectionStatus::Failed(message) = client.status() else { panic!("not failed") };
-    assert!(message.contains("unknown session id"), "{message}");
-    let is_lost = |error: ClientError| matches!(error, ClientError::Failed(m) if m == message);
+    let ConnectionStatus::Failed(lost) = client.status() else { panic!("not failed") };
+    assert!(lost.reason.contains("unknown session id"), "{lost}");
+    assert!(!lost.server_went_away, "the server never said it was going");
+    let is_lost = |error: ClientError| matches!(error, ClientError::Failed(l) if l == lost);
     assert!(is_lost(write.unwrap_err()));
     assert!(is_lost(interrupt.unwrap_err()));
     assert!(is_lost(terminate.unwrap_err()));
@@ -437,8 +438,9 @@ async fn the_recovery_deadline_bounds_an_attempt_that_hangs(target: Target) {
 
     // Assert: given up within the deadline (plus scheduling slack), one error for all.
     assert!(began.elapsed() < Duration::from_secs(5), "took {:?}", began.elapsed());
-    let ConnectionStatus::Failed(message) = client.status() else { panic!("not failed") };
-    let is_lost = |error: ClientError| matches!(error, ClientError::Failed(m) if m == message);
+    let ConnectionStatus::Failed(lost) = client.status() else { panic!("not failed") };
+    assert!(!lost.server_went_away, "the server never said it was going");
+    let is_lost = |error: ClientError| matches!(error, ClientError::Failed(l) if l == lost);
     assert!(is_lost(read.unwrap_err()));
     assert!(is_lost(connected.unwrap_err()));
     assert_terminal_failure(&mut process).await;

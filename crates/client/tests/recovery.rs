@@ -128,11 +128,39 @@ async fn an_outage_longer_than_the_recovery_deadline_fails_every_handle(target: 
         ProcessFailureKind::SessionLost { server_went_away: false },
         "{failure}"
     );
-    assert!(matches!(client.status(), ConnectionStatus::Failed(_)));
+    let ConnectionStatus::Failed(lost) = client.status() else { panic!("not failed") };
+    assert!(!lost.server_went_away, "the server never said it was going");
     let error = client.start(params("after", "true")).await.err().unwrap();
-    assert!(matches!(error, ClientError::Failed(_)), "{error}");
+    assert!(matches!(error, ClientError::Failed(ref l) if *l == lost), "{error}");
     let read = process.read(0, None, None).await.unwrap();
     assert!(read.failure.is_some() && read.closed, "a failed handle answers reads itself");
+}
+
+/// Tether only (the reference stops without a word): a server stopped while a command runs
+/// says it is going away, so the client gives the session up after a short grace, and both
+/// its status and the process's failure say the server went away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_is_a_session_lost_because_the_server_went_away() {
+    let server = ServerProcess::start(Target::Tether).await.unwrap();
+    let client = ExecServerClient::connect(&server.url, ClientOptions::default()).await.unwrap();
+    let mut process = client.start(params("long", "echo ready; sleep 30")).await.unwrap();
+    let mut out = Vec::new();
+    while !out.ends_with(b"ready\n") {
+        match process.next_update().await {
+            Some(tether_client::ProcessUpdate::Event(tether_engine::ProcessEvent::Output {
+                chunk,
+                ..
+            })) => out.extend_from_slice(&chunk),
+            other => panic!("{other:?}"),
+        }
+    }
+    server.stop().await.unwrap();
+    let failure = drain(&mut process).await.unwrap_err();
+    assert_eq!(failure.kind, ProcessFailureKind::SessionLost { server_went_away: true });
+    let ConnectionStatus::Failed(lost) = client.status() else { panic!("not failed") };
+    assert!(lost.server_went_away, "{lost}");
+    let error = client.start(params("after", "true")).await.err().unwrap();
+    assert!(matches!(error, ClientError::Failed(ref l) if *l == lost), "{error}");
 }
 
 /// Tether only (retention is a flag there): output the server could not keep while the client

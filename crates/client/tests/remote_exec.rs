@@ -121,13 +121,13 @@ async fn attached_output_is_read_raw_in_any_member_order_and_a_malformed_one_fai
     // The connection was let go (recovery is off, so the session with it), and why.
     let lost = ProcessFailureKind::SessionLost { server_went_away: false };
     assert_eq!(failure.kind, lost, "{failure}");
-    let ConnectionStatus::Failed(why) = client.status() else { panic!("not failed") };
+    let ConnectionStatus::Failed(lost) = client.status() else { panic!("not failed") };
     assert!(
-        why.contains(
+        lost.reason.contains(
             "malformed process/output with attached bytes from the server (its JSON's chunk must \
              be empty)"
         ),
-        "{why}"
+        "{lost}"
     );
     let asked = script.await.unwrap();
     assert_eq!(asked["attachOutput"], true);

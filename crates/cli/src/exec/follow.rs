@@ -129,7 +129,7 @@ fn unfollowable(
         ProcessFailureKind::SessionLost { server_went_away: false } => {
             // The session's reason, without the process's name in front of it.
             let why = match client.status() {
-                ConnectionStatus::Failed(why) => why,
+                ConnectionStatus::Failed(lost) => lost.reason,
                 _ => failure.message,
             };
             anyhow::anyhow!(
