@@ -3,7 +3,7 @@
 //! refused names the executor it is about. Two Tether servers, each with a directory of its
 //! own on this machine.
 
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,6 +11,9 @@ use std::time::Duration;
 use tether_testkit::scratch::Scratch;
 use tether_testkit::server::tether_binary;
 use tether_testkit::{ServerProcess, Target};
+
+mod common;
+use common::tree::describe;
 
 /// Runs `tether cp --url URL ARGS…` with the named executors of `config_home`.
 async fn tether_cp(url: &str, config_home: &Path, args: &[&str]) -> std::process::Output {
@@ -23,33 +26,6 @@ async fn tether_cp(url: &str, config_home: &Path, args: &[&str]) -> std::process
         .kill_on_drop(true)
         .output();
     tokio::time::timeout(Duration::from_secs(120), command).await.expect("finished").unwrap()
-}
-
-/// Each entry under `root`, sorted: path, whether a link, mode, mtime in ms, and the bytes
-/// (a link's target).
-fn describe(root: &Path) -> Vec<(String, bool, u32, i64, Vec<u8>)> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(directory) = stack.pop() {
-        for entry in std::fs::read_dir(&directory).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let relative = path.strip_prefix(root).unwrap().display().to_string();
-            let link = meta.file_type().is_symlink();
-            let mtime = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
-            let (mode, body) = if link {
-                (0, std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes())
-            } else if meta.is_dir() {
-                stack.push(path.clone());
-                (meta.mode() & 0o7777, Vec::new())
-            } else {
-                (meta.mode() & 0o7777, std::fs::read(&path).unwrap())
-            };
-            found.push((relative, link, mode, mtime, body));
-        }
-    }
-    found.sort();
-    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,9 @@ use std::time::Duration;
 use tether_testkit::server::tether_binary;
 use tether_testkit::{ServerProcess, Target, wait};
 
+mod common;
+use common::tree::describe;
+
 struct Sides {
     root: PathBuf,
 }
@@ -85,40 +88,6 @@ fn make_tree(root: &Path) {
 
 /// One entry: (relative path, kind, mode, mtime in ms, length and a digest of the contents or
 /// the link target).
-type Described = (String, &'static str, u32, i64, (usize, u64));
-
-/// Each entry under `root`, sorted.
-fn describe(root: &Path) -> Vec<Described> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let relative = path.strip_prefix(root).unwrap().display().to_string();
-            let mtime = meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000;
-            let (kind, mode, body) = if meta.file_type().is_symlink() {
-                (
-                    "link",
-                    0,
-                    std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes(),
-                )
-            } else if meta.is_dir() {
-                stack.push(path.clone());
-                ("dir", meta.mode() & 0o7777, Vec::new())
-            } else {
-                ("file", meta.mode() & 0o7777, std::fs::read(&path).unwrap())
-            };
-            let digest = body.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
-                (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-            });
-            out.push((relative, kind, mode, mtime, (body.len(), digest)));
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Up and back down through Tether: the tree comes back as it was — bytes (small files in one
 /// call each, the big one in blocks), modes, times to the millisecond, the link as a link
 /// with its own time — and nothing is said on a pipe (no progress bar).

@@ -3,6 +3,7 @@
 
 pub mod codex;
 pub mod origins;
+pub mod tree;
 
 use serde_json::{Value, json};
 use tether_testkit::client::b64decode;
